@@ -1,0 +1,5 @@
+"""Switchboard's Django project package and operator console."""
+
+from .celery import app as celery_app
+
+__all__ = ["celery_app"]

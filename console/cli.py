@@ -1,0 +1,85 @@
+"""`switchboard` command line. `serve` runs the hub; other commands talk to a hub over HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+
+def _django_setup() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    import django
+
+    django.setup()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Apply migrations, then serve HTTP + WebSocket in this process, with background jobs in-process."""
+    _django_setup()
+    from daphne.endpoints import build_endpoint_description_strings
+    from daphne.server import Server
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from messaging.credentials import enrollment_key
+    from messaging.jobs import EmbeddedScheduler
+
+    call_command("migrate", interactive=False, verbosity=0)
+    enrollment_key()  # generated on first start, into $SWITCHBOARD_HOME/enroll.key (0600)
+    scheduler = None
+    if settings.SWITCHBOARD_JOBS != "celery":
+        scheduler = EmbeddedScheduler()
+        scheduler.start()
+    from console.asgi import application
+
+    host = args.host
+    where = f"http://[{host}]:{args.port}" if ":" in host else f"http://{host}:{args.port}"
+    key_source = (
+        "SWITCHBOARD_ENROLL_KEY"
+        if settings.SWITCHBOARD_ENROLL_KEY
+        else str(settings.SWITCHBOARD_HOME / "enroll.key")
+    )
+    print(f"Switchboard hub on {where}/  (API docs: {where}/api/docs)", flush=True)
+    print(
+        f"  database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}; "
+        f"jobs: {settings.SWITCHBOARD_JOBS}; enrollment key: {key_source}",
+        flush=True,
+    )
+    print("  Ctrl-C stops it.", flush=True)
+    try:
+        Server(
+            application=application,
+            endpoints=build_endpoint_description_strings(host=host, port=args.port),
+            signal_handlers=True,
+            verbosity=0,
+            http_timeout=None,
+            websocket_handshake_timeout=10,
+            application_close_timeout=5,
+        ).run()
+    finally:
+        if scheduler:
+            scheduler.stop()
+    print("Switchboard hub stopped.", flush=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchboard", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the hub and console in this process")
+    serve.add_argument("--host", default=os.environ.get("SWITCHBOARD_HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(os.environ.get("SWITCHBOARD_PORT", "8765")))
+    serve.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

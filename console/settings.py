@@ -1,0 +1,184 @@
+"""Settings for Switchboard. Every knob is an environment variable, read here and nowhere else.
+
+Embedded mode (no REDIS_URL): SQLite in $SWITCHBOARD_HOME, in-memory channel layer, background
+jobs run in-process. Production: DATABASE_URL (PostgreSQL) and REDIS_URL (channel layer, Celery
+broker, shared rate limits).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from console.home import home_dir, read_or_create_secret
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    return raw in {"1", "true", "yes", "on"}
+
+
+SWITCHBOARD_HOME = home_dir()
+REDIS_URL = os.environ.get("REDIS_URL", "").strip() or None
+
+SECRET_KEY = os.environ.get("SWITCHBOARD_SECRET_KEY") or read_or_create_secret("secret.key", nbytes=48)
+DEBUG = _env_bool("SWITCHBOARD_DEBUG", False)
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in os.environ.get("SWITCHBOARD_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],::1").split(",")
+    if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in os.environ.get("SWITCHBOARD_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "messaging",
+    "teams",
+    "console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+ASGI_APPLICATION = "console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_default_sqlite = f"sqlite:///{SWITCHBOARD_HOME / 'switchboard.sqlite3'}"
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", "").strip() or _default_sqlite,
+        conn_max_age=_env_int("SWITCHBOARD_DB_CONN_MAX_AGE", 0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # WAL lets readers run beside the writer; IMMEDIATE takes the write lock at BEGIN, so two
+        # writers queue on busy_timeout instead of failing with "database is locked" mid-transaction.
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 10,
+    }
+_test_db_name = os.environ.get("SWITCHBOARD_TEST_DB_NAME", "").strip()
+if _test_db_name:
+    DATABASES["default"]["TEST"] = {"NAME": _test_db_name}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = SWITCHBOARD_HOME / "static-collected"
+
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+
+# --- Channels -----------------------------------------------------------------------------------
+CHANNEL_CAPACITY = _env_int("SWITCHBOARD_CHANNEL_CAPACITY", 10_000)
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                # redis-py 8 defaults socket_timeout to 5 s, which kills idle consumers (close 1011).
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "capacity": CHANNEL_CAPACITY,
+                "expiry": 60,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": CHANNEL_CAPACITY, "expiry": 60},
+        }
+    }
+
+# --- Celery ---------------------------------------------------------------------------------------
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# "inline" runs background jobs right after commit in the calling thread (tests);
+# "thread" runs them on the in-process pool (embedded serve); "celery" sends them to the broker.
+SWITCHBOARD_JOBS = os.environ.get("SWITCHBOARD_JOBS", "").strip() or ("celery" if REDIS_URL else "thread")
+
+# --- Limits and policy defaults ---------------------------------------------------------------
+SWITCHBOARD_MAX_MESSAGE_CHARS = _env_int("SWITCHBOARD_MAX_MESSAGE_CHARS", 1_000_000)
+SWITCHBOARD_MAX_SUMMARY_CHARS = 200
+SWITCHBOARD_MAX_NAME_CHARS = 64
+# A JSON body can spend up to 12 bytes per character (a \ud83d\ude00 escape pair), plus the envelope.
+DATA_UPLOAD_MAX_MEMORY_SIZE = SWITCHBOARD_MAX_MESSAGE_CHARS * 12 + 64 * 1024
+SWITCHBOARD_STOPPED_HOLD_SECONDS = _env_int("SWITCHBOARD_STOPPED_HOLD_SECONDS", 24 * 3600)
+SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT = _env_int("SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT", 64)
+SWITCHBOARD_STOPPED_HOLDS_PER_HUB = _env_int("SWITCHBOARD_STOPPED_HOLDS_PER_HUB", 1000)
+SWITCHBOARD_AUDIT_RETENTION_DAYS = _env_int("SWITCHBOARD_AUDIT_RETENTION_DAYS", 30)
+SWITCHBOARD_INBOX_MAX_WAIT = _env_int("SWITCHBOARD_INBOX_MAX_WAIT", 60)
+SWITCHBOARD_INBOX_BATCH = _env_int("SWITCHBOARD_INBOX_BATCH", 100)
+SWITCHBOARD_SWEEP_SECONDS = _env_int("SWITCHBOARD_SWEEP_SECONDS", 5)
+SWITCHBOARD_ENROLL_KEY = os.environ.get("SWITCHBOARD_ENROLL_KEY", "").strip() or None
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("SWITCHBOARD_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,240 @@
+"""REST endpoints for sessions, discovery, messages, the inbox and the audit (under /api/v1/)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Literal
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.http import HttpRequest
+from ninja import Field, Router, Schema
+
+from messaging.auth import AUTH, AsyncBearerAuth, EnrollmentKeyAuth, operator, principal
+from messaging.framing import frame_for_recipient
+from messaging.models import AgentSession
+from messaging.principals import Principal
+from messaging.selectors import agents_list, audit_list, message_for_viewer, message_status
+from messaging.services.delivery import inbox_ack, inbox_has_queued, inbox_pull
+from messaging.services.events import session_group
+from messaging.services.sending import message_send
+from messaging.services.sessions import (
+    session_deregister,
+    session_register,
+    session_set_status,
+    session_summary,
+    session_touch,
+)
+
+router = Router(tags=["messaging"])
+
+
+class RegisterIn(Schema):
+    name: str = Field(..., description="A label; names need not be unique (the ref tells them apart).")
+    cwd: str = ""
+    kind: str = "script"
+    permission_mode: Literal["default", "bypass"] = "default"
+    peer_address: str = Field("", description="`uds:/path/to.sock` to have messages written to a socket.")
+    status: Literal["busy", "idle", "stopped"] = "idle"
+    headless: bool = False
+
+
+class SessionOut(Schema):
+    id: str
+    name: str
+    ref: str
+    cwd: str
+    kind: str
+    status: str
+    permission_mode: str
+    inbound_policy: str | None
+    peer_address: str
+    addressable: bool
+    last_seen: str | None
+
+
+class RegisteredOut(SessionOut):
+    token: str = Field(..., description="Shown once. Send it as `Authorization: Bearer <token>`.")
+
+
+class AgentsOut(Schema):
+    agents: list[SessionOut]
+
+
+class SessionPatch(Schema):
+    status: Literal["busy", "idle", "stopped", "exited"] | None = None
+    final_answer: str | None = Field(None, description="With status idle: the turn's final answer.")
+
+
+class SendIn(Schema):
+    to: str
+    message: str
+    summary: str = ""
+    idempotency_key: str | None = None
+    priority: Literal["normal", "urgent"] = "normal"
+    in_reply_to: uuid.UUID | None = None
+
+
+class Peer(Schema):
+    id: str
+    name: str
+    ref: str
+
+
+class SendOut(Schema):
+    id: str
+    status: str
+    to: Peer
+    result: str
+    tier: str
+    trust: str
+    duplicate: bool = False
+
+
+class AckIn(Schema):
+    ids: list[str]
+
+
+class ErrorOut(Schema):
+    error: str
+    detail: str
+
+
+ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
+
+
+@router.post("/sessions", response={201: RegisteredOut, **ERRORS}, auth=EnrollmentKeyAuth())
+def register(request: HttpRequest, body: RegisterIn) -> tuple[int, dict[str, Any]]:
+    """Register an agent session (needs the enrollment key). Returns its token, once."""
+    reg = session_register(**body.dict())
+    return 201, {**session_summary(reg.session), "token": reg.token}
+
+
+@router.get("/sessions/me", response={200: SessionOut, **ERRORS}, auth=AUTH)
+def me(request: HttpRequest) -> dict[str, Any]:
+    """This session, as the hub sees it."""
+    return session_summary(principal(request).require_session())
+
+
+@router.patch("/sessions/me", response={200: SessionOut, **ERRORS}, auth=AUTH)
+def update_me(request: HttpRequest, body: SessionPatch) -> dict[str, Any]:
+    """Report status (busy / idle with the final answer / stopped / exited). Any call is a heartbeat."""
+    caller = principal(request)
+    session = caller.require_session()
+    if body.status is not None:
+        session = session_set_status(
+            session=session, status=body.status, actor=caller, final_answer=body.final_answer
+        )
+    return session_summary(session)
+
+
+@router.post("/sessions/me/heartbeat", response={200: SessionOut, **ERRORS}, auth=AUTH)
+def heartbeat(request: HttpRequest) -> dict[str, Any]:
+    """Say this session is alive (authentication already recorded the time)."""
+    session = principal(request).require_session()
+    session_touch(session)
+    return session_summary(session)
+
+
+@router.delete("/sessions/me", response={200: SessionOut, **ERRORS}, auth=AUTH)
+def deregister(request: HttpRequest) -> dict[str, Any]:
+    """Deregister: the session exits, its token stops working, what waited for it expires."""
+    caller = principal(request)
+    return session_summary(session_deregister(session=caller.require_session(), actor=caller))
+
+
+@router.get("/agents", response={200: AgentsOut, **ERRORS}, auth=AUTH)
+def agents(request: HttpRequest, name: str | None = None, include_exited: bool = False) -> dict[str, Any]:
+    """Discover sessions: name, ref, cwd, status, whether they can take a message now."""
+    principal(request)
+    return {"agents": agents_list(name=name, include_exited=include_exited)}
+
+
+@router.post("/messages", response={201: SendOut, **ERRORS, 413: ErrorOut, 429: ErrorOut}, auth=AUTH)
+def send(request: HttpRequest, body: SendIn) -> tuple[int, dict[str, Any]]:
+    """Send a plain-text message to one session (by name, `name [ref]`, ref, id or `lead`)."""
+    caller = principal(request)
+    outcome = message_send(
+        sender=caller.require_session(),
+        to=body.to,
+        text=body.message,
+        summary=body.summary,
+        idempotency_key=body.idempotency_key,
+        priority=body.priority,
+        in_reply_to=str(body.in_reply_to) if body.in_reply_to else None,
+        actor=caller,
+    )
+    r = outcome.recipient
+    return 201, {
+        "id": str(outcome.message.id),
+        "status": outcome.status,
+        "to": {"id": str(r.id), "name": r.name, "ref": r.ref},
+        "result": outcome.result,
+        "tier": outcome.message.tier,
+        "trust": outcome.message.trust,
+        "duplicate": outcome.duplicate,
+    }
+
+
+@router.get("/messages/{message_id}", response={200: dict, **ERRORS}, auth=AUTH)
+def message_detail(request: HttpRequest, message_id: str) -> dict[str, Any]:
+    """A message's state and history. Only its sender and operators can see it."""
+    return message_status(message_for_viewer(message_id=message_id, viewer=principal(request)))
+
+
+def _pull(caller: Principal, limit: int, include_unacked: bool) -> list[dict[str, Any]]:
+    session = caller.require_session()
+    return [
+        frame_for_recipient(d)
+        for d in inbox_pull(recipient=session, actor=caller, limit=limit, include_unacked=include_unacked)
+    ]
+
+
+@router.get("/inbox", response={200: dict, **ERRORS}, auth=AsyncBearerAuth())
+async def inbox(request: HttpRequest, wait: float = 0, limit: int = 100, include_unacked: bool = False):
+    """Pull queued messages (marks them delivered). `wait` long-polls up to that many seconds;
+    `include_unacked` also returns delivered messages not yet acked (after a crash mid-turn)."""
+    caller = principal(request)
+    session: AgentSession = caller.require_session()
+    wait = max(0.0, min(float(wait), float(settings.SWITCHBOARD_INBOX_MAX_WAIT)))
+    messages = await sync_to_async(_pull)(caller, limit, include_unacked)
+    if messages or wait <= 0:
+        return {"messages": messages}
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    group = session_group(session.id)
+    await layer.group_add(group, channel)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            # Check after joining the group, so a message queued in between is not missed.
+            if await sync_to_async(inbox_has_queued)(recipient_id=session.id):
+                messages = await sync_to_async(_pull)(caller, limit, include_unacked)
+                if messages:
+                    return {"messages": messages}
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return {"messages": []}
+            try:
+                await asyncio.wait_for(layer.receive(channel), timeout=min(remaining, 5.0))
+            except TimeoutError:
+                continue
+    finally:
+        await layer.group_discard(group, channel)
+
+
+@router.post("/inbox/ack", response={200: dict, **ERRORS}, auth=AUTH)
+def ack(request: HttpRequest, body: AckIn) -> dict[str, Any]:
+    """Mark messages read (by message id). The sender then sees `read`."""
+    caller = principal(request)
+    return inbox_ack(recipient=caller.require_session(), actor=caller, message_ids=body.ids)
+
+
+@router.get("/audit", response={200: dict, **ERRORS}, auth=AUTH)
+def audit(request: HttpRequest, after: int = 0, limit: int = 100, kind: str | None = None) -> dict[str, Any]:
+    """The audit feed (operators): who changed what, with lengths and hashes, never text."""
+    operator(request)
+    return {"events": audit_list(after_id=after, limit=limit, kind=kind)}

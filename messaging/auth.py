@@ -1,0 +1,93 @@
+"""Bearer authentication for the REST API: session tokens, operator tokens, staff logins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja.security import HttpBearer, SessionAuthIsStaff
+
+from messaging.credentials import OPERATOR_PREFIX, hash_token, is_enrollment_key, new_token
+from messaging.errors import Forbidden, Unauthorized
+from messaging.models import OperatorToken
+from messaging.principals import Principal, operator_principal, session_principal
+from messaging.services.sessions import session_from_token, session_touch
+
+
+def principal_from_token(token: str) -> Principal | None:
+    """The caller a bearer token stands for, or None. Hash lookup: the token itself is never stored."""
+    if token.startswith(OPERATOR_PREFIX):
+        row = OperatorToken.objects.filter(token_hash=hash_token(token), revoked=False).first()
+        if row is None:
+            return None
+        OperatorToken.objects.filter(pk=row.pk).update(last_used=timezone.now())
+        return operator_principal(row.name)
+    session = session_from_token(token)
+    if session is None:
+        return None
+    session_touch(session)
+    return session_principal(session)
+
+
+def operator_token_create(*, name: str) -> str:
+    """Mint an operator token named `name` and return it (shown once; only its hash is kept)."""
+    if not name or len(name) > 100:
+        raise ValueError("An operator token needs a name of 1 to 100 characters.")
+    token, token_hash = new_token(OPERATOR_PREFIX)
+    OperatorToken.objects.create(name=name, token_hash=token_hash)
+    from messaging.services.audit import audit_event
+
+    audit_event("operator_token.created", actor="hub", target=name)
+    return token
+
+
+class BearerAuth(HttpBearer):
+    """Session or operator token in `Authorization: Bearer ...`."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
+        return principal_from_token(token)
+
+
+class AsyncBearerAuth(HttpBearer):
+    """The same, for async endpoints (the long-polling inbox)."""
+
+    async def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
+        return await sync_to_async(principal_from_token)(token)
+
+
+class StaffLogin(SessionAuthIsStaff):
+    """A Django staff login (the console's), acting as an operator. CSRF applies."""
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
+        user = super().authenticate(request, key)
+        if not user:
+            return None
+        return operator_principal(request.user.get_username())
+
+
+class EnrollmentKeyAuth(HttpBearer):
+    """The enrollment key, which only registers sessions."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> bool | None:
+        return True if is_enrollment_key(token) else None
+
+
+AUTH: list[Any] = [BearerAuth(), StaffLogin()]
+
+
+def principal(request: HttpRequest) -> Principal:
+    found = getattr(request, "auth", None)
+    if not isinstance(found, Principal):
+        raise Unauthorized("Authenticate with a session or operator token.")
+    return found
+
+
+def operator(request: HttpRequest) -> Principal:
+    caller = principal(request)
+    caller.require_operator()
+    return caller
+
+
+__all__ = ["AUTH", "AsyncBearerAuth", "BearerAuth", "EnrollmentKeyAuth", "Forbidden", "operator", "principal"]

@@ -1,0 +1,250 @@
+"""Agent sessions and everything about one message: the message, its deliveries, pins, audit."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from messaging.states import DeliveryState
+
+
+class SessionStatus(models.TextChoices):
+    BUSY = "busy"
+    IDLE = "idle"
+    STOPPED = "stopped"
+    USER_STOPPED = "user_stopped"
+    EXITED = "exited"
+
+
+class PermissionMode(models.TextChoices):
+    DEFAULT = "default"
+    BYPASS = "bypass"
+
+
+class InboundPolicy(models.TextChoices):
+    ACCEPT = "accept"
+    HOLD = "hold"
+    REFUSE = "refuse"
+
+
+class AgentSession(models.Model):
+    """One registered agent session. Its name is a label (not unique); `ref` is its short handle."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=64)
+    name_key = models.CharField(max_length=256, db_index=True, help_text="NFKC + casefold of the name")
+    ref = models.CharField(max_length=12, unique=True)
+    cwd = models.CharField(max_length=1024, blank=True, default="")
+    kind = models.CharField(max_length=32, default="script")
+    permission_mode = models.CharField(
+        max_length=16, choices=PermissionMode.choices, default=PermissionMode.DEFAULT
+    )
+    status = models.CharField(
+        max_length=16, choices=SessionStatus.choices, default=SessionStatus.IDLE, db_index=True
+    )
+    peer_address = models.CharField(max_length=1024, blank=True, default="")
+    inbound_policy = models.CharField(
+        max_length=8,
+        choices=InboundPolicy.choices,
+        null=True,
+        blank=True,
+        help_text="None: by permission mode",
+    )
+    operator_policy = models.CharField(
+        max_length=8,
+        choices=InboundPolicy.choices,
+        null=True,
+        blank=True,
+        help_text="Set by an operator; the session may only make its own policy stricter than this.",
+    )
+    hold_expiry_seconds = models.PositiveIntegerField(null=True, blank=True)
+    headless = models.BooleanField(default=False)
+    final_answer = models.TextField(blank=True, default="")
+    public_key = models.TextField(blank=True, default="")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen = models.DateTimeField(db_index=True)
+    status_changed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.ref}]"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} [{self.ref}]"
+
+
+class MessageKind(models.TextChoices):
+    TEXT = "text"
+    FRAME = "frame"
+    OBSERVER_REPORT = "observer_report"
+    NOTIFICATION = "notification"
+
+
+class Tier(models.TextChoices):
+    INFO = "info"
+    COORD = "coord"
+    SENSITIVE = "sensitive"
+
+
+class Priority(models.IntegerChoices):
+    NORMAL = 0, "normal"
+    URGENT = 1, "urgent"
+
+
+class Message(models.Model):
+    """What a sender said, once. Who gets it and how far it got lives in `Delivery`."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    sender = models.ForeignKey(
+        AgentSession, null=True, blank=True, on_delete=models.SET_NULL, related_name="sent_messages"
+    )
+    kind = models.CharField(max_length=16, choices=MessageKind.choices, default=MessageKind.TEXT)
+    frame_type = models.CharField(max_length=32, blank=True, default="")
+    text = models.TextField()
+    summary = models.CharField(max_length=200, blank=True, default="")
+    size = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+    tier = models.CharField(max_length=12, choices=Tier.choices, default=Tier.INFO)
+    priority = models.SmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
+    trust = models.CharField(max_length=24, default="host-verified")
+    to_label = models.CharField(max_length=256, blank=True, default="", help_text="the address as sent")
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    request_hash = models.CharField(max_length=64, blank=True, default="")
+    in_reply_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["sender", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="message_idempotency_key_per_sender",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"message {self.id}"
+
+
+class DeliveryTier(models.TextChoices):
+    HOST = "host"
+    CHANNEL = "channel"
+    LAN = "lan"
+    RELAY = "relay"
+
+
+class Delivery(models.Model):
+    """A message on its way to one recipient. Its `state` moves only along `states.TRANSITIONS`."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="deliveries")
+    recipient = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="deliveries")
+    state = models.CharField(max_length=12, choices=DeliveryState.choices, default=DeliveryState.ACCEPTED)
+    tier = models.CharField(max_length=12, choices=DeliveryTier.choices, default=DeliveryTier.HOST)
+    priority = models.SmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
+    hold_reason = models.CharField(max_length=32, blank=True, default="")
+    escalate = models.CharField(max_length=12, blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    decided_by = models.CharField(max_length=200, blank=True, default="")
+    decision_reason = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+    relayed_at = models.DateTimeField(null=True, blank=True)
+    final_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        indexes = [
+            # The inbox read: a recipient's queued deliveries, urgent first, oldest first.
+            models.Index(fields=["recipient", "state", "-priority", "id"], name="delivery_inbox"),
+            # The hold sweeper: due holds by deadline.
+            models.Index(fields=["state", "expires_at"], name="delivery_due"),
+            models.Index(fields=["state", "next_attempt_at"], name="delivery_retry"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "recipient"], name="delivery_once_per_recipient")
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.pk} ({self.state})"
+
+
+class Pin(models.Model):
+    """Once a sender has reached a name, that name stays bound to that recipient for that sender."""
+
+    sender = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="pins")
+    name_key = models.CharField(max_length=256)
+    recipient = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="pinned_by")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["sender", "name_key"], name="pin_once_per_name")]
+
+    def __str__(self) -> str:
+        return f"pin {self.name_key} -> {self.recipient_id}"
+
+
+class SenderPolicy(models.Model):
+    """A recipient's rule for one sender, overriding its general inbound policy."""
+
+    recipient = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="sender_policies")
+    sender = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+")
+    action = models.CharField(max_length=8, choices=InboundPolicy.choices)
+    set_by = models.CharField(max_length=200, default="")
+    by_operator = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "sender policies"
+        constraints = [
+            models.UniqueConstraint(fields=["recipient", "sender"], name="sender_policy_once_per_pair")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.sender_id} -> {self.recipient_id}"
+
+
+class OperatorToken(models.Model):
+    """A bearer token that acts as a human operator (approve holds, set policy). Stored hashed."""
+
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"operator token {self.name}"
+
+
+class AuditEvent(models.Model):
+    """One change, who made it and to what. Lengths and hashes only: never message text."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=48, db_index=True)
+    actor = models.CharField(max_length=200)
+    target = models.CharField(max_length=200, blank=True, default="")
+    message_id = models.UUIDField(null=True, blank=True, db_index=True)
+    delivery_id = models.BigIntegerField(null=True, blank=True)
+    length = models.PositiveIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} by {self.actor}"

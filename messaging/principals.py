@@ -1,0 +1,51 @@
+"""Who is calling: a session (acts as itself only) or an operator (a human; approves, sets policy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messaging.errors import Forbidden
+from messaging.models import AgentSession
+
+
+@dataclass(frozen=True)
+class Principal:
+    kind: str  # "session" | "operator" | "hub"
+    session: AgentSession | None = None
+    operator_name: str = ""
+
+    @property
+    def is_operator(self) -> bool:
+        return self.kind == "operator"
+
+    @property
+    def actor(self) -> str:
+        """How this caller is named in the audit."""
+        if self.kind == "session" and self.session is not None:
+            return f"session:{self.session.name} [{self.session.ref}]"
+        if self.kind == "operator":
+            return f"operator:{self.operator_name}"
+        return "hub"
+
+    def require_session(self) -> AgentSession:
+        if self.kind != "session" or self.session is None:
+            raise Forbidden("This call acts as an agent session; use a session token.")
+        return self.session
+
+    def require_operator(self) -> None:
+        if not self.is_operator:
+            raise Forbidden(
+                "Only an operator (a human, with a console login or operator token) may do this. "
+                "A message or a session token is never consent."
+            )
+
+
+HUB = Principal(kind="hub")
+
+
+def session_principal(session: AgentSession) -> Principal:
+    return Principal(kind="session", session=session)
+
+
+def operator_principal(name: str) -> Principal:
+    return Principal(kind="operator", operator_name=name)

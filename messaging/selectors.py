@@ -1,0 +1,112 @@
+"""Read-side queries: discovery, a message's state and history, the audit feed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from messaging.errors import NotFound
+from messaging.models import AgentSession, AuditEvent, Message, SessionStatus
+from messaging.principals import Principal
+from messaging.services.sessions import session_summary
+
+
+def agents_list(*, include_exited: bool = False, name: str | None = None) -> list[dict[str, Any]]:
+    """Sessions a caller can address (or could, once they start again)."""
+    qs: QuerySet[AgentSession] = AgentSession.objects.all().order_by("name_key", "created_at")
+    if not include_exited:
+        qs = qs.exclude(status=SessionStatus.EXITED)
+    if name:
+        from messaging.names import normalize_name
+
+        qs = qs.filter(name_key__startswith=normalize_name(name))
+    return [session_summary(s) for s in qs]
+
+
+def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:
+    """The message, when the viewer is its sender or an operator; NotFound for everyone else, so a
+    stranger cannot even learn that the id exists."""
+    try:
+        message = Message.objects.select_related("sender").get(pk=message_id)
+    except (Message.DoesNotExist, ValueError, Exception) as exc:  # bad UUIDs raise ValidationError
+        raise NotFound("No message with that id is visible to you.") from exc
+    if viewer.is_operator:
+        return message
+    if viewer.session is not None and message.sender_id == viewer.session.id:
+        return message
+    raise NotFound("No message with that id is visible to you.")
+
+
+def message_status(message: Message) -> dict[str, Any]:
+    """A message's current state per recipient and its full history, from the audit."""
+    deliveries = list(message.deliveries.select_related("recipient").order_by("id"))
+    history = [
+        {
+            "at": e.at.isoformat(),
+            "event": e.kind,
+            "state": e.kind.split(".", 1)[1] if e.kind.startswith("delivery.") else None,
+            "actor": e.actor,
+            "detail": e.detail,
+        }
+        for e in AuditEvent.objects.filter(message_id=message.id).order_by("id")
+    ]
+    first = deliveries[0] if deliveries else None
+    return {
+        "id": str(message.id),
+        "status": first.state if first else "accepted",
+        "kind": message.kind,
+        "tier": message.tier,
+        "trust": message.trust,
+        "priority": "urgent" if message.priority else "normal",
+        "summary": message.summary,
+        "size": message.size,
+        "sha256": message.sha256,
+        "created_at": message.created_at.isoformat(),
+        "from": {"id": str(message.sender.id), "name": message.sender.name, "ref": message.sender.ref}
+        if message.sender
+        else None,
+        "to": {"id": str(first.recipient.id), "name": first.recipient.name, "ref": first.recipient.ref}
+        if first
+        else None,
+        "deliveries": [
+            {
+                "delivery_id": d.pk,
+                "recipient": {"id": str(d.recipient.id), "name": d.recipient.name, "ref": d.recipient.ref},
+                "state": d.state,
+                "tier": d.tier,
+                "hold_reason": d.hold_reason or None,
+                "escalate": d.escalate or None,
+                "expires_at": d.expires_at.isoformat() if d.expires_at else None,
+                "decided_by": d.decided_by or None,
+                "decision_reason": d.decision_reason or None,
+                "timestamps": {
+                    k: getattr(d, f"{k}_at").isoformat() if getattr(d, f"{k}_at") else None
+                    for k in ("queued", "held", "delivered", "read", "relayed", "final")
+                },
+            }
+            for d in deliveries
+        ],
+        "history": history,
+    }
+
+
+def audit_list(*, after_id: int = 0, limit: int = 100, kind: str | None = None) -> list[dict[str, Any]]:
+    qs = AuditEvent.objects.filter(id__gt=after_id).order_by("id")
+    if kind:
+        qs = qs.filter(kind__startswith=kind)
+    return [
+        {
+            "id": e.id,
+            "at": e.at.isoformat(),
+            "kind": e.kind,
+            "actor": e.actor,
+            "target": e.target,
+            "message_id": str(e.message_id) if e.message_id else None,
+            "delivery_id": e.delivery_id,
+            "length": e.length,
+            "sha256": e.sha256 or None,
+            "detail": e.detail,
+        }
+        for e in qs[: max(1, min(limit, 1000))]
+    ]

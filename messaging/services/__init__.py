@@ -1,0 +1,1 @@
+"""The one write path. Every surface (REST, MCP, CLI, console, consumers, tasks) calls these."""

@@ -1,0 +1,244 @@
+"""Moving deliveries between states: inbox pull and ack, releases and expiry.
+
+Every move is a conditional update on the current state (`delivery_transition`), so a retried
+task or a duplicate request can never move a delivery twice, and each move is audited once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from messaging.errors import Invalid
+from messaging.models import AgentSession, Delivery
+from messaging.principals import Principal
+from messaging.services.audit import audit_events_bulk
+from messaging.services.events import announce
+from messaging.states import STATE_TIMESTAMP, DeliveryState, can_transition, sources_of
+
+S = DeliveryState
+
+
+@dataclass(frozen=True)
+class Moved:
+    delivery_id: int
+    message_id: Any
+    recipient_id: Any
+    sender_id: Any
+    from_state: str
+    to_state: str
+
+
+def _lock(qs: QuerySet[Delivery]) -> QuerySet[Delivery]:
+    if connection.features.has_select_for_update_skip_locked:
+        return qs.select_for_update(skip_locked=True, of=("self",))
+    return qs  # SQLite: BEGIN IMMEDIATE already serializes writers
+
+
+def delivery_transition(
+    deliveries: QuerySet[Delivery],
+    *,
+    to: str,
+    actor: Principal,
+    reason: str = "",
+    updates: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    limit: int | None = None,
+) -> list[Moved]:
+    """Move every delivery in `deliveries` that may legally go to `to`; skip the rest.
+
+    Must run inside a transaction. Returns what moved (each audited as `delivery.<to>`)."""
+    sources = sources_of(to)
+    now = now or timezone.now()
+    qs = _lock(deliveries.filter(state__in=sources)).order_by("-priority", "id")
+    if limit is not None:
+        qs = qs[:limit]
+    rows = list(qs.values_list("id", "state", "message_id", "recipient_id", "message__sender_id"))
+    if not rows:
+        return []
+    fields: dict[str, Any] = {"state": to, "updated_at": now, **(updates or {})}
+    if to in STATE_TIMESTAMP:
+        fields[STATE_TIMESTAMP[to]] = now
+    moved: list[Moved] = []
+    by_state: dict[str, list[int]] = {}
+    for pk, state, *_ in rows:
+        by_state.setdefault(state, []).append(pk)
+    for state, ids in by_state.items():
+        Delivery.objects.filter(pk__in=ids, state=state).update(**fields)
+    for pk, state, message_id, recipient_id, sender_id in rows:
+        moved.append(Moved(pk, message_id, recipient_id, sender_id, state, to))
+    audit_events_bulk(
+        [
+            {
+                "kind": f"delivery.{to}",
+                "actor": actor.actor,
+                "target": str(m.recipient_id),
+                "delivery_id": m.delivery_id,
+                "message_id": m.message_id,
+                "detail": {"from": m.from_state, **({"reason": reason} if reason else {})},
+            }
+            for m in moved
+        ]
+    )
+    _announce_moves(moved)
+    return moved
+
+
+def _announce_moves(moved: list[Moved]) -> None:
+    for m in moved:
+        announce(
+            "delivery.changed",
+            {
+                "message_id": str(m.message_id),
+                "delivery_id": m.delivery_id,
+                "state": m.to_state,
+                "from": m.from_state,
+            },
+            sessions=[s for s in {m.sender_id, m.recipient_id} if s],
+        )
+
+
+def inbox_pull(
+    *, recipient: AgentSession, actor: Principal, limit: int = 100, include_unacked: bool = False
+) -> list[Delivery]:
+    """Hand the recipient its queued messages (urgent first, then oldest first), marking them
+    delivered. With `include_unacked`, messages delivered earlier but never acked come too."""
+    if limit < 1 or limit > 1000:
+        raise Invalid("bad_limit", "limit is between 1 and 1000.")
+    with transaction.atomic():
+        moved = delivery_transition(
+            Delivery.objects.filter(recipient=recipient, state=S.QUEUED),
+            to=S.DELIVERED,
+            actor=actor,
+            limit=limit,
+        )
+        ids = [m.delivery_id for m in moved]
+        if include_unacked and len(ids) < limit:
+            ids += list(
+                Delivery.objects.filter(recipient=recipient, state=S.DELIVERED)
+                .exclude(pk__in=ids)
+                .order_by("-priority", "id")
+                .values_list("id", flat=True)[: limit - len(ids)]
+            )
+        if not ids:
+            return []
+        found = Delivery.objects.filter(pk__in=ids).select_related("message", "message__sender", "recipient")
+        return sorted(found, key=lambda d: (-d.priority, d.pk))
+
+
+def inbox_has_queued(*, recipient_id: Any) -> bool:
+    return Delivery.objects.filter(recipient_id=recipient_id, state=S.QUEUED).exists()
+
+
+def inbox_ack(
+    *, recipient: AgentSession, actor: Principal, message_ids: Iterable[str]
+) -> dict[str, list[str]]:
+    """Mark the named messages read. Returns which ids were acked, already read, or unknown."""
+    wanted = {str(m) for m in message_ids}
+    if not wanted:
+        raise Invalid("empty_ack", "Name at least one message id to acknowledge.")
+    if len(wanted) > 1000:
+        raise Invalid("bad_limit", "Acknowledge at most 1000 messages at a time.")
+    with transaction.atomic():
+        mine = Delivery.objects.filter(recipient=recipient, message_id__in=_valid_uuids(wanted))
+        states = {str(mid): state for mid, state in mine.values_list("message_id", "state")}
+        moved = delivery_transition(mine, to=S.READ, actor=actor)
+    acked = sorted(str(m.message_id) for m in moved)
+    return {
+        "acked": acked,
+        "already_read": sorted(mid for mid, st in states.items() if st == S.READ),
+        "not_acked": sorted(mid for mid, st in states.items() if st not in (S.READ,) and mid not in acked),
+        "unknown": sorted(wanted - set(states)),
+    }
+
+
+def _valid_uuids(values: Iterable[str]) -> list[str]:
+    import uuid
+
+    out = []
+    for value in values:
+        try:
+            out.append(str(uuid.UUID(value)))
+        except ValueError:
+            continue
+    return out
+
+
+def deliveries_release_for_recipient(*, recipient: AgentSession, actor: Principal) -> list[Moved]:
+    """The recipient is back: queue what was held because it was stopped."""
+    moved = delivery_transition(
+        Delivery.objects.filter(recipient=recipient, state=S.HELD, hold_reason="recipient_stopped"),
+        to=S.QUEUED,
+        actor=actor,
+        reason="recipient_started",
+        updates={"expires_at": None},
+    )
+    from messaging.services.transports import schedule_push
+
+    for m in moved:
+        schedule_push(m.delivery_id, recipient)
+    return moved
+
+
+def deliveries_retire_for_exit(*, recipient: AgentSession, actor: Principal) -> list[Moved]:
+    """The recipient exited for good: what still waits for it expires, and senders can see that."""
+    return delivery_transition(
+        Delivery.objects.filter(recipient=recipient, state__in=[S.QUEUED, S.HELD]),
+        to=S.EXPIRED,
+        actor=actor,
+        reason="recipient_exited",
+    )
+
+
+def deliveries_expire_due(*, now: datetime | None = None, batch: int = 1000) -> list[Moved]:
+    """Expire held deliveries whose deadline has passed (by the database's clock). Idempotent."""
+    from messaging.principals import HUB
+
+    now = now or _db_now()
+    with transaction.atomic():
+        return delivery_transition(
+            Delivery.objects.filter(state=S.HELD, expires_at__lte=now),
+            to=S.EXPIRED,
+            actor=HUB,
+            reason="hold_expired",
+            now=now,
+            limit=batch,
+        )
+
+
+def _db_now() -> datetime:
+    """The database server's clock, so a worker with a skewed clock never expires a hold early."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            return cursor.fetchone()[0]
+    return timezone.now()
+
+
+def delivery_mark_delivered(*, delivery_id: int, actor: Principal, via: str) -> bool:
+    """A transport handed the message over (socket write, WebSocket push). True when it moved now."""
+    with transaction.atomic():
+        moved = delivery_transition(
+            Delivery.objects.filter(pk=delivery_id, state=S.QUEUED), to=S.DELIVERED, actor=actor, reason=via
+        )
+    return bool(moved)
+
+
+__all__ = [
+    "Moved",
+    "can_transition",
+    "delivery_transition",
+    "deliveries_expire_due",
+    "deliveries_release_for_recipient",
+    "deliveries_retire_for_exit",
+    "delivery_mark_delivered",
+    "inbox_ack",
+    "inbox_has_queued",
+    "inbox_pull",
+]

@@ -1,0 +1,405 @@
+"""Sending a message: validate, resolve, guard, classify, decide, persist, then announce.
+
+`message_send` is the one entry point for every surface. It answers only after the message and
+its delivery are committed, and its result names the outcome in a sentence an agent can act on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from messaging.addressing import Candidate, Resolution, parse_address, resolve, validate_address
+from messaging.errors import HoldFull, IdempotencyConflict, Invalid, NotFound, PinConflict, TooLarge
+from messaging.models import (
+    AgentSession,
+    Delivery,
+    DeliveryTier,
+    Message,
+    MessageKind,
+    Pin,
+    Priority,
+    SessionStatus,
+    Tier,
+)
+from messaging.names import strip_invisible
+from messaging.principals import Principal, session_principal
+from messaging.services.audit import audit_events_bulk
+from messaging.services.events import announce
+from messaging.services.transports import schedule_push
+from messaging.states import DeliveryState
+
+S = DeliveryState
+# Frame types that must never arrive as plain text (they only travel through the typed team API).
+PROTOCOL_FRAME_TYPES = frozenset(
+    {
+        "shutdown_request",
+        "shutdown_response",
+        "shutdown_approved",
+        "shutdown_rejected",
+        "plan_approval_request",
+        "plan_approval_response",
+        "permission_request",
+        "permission_response",
+        "sandbox_permission_request",
+        "sandbox_permission_response",
+        "mode_change",
+        "task_assignment",
+        "task_completed",
+        "idle_notification",
+        "team_permission_update",
+        "teammate_terminated",
+    }
+)
+LIVE_STATUSES = (SessionStatus.BUSY, SessionStatus.IDLE)
+
+
+@dataclass
+class SendOutcome:
+    """What became of one send: the stored message, its delivery and a sentence for the sender."""
+
+    message: Message
+    delivery: Delivery
+    recipient: AgentSession
+    duplicate: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.delivery.state
+
+    @property
+    def result(self) -> str:
+        return outcome_sentence(self.delivery, self.recipient, duplicate=self.duplicate)
+
+
+@dataclass
+class Decision:
+    """The send pipeline's verdict for one recipient, before anything is written."""
+
+    state: str
+    hold_reason: str = ""
+    expires_at: Any = None
+    escalate: str = ""
+    tier: str = Tier.INFO
+    trust: str = "host-verified"
+    reason: str = ""
+
+
+def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: bool = False) -> str:
+    """One sentence telling the sender what happened and whether to retry, wait or give up."""
+    who = f"{recipient.name} [{recipient.ref}]"
+    again = "This is the original send (same idempotency key or identical text); " if duplicate else ""
+    state = delivery.state
+    if state == S.QUEUED:
+        return (
+            f"{again}Queued for {who}: it reaches them at their next tool call or turn; "
+            "do not resend. Check its state with GET /api/v1/messages/{id}."
+        )
+    if state == S.DELIVERED:
+        return f"{again}Delivered to {who}; they have not acknowledged reading it yet. Do not resend."
+    if state == S.READ:
+        return f"{again}Delivered to {who}, who has read it. Wait for their reply; do not resend."
+    if state == S.HELD:
+        if delivery.hold_reason == "recipient_stopped":
+            return (
+                f"{again}HELD for {who}: they are stopped; the hub keeps it and delivers it when they "
+                f"start again, until {delivery.expires_at:%Y-%m-%d %H:%M} UTC. Do not resend."
+            )
+        return (
+            f"{again}HELD for {who} until an operator approves it ({delivery.hold_reason}); it expires "
+            f"at {delivery.expires_at:%Y-%m-%d %H:%M:%S} UTC if nobody decides. Do not resend; wait."
+        )
+    if state == S.REFUSED:
+        return f"{again}REFUSED by {who} ({delivery.decision_reason or 'inbound policy'}); do not retry."
+    if state == S.DENIED:
+        return f"{again}DENIED by an operator: {delivery.decision_reason or 'no reason given'}. Do not retry."
+    if state == S.EXPIRED:
+        return f"{again}EXPIRED before it reached {who} ({delivery.decision_reason or 'hold expired'})."
+    if state == S.RELAYED:
+        return f"{again}Handed to another hub for {who}; not yet confirmed delivered."
+    return f"{again}{state} for {who}."
+
+
+def request_fingerprint(
+    *, to: str, text: str, summary: str, priority: str, kind: str, frame_type: str
+) -> str:
+    body = json.dumps([to, text, summary, priority, kind, frame_type], ensure_ascii=False)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def validate_message_input(*, text: str, summary: str, kind: str) -> str:
+    """Check the text and summary of a send; return the text with invisible characters removed."""
+    if not isinstance(text, str):
+        raise Invalid("bad_message", "`message` is plain text.")
+    limit = settings.SWITCHBOARD_MAX_MESSAGE_CHARS
+    if len(text) > limit:
+        raise TooLarge(
+            f"The message has {len(text):,} characters; the limit is {limit:,}. "
+            "Split it, or send a file path instead.",
+            size=len(text),
+            limit=limit,
+        )
+    if len(summary) > settings.SWITCHBOARD_MAX_SUMMARY_CHARS:
+        raise Invalid(
+            "summary_too_long",
+            f"The summary has {len(summary)} characters; it takes at most {settings.SWITCHBOARD_MAX_SUMMARY_CHARS}.",
+        )
+    cleaned, _removed = strip_invisible(text)
+    if not cleaned.strip():
+        raise Invalid("empty_message", "The message has no visible text.")
+    if kind == MessageKind.TEXT and looks_like_protocol_frame(cleaned):
+        raise Invalid(
+            "protocol_frame_text",
+            "Plain text that parses as a team protocol frame is refused; use the typed team API for "
+            "shutdown, plan, permission, mode and task frames.",
+        )
+    return cleaned
+
+
+def looks_like_protocol_frame(text: str) -> bool:
+    """True when plain text is a JSON object whose `type` is one of the protocol frame types."""
+    stripped = text.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")):
+        return False
+    try:
+        parsed = json.loads(stripped)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and str(parsed.get("type", "")).lower() in PROTOCOL_FRAME_TYPES
+
+
+def find_candidates(sender: AgentSession, target: str) -> list[Candidate]:
+    """Fetch only the live sessions the resolver could pick for `target` (uses the name_key index)."""
+    address = parse_address(target)
+    query = Q(name_key__startswith=address.key) if len(address.key) >= 3 else Q(name_key=address.key)
+    query |= Q(name=target)
+    if address.uuid:
+        query |= Q(pk=address.uuid)
+    if address.ref:
+        query |= Q(ref=address.ref)
+    if address.name_ref:
+        query |= Q(ref=address.name_ref[1])
+    rows = AgentSession.objects.filter(query).exclude(status=SessionStatus.EXITED)
+    return [Candidate(str(r.id), r.ref, r.name, r.name_key, r.cwd) for r in rows]
+
+
+def lead_candidate(sender: AgentSession) -> Candidate | None:
+    from teams.selectors import lead_session_of
+
+    lead = lead_session_of(sender)
+    if lead is None or lead.status == SessionStatus.EXITED:
+        return None
+    return Candidate(str(lead.id), lead.ref, lead.name, lead.name_key, lead.cwd)
+
+
+def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
+    """Resolve `target` for `sender` and apply its pins. Raises NotFound/Ambiguous/PinConflict."""
+    try:
+        resolution = resolve(target, find_candidates(sender, target), lead=lead_candidate(sender))
+    except NotFound:
+        address = parse_address(target)
+        gone = AgentSession.objects.filter(status=SessionStatus.EXITED).filter(
+            Q(pk=address.uuid) if address.uuid else Q(ref=address.ref or "-")
+        )
+        if gone.exists():
+            raise NotFound(f"The session {target!r} has exited; it can no longer receive messages.") from None
+        raise
+    recipient = AgentSession.objects.get(pk=resolution.candidate.id)
+    if resolution.rule in ("name", "normalized", "prefix") and resolution.pin_key:
+        pin = (
+            Pin.objects.filter(sender=sender, name_key=resolution.pin_key).select_related("recipient").first()
+        )
+        if pin is not None and pin.recipient_id != recipient.id:
+            raise PinConflict(
+                f"You have been talking to {pin.recipient.label} as {target!r}, but that name now means "
+                f"{recipient.label}. Address the one you mean as `name [ref]`.",
+                pinned={"id": str(pin.recipient.id), "name": pin.recipient.name, "ref": pin.recipient.ref},
+                now={"id": str(recipient.id), "name": recipient.name, "ref": recipient.ref},
+            )
+    return recipient, resolution
+
+
+def decide_by_recipient_state(recipient: AgentSession, now: Any) -> Decision:
+    """Core routing rule: live → queued; stopped → held for it; user-stopped → refused."""
+    if recipient.status == SessionStatus.USER_STOPPED:
+        return Decision(state=S.REFUSED, reason="the recipient was stopped by its user")
+    if recipient.status == SessionStatus.STOPPED:
+        per_recipient = Delivery.objects.filter(
+            recipient=recipient, state=S.HELD, hold_reason="recipient_stopped"
+        ).count()
+        if per_recipient >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
+            raise HoldFull(
+                f"{recipient.label} is stopped and already has {per_recipient} messages held for it; "
+                "wait until it starts again.",
+            )
+        per_hub = Delivery.objects.filter(state=S.HELD, hold_reason="recipient_stopped").count()
+        if per_hub >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB:
+            raise HoldFull("This hub holds as many messages for stopped sessions as it may; try later.")
+        return Decision(
+            state=S.HELD,
+            hold_reason="recipient_stopped",
+            expires_at=now + timedelta(seconds=settings.SWITCHBOARD_STOPPED_HOLD_SECONDS),
+        )
+    return Decision(state=S.QUEUED)
+
+
+def message_send(
+    *,
+    sender: AgentSession,
+    to: str,
+    text: str,
+    summary: str = "",
+    idempotency_key: str | None = None,
+    priority: str = "normal",
+    kind: str = MessageKind.TEXT,
+    frame_type: str = "",
+    in_reply_to: str | None = None,
+    actor: Principal | None = None,
+) -> SendOutcome:
+    """Send `text` from `sender` to the session `to` names. See the module docstring for the steps."""
+    actor = actor or session_principal(sender)
+    target = validate_address(to)
+    summary = (summary or "").strip()
+    text = validate_message_input(text=text, summary=summary, kind=kind)
+    if priority not in ("normal", "urgent"):
+        raise Invalid("bad_priority", "priority is `normal` or `urgent`.")
+    if idempotency_key is not None and not (0 < len(idempotency_key) <= 128):
+        raise Invalid("bad_idempotency_key", "idempotency_key takes 1 to 128 characters.")
+    fingerprint = request_fingerprint(
+        to=target, text=text, summary=summary, priority=priority, kind=kind, frame_type=frame_type
+    )
+    if idempotency_key:
+        earlier = _earlier_send(sender, idempotency_key, fingerprint)
+        if earlier:
+            return earlier
+
+    recipient, resolution = resolve_recipient(sender, target)
+    if recipient.id == sender.id:
+        raise Invalid("self_target", "A session cannot message itself.")
+    now = timezone.now()
+    decision = decide_by_recipient_state(recipient, now)
+
+    encoded = text.encode("utf-8")
+    message = Message(
+        sender=sender,
+        kind=kind,
+        frame_type=frame_type,
+        text=text,
+        summary=summary,
+        size=len(encoded),
+        sha256=hashlib.sha256(encoded).hexdigest(),
+        tier=decision.tier,
+        priority=Priority.URGENT if priority == "urgent" else Priority.NORMAL,
+        trust=decision.trust,
+        to_label=target,
+        idempotency_key=idempotency_key,
+        request_hash=fingerprint,
+        in_reply_to_id=in_reply_to,
+    )
+    try:
+        with transaction.atomic():
+            message.save(force_insert=True)
+            delivery = Delivery.objects.create(
+                message=message,
+                recipient=recipient,
+                state=decision.state,
+                tier=DeliveryTier.HOST,
+                priority=message.priority,
+                hold_reason=decision.hold_reason,
+                escalate=decision.escalate,
+                expires_at=decision.expires_at,
+                decision_reason=decision.reason,
+                queued_at=now if decision.state == S.QUEUED else None,
+                held_at=now if decision.state == S.HELD else None,
+                final_at=now if decision.state == S.REFUSED else None,
+            )
+            if resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead"):
+                Pin.objects.update_or_create(
+                    sender=sender, name_key=resolution.pin_key, defaults={"recipient": recipient}
+                )
+            audit_events_bulk(
+                [
+                    {
+                        "kind": "message.accepted",
+                        "actor": actor.actor,
+                        "target": str(recipient.id),
+                        "message": message,
+                        "detail": {"to": target, "rule": resolution.rule, "kind": kind},
+                    },
+                    {
+                        "kind": f"delivery.{decision.state}",
+                        "actor": actor.actor,
+                        "target": str(recipient.id),
+                        "message": message,
+                        "delivery_id": delivery.pk,
+                        "detail": {
+                            "from": S.ACCEPTED,
+                            **(
+                                {"reason": decision.hold_reason or decision.reason}
+                                if (decision.hold_reason or decision.reason)
+                                else {}
+                            ),
+                        },
+                    },
+                ]
+            )
+            announce(
+                "message.sent",
+                message_event(message, delivery, recipient),
+                sessions=[sender.id],
+            )
+            if decision.state == S.QUEUED:
+                schedule_push(delivery.pk, recipient)
+    except IntegrityError:
+        if idempotency_key:
+            earlier = _earlier_send(sender, idempotency_key, fingerprint)
+            if earlier:
+                return earlier
+        raise
+    return SendOutcome(message=message, delivery=delivery, recipient=recipient)
+
+
+def _earlier_send(sender: AgentSession, key: str, fingerprint: str) -> SendOutcome | None:
+    earlier = Message.objects.filter(sender=sender, idempotency_key=key).first()
+    if earlier is None:
+        return None
+    if earlier.request_hash != fingerprint:
+        raise IdempotencyConflict(
+            "That idempotency key was already used for a different message; use a new key for new content.",
+            message_id=str(earlier.id),
+        )
+    delivery = earlier.deliveries.select_related("recipient").order_by("id").first()
+    if delivery is None:  # pragma: no cover - a message is always written with its delivery
+        raise NotFound("The earlier message has no delivery.")
+    return SendOutcome(message=earlier, delivery=delivery, recipient=delivery.recipient, duplicate=True)
+
+
+def message_event(message: Message, delivery: Delivery, recipient: AgentSession) -> dict[str, Any]:
+    """The live-feed description of a message: metadata and a short preview, never for the audit."""
+    sender = message.sender
+    return {
+        "message_id": str(message.id),
+        "delivery_id": delivery.pk,
+        "from": {"id": str(sender.id), "name": sender.name, "ref": sender.ref} if sender else None,
+        "to": {"id": str(recipient.id), "name": recipient.name, "ref": recipient.ref},
+        "state": delivery.state,
+        "tier": message.tier,
+        "trust": message.trust,
+        "kind": message.kind,
+        "priority": Priority(message.priority).label,
+        "summary": message.summary,
+        "preview": message.text[:200],
+        "hold_reason": delivery.hold_reason,
+        "escalate": delivery.escalate,
+        "expires_at": delivery.expires_at.isoformat() if delivery.expires_at else None,
+        "created_at": message.created_at.isoformat(),
+    }

@@ -1,0 +1,174 @@
+"""Agent sessions: register, authenticate, report status and heartbeat, deregister."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from messaging.credentials import SESSION_PREFIX, hash_token, new_token
+from messaging.errors import Invalid, Unauthorized
+from messaging.models import AgentSession, PermissionMode, SessionStatus
+from messaging.names import clean_name, name_problem, normalize_name
+from messaging.principals import Principal
+from messaging.services.audit import audit_event
+from messaging.services.events import announce
+
+REF_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: refs are read aloud and retyped
+REF_LENGTH = 6
+RESERVED_NAMES = frozenset({"lead", "hub", "operator", "switchboard"})
+REPORTABLE_STATUSES = frozenset({SessionStatus.BUSY, SessionStatus.IDLE, SessionStatus.STOPPED})
+
+
+@dataclass(frozen=True)
+class Registration:
+    session: AgentSession
+    token: str  # shown once; only its hash is kept
+
+
+def _new_ref() -> str:
+    return "".join(secrets.choice(REF_ALPHABET) for _ in range(REF_LENGTH))
+
+
+def session_register(
+    *,
+    name: str,
+    cwd: str = "",
+    kind: str = "script",
+    permission_mode: str = PermissionMode.DEFAULT,
+    peer_address: str = "",
+    status: str = SessionStatus.IDLE,
+    headless: bool = False,
+) -> Registration:
+    """Register a session and return it with its token (the only time the token is seen)."""
+    problem = name_problem(name)
+    if problem:
+        raise Invalid("bad_name", problem)
+    name = clean_name(name)
+    if normalize_name(name) in RESERVED_NAMES:
+        raise Invalid("reserved_name", f"{name!r} is a reserved word in addresses; pick another name.")
+    if permission_mode not in PermissionMode.values:
+        raise Invalid("bad_permission_mode", "permission_mode is `default` or `bypass`.")
+    if status not in REPORTABLE_STATUSES:
+        raise Invalid("bad_status", "A new session starts `busy`, `idle` or `stopped`.")
+    if len(cwd) > 1024 or len(peer_address) > 1024 or len(kind) > 32:
+        raise Invalid("too_long", "cwd and peer_address take up to 1024 characters, kind up to 32.")
+    if peer_address and not peer_address.startswith(("uds:", "http://", "https://")):
+        raise Invalid("bad_peer_address", "peer_address starts with `uds:`, `http://` or `https://`.")
+
+    token, token_hash = new_token(SESSION_PREFIX)
+    now = timezone.now()
+    for _ in range(8):
+        try:
+            with transaction.atomic():
+                session = AgentSession.objects.create(
+                    name=name,
+                    name_key=normalize_name(name),
+                    ref=_new_ref(),
+                    cwd=cwd,
+                    kind=kind or "script",
+                    permission_mode=permission_mode,
+                    peer_address=peer_address,
+                    status=status,
+                    headless=headless,
+                    token_hash=token_hash,
+                    last_seen=now,
+                    status_changed_at=now,
+                )
+                audit_event(
+                    "session.registered",
+                    actor=f"session:{session.label}",
+                    target=str(session.id),
+                    detail={"kind": session.kind, "permission_mode": permission_mode},
+                )
+                announce("session.changed", session_summary(session), sessions=[session.id])
+            return Registration(session=session, token=token)
+        except IntegrityError:
+            continue  # a ref collision: draw another
+    raise RuntimeError("could not allocate a unique session ref")
+
+
+def session_from_token(token: str) -> AgentSession | None:
+    """The live session a token belongs to, or None. Exited sessions' tokens stop working."""
+    if not token.startswith(SESSION_PREFIX):
+        return None
+    session = AgentSession.objects.filter(token_hash=hash_token(token)).first()
+    if session is None or session.status == SessionStatus.EXITED:
+        return None
+    return session
+
+
+def session_touch(session: AgentSession) -> None:
+    """Record that the session was seen now (every authenticated call counts as a heartbeat)."""
+    now = timezone.now()
+    AgentSession.objects.filter(pk=session.pk).update(last_seen=now)
+    session.last_seen = now
+
+
+def session_set_status(
+    *, session: AgentSession, status: str, actor: Principal, final_answer: str | None = None
+) -> AgentSession:
+    """Change a session's status. Coming back from `stopped` releases what was held for it."""
+    from messaging.services.delivery import deliveries_release_for_recipient, deliveries_retire_for_exit
+
+    allowed = REPORTABLE_STATUSES | {SessionStatus.EXITED}
+    if actor.is_operator:
+        allowed = allowed | {SessionStatus.USER_STOPPED}
+    if status not in allowed:
+        raise Invalid("bad_status", f"status is one of {', '.join(sorted(allowed))}.")
+    with transaction.atomic():
+        locked = AgentSession.objects.select_for_update().get(pk=session.pk)
+        if locked.status == SessionStatus.EXITED:
+            raise Unauthorized("This session has exited; register again.")
+        previous = locked.status
+        now = timezone.now()
+        locked.status = status
+        locked.last_seen = now
+        if previous != status:
+            locked.status_changed_at = now
+        fields = ["status", "last_seen", "status_changed_at"]
+        if final_answer is not None:
+            locked.final_answer = final_answer
+            fields.append("final_answer")
+        locked.save(update_fields=fields)
+        if previous != status:
+            audit_event(
+                "session.status",
+                actor=actor.actor,
+                target=str(locked.id),
+                detail={"from": previous, "to": status},
+            )
+            announce("session.changed", session_summary(locked), sessions=[locked.id])
+        if status in (SessionStatus.BUSY, SessionStatus.IDLE) and previous in (
+            SessionStatus.STOPPED,
+            SessionStatus.USER_STOPPED,
+        ):
+            deliveries_release_for_recipient(recipient=locked, actor=actor)
+        if status == SessionStatus.EXITED:
+            deliveries_retire_for_exit(recipient=locked, actor=actor)
+    session.__dict__.update({f: getattr(locked, f) for f in fields})
+    return locked
+
+
+def session_deregister(*, session: AgentSession, actor: Principal) -> AgentSession:
+    """Mark the session exited: its token stops working and nothing more is queued for it."""
+    return session_set_status(session=session, status=SessionStatus.EXITED, actor=actor)
+
+
+def session_summary(session: AgentSession) -> dict[str, object]:
+    """The public description of a session, as the API and live events show it."""
+    return {
+        "id": str(session.id),
+        "name": session.name,
+        "ref": session.ref,
+        "cwd": session.cwd,
+        "kind": session.kind,
+        "status": session.status,
+        "permission_mode": session.permission_mode,
+        "inbound_policy": session.inbound_policy,
+        "peer_address": session.peer_address,
+        "addressable": session.status in (SessionStatus.BUSY, SessionStatus.IDLE),
+        "last_seen": session.last_seen.isoformat() if session.last_seen else None,
+    }

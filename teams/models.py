@@ -1,0 +1,1 @@
+"""Teams: a lead, its teammates, and their shared task board."""

@@ -1,0 +1,112 @@
+"""Fixtures shared by every test: an isolated hub home, an API client, registered sessions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+
+@pytest.fixture(autouse=True)
+def _isolated_hub(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test gets its own SWITCHBOARD_HOME and runs background jobs inline after commit."""
+    home = tmp_path / "hub-home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(home))
+    settings.SWITCHBOARD_HOME = home
+    settings.SWITCHBOARD_ENROLL_KEY = "test-enroll-key-" + "x" * 24
+    settings.SWITCHBOARD_JOBS = "inline"
+    yield
+
+
+@dataclass
+class Api:
+    """A JSON client for /api/v1 that remembers nothing between calls but what you pass it."""
+
+    client: Client
+
+    def call(self, method: str, path: str, token: str | None = None, body: Any = None, **params: Any) -> Any:
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+        url = path if path.startswith("/") else f"/api/v1/{path}"
+        fn = getattr(self.client, method.lower())
+        if method.upper() == "GET":
+            response = fn(url, params, **headers)
+        else:
+            response = fn(
+                url,
+                data=json.dumps(body) if body is not None else "",
+                content_type="application/json",
+                **headers,
+            )
+        response.json_body = response.json() if response.content else None  # type: ignore[attr-defined]
+        return response
+
+    def get(self, path: str, token: str | None = None, **params: Any) -> Any:
+        return self.call("GET", path, token, **params)
+
+    def post(self, path: str, token: str | None = None, body: Any = None) -> Any:
+        return self.call("POST", path, token, body)
+
+    def patch(self, path: str, token: str | None = None, body: Any = None) -> Any:
+        return self.call("PATCH", path, token, body)
+
+    def delete(self, path: str, token: str | None = None) -> Any:
+        return self.call("DELETE", path, token)
+
+
+@pytest.fixture
+def api(db: None) -> Api:
+    """The REST API through Django's test client (database available)."""
+    return Api(Client())
+
+
+@dataclass
+class Agent:
+    """A registered session as a script sees it: its public fields and its token."""
+
+    id: str
+    name: str
+    ref: str
+    token: str
+    data: dict[str, Any]
+
+
+@pytest.fixture
+def enroll_key(settings: Any) -> str:
+    return settings.SWITCHBOARD_ENROLL_KEY
+
+
+@pytest.fixture
+def register(api: Api, enroll_key: str) -> Callable[..., Agent]:
+    """Register a session through the API: `register("alice", cwd="/x", permission_mode="bypass")`."""
+
+    def _register(name: str, **fields: Any) -> Agent:
+        response = api.post("sessions", enroll_key, {"name": name, **fields})
+        assert response.status_code == 201, response.json_body
+        body = response.json_body
+        return Agent(id=body["id"], name=body["name"], ref=body["ref"], token=body["token"], data=body)
+
+    return _register
+
+
+@pytest.fixture
+def operator_token(db: None) -> str:
+    """A fresh operator token (acts as a human at the switchboard)."""
+    from messaging.auth import operator_token_create
+
+    return operator_token_create(name="test-operator")
+
+
+@pytest.fixture
+def send(api: Api) -> Callable[..., Any]:
+    """Send through the API: `send(alice, "bob", "hello", summary="hi")` → the response."""
+
+    def _send(sender: Agent, to: str, text: str, **fields: Any) -> Any:
+        return api.post("messages", sender.token, {"to": to, "message": text, **fields})
+
+    return _send
