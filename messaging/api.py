@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Field, Router, Schema, Status
 
 from messaging.auth import AUTH, AsyncBearerAuth, EnrollmentKeyAuth, operator, principal
 from messaging.framing import frame_for_recipient
@@ -107,10 +107,10 @@ ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: Erro
 
 
 @router.post("/sessions", response={201: RegisteredOut, **ERRORS}, auth=EnrollmentKeyAuth())
-def register(request: HttpRequest, body: RegisterIn) -> tuple[int, dict[str, Any]]:
+def register(request: HttpRequest, body: RegisterIn) -> Status:
     """Register an agent session (needs the enrollment key). Returns its token, once."""
     reg = session_register(**body.dict())
-    return 201, {**session_summary(reg.session), "token": reg.token}
+    return Status(201, {**session_summary(reg.session), "token": reg.token})
 
 
 @router.get("/sessions/me", response={200: SessionOut, **ERRORS}, auth=AUTH)
@@ -154,7 +154,7 @@ def agents(request: HttpRequest, name: str | None = None, include_exited: bool =
 
 
 @router.post("/messages", response={201: SendOut, **ERRORS, 413: ErrorOut, 429: ErrorOut}, auth=AUTH)
-def send(request: HttpRequest, body: SendIn) -> tuple[int, dict[str, Any]]:
+def send(request: HttpRequest, body: SendIn) -> Status:
     """Send a plain-text message to one session (by name, `name [ref]`, ref, id or `lead`)."""
     caller = principal(request)
     outcome = message_send(
@@ -168,15 +168,18 @@ def send(request: HttpRequest, body: SendIn) -> tuple[int, dict[str, Any]]:
         actor=caller,
     )
     r = outcome.recipient
-    return 201, {
-        "id": str(outcome.message.id),
-        "status": outcome.status,
-        "to": {"id": str(r.id), "name": r.name, "ref": r.ref},
-        "result": outcome.result,
-        "tier": outcome.message.tier,
-        "trust": outcome.message.trust,
-        "duplicate": outcome.duplicate,
-    }
+    return Status(
+        201,
+        {
+            "id": str(outcome.message.id),
+            "status": outcome.status,
+            "to": {"id": str(r.id), "name": r.name, "ref": r.ref},
+            "result": outcome.result,
+            "tier": outcome.message.tier,
+            "trust": outcome.message.trust,
+            "duplicate": outcome.duplicate,
+        },
+    )
 
 
 @router.get("/messages/{message_id}", response={200: dict, **ERRORS}, auth=AUTH)
