@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from console.consumers import OperatorConsumer
+
+websocket_urlpatterns: list = [
+    # The operator console: a browser, so the origin must be one of ALLOWED_HOSTS and the
+    # Django session cookie must belong to a staff user (checked in the consumer).
+    path("ws/console/", AllowedHostsOriginValidator(AuthMiddlewareStack(OperatorConsumer.as_asgi()))),
+]
 
 websocket_application = URLRouter(websocket_urlpatterns)
