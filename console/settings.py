@@ -171,6 +171,22 @@ SWITCHBOARD_INBOX_BATCH = _env_int("SWITCHBOARD_INBOX_BATCH", 100)
 SWITCHBOARD_SWEEP_SECONDS = _env_int("SWITCHBOARD_SWEEP_SECONDS", 5)
 SWITCHBOARD_ENROLL_KEY = os.environ.get("SWITCHBOARD_ENROLL_KEY", "").strip() or None
 
+# --- Inbound policy, holds and loop protection (messaging.policy, services.holds/limits) ---------
+SWITCHBOARD_HOLD_EXPIRY_SECONDS = _env_int("SWITCHBOARD_HOLD_EXPIRY_SECONDS", 300)
+SWITCHBOARD_HOLDS_PER_RECIPIENT = _env_int("SWITCHBOARD_HOLDS_PER_RECIPIENT", 100)
+# When on, a sensitive message from a verified sender is not forced into a hold (escalate=none).
+SWITCHBOARD_SENSITIVE_EXEMPT_VERIFIED = _env_bool("SWITCHBOARD_SENSITIVE_EXEMPT_VERIFIED", False)
+SWITCHBOARD_RATE_PAIR = _env_int("SWITCHBOARD_RATE_PAIR", 10)  # messages per sender→recipient ...
+SWITCHBOARD_RATE_PAIR_SECONDS = _env_int("SWITCHBOARD_RATE_PAIR_SECONDS", 10)  # ... per this many s
+SWITCHBOARD_RATE_HUB = _env_int("SWITCHBOARD_RATE_HUB", 2000)  # messages hub-wide ...
+SWITCHBOARD_RATE_HUB_SECONDS = _env_int("SWITCHBOARD_RATE_HUB_SECONDS", 10)  # ... per this many s
+SWITCHBOARD_DEDUPE_SECONDS = _env_int("SWITCHBOARD_DEDUPE_SECONDS", 60)
+SWITCHBOARD_UNREAD_PER_RECIPIENT = _env_int("SWITCHBOARD_UNREAD_PER_RECIPIENT", 50)
+# A reply loop: both directions of a pair above this many messages within the window → held.
+SWITCHBOARD_LOOP_EXCHANGES = _env_int("SWITCHBOARD_LOOP_EXCHANGES", 20)
+SWITCHBOARD_LOOP_WINDOW_SECONDS = _env_int("SWITCHBOARD_LOOP_WINDOW_SECONDS", 300)
+SWITCHBOARD_LIMITS_PREFIX = os.environ.get("SWITCHBOARD_LIMITS_PREFIX", "").strip() or "sb:limits"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -187,29 +187,38 @@ def deliveries_release_for_recipient(*, recipient: AgentSession, actor: Principa
 
 
 def deliveries_retire_for_exit(*, recipient: AgentSession, actor: Principal) -> list[Moved]:
-    """The recipient exited for good: what still waits for it expires, and senders can see that."""
-    return delivery_transition(
+    """The recipient exited for good: what still waits for it expires, and senders are told."""
+    from messaging.services.holds import holds_notify
+
+    moved = delivery_transition(
         Delivery.objects.filter(recipient=recipient, state__in=[S.QUEUED, S.HELD]),
         to=S.EXPIRED,
         actor=actor,
         reason="recipient_exited",
+        updates={"decision_reason": "recipient exited"},
     )
+    holds_notify(moved, outcome="exited")
+    return moved
 
 
 def deliveries_expire_due(*, now: datetime | None = None, batch: int = 1000) -> list[Moved]:
     """Expire held deliveries whose deadline has passed (by the database's clock). Idempotent."""
     from messaging.principals import HUB
+    from messaging.services.holds import holds_notify
 
     now = now or _db_now()
     with transaction.atomic():
-        return delivery_transition(
+        moved = delivery_transition(
             Delivery.objects.filter(state=S.HELD, expires_at__lte=now),
             to=S.EXPIRED,
             actor=HUB,
             reason="hold_expired",
+            updates={"decision_reason": "hold expired"},
             now=now,
             limit=batch,
         )
+        holds_notify(moved, outcome="expired")
+        return moved
 
 
 def _db_now() -> datetime:

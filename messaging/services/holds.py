@@ -1,0 +1,182 @@
+"""Holds: deliveries waiting for a human (policy hold, sensitive tier, suspected loop).
+
+An operator approves (→ queued, then pushed) or denies (→ denied) each one, alone or many at once.
+No decision before the deadline → expired by the periodic sweeper (database clock). At most
+`SWITCHBOARD_HOLDS_PER_RECIPIENT` wait per recipient: the oldest is expired to make room.
+The sender learns every outcome from the delivery's state and from a hub notification.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
+
+from messaging.errors import Invalid
+from messaging.models import AgentSession, Delivery
+from messaging.principals import HUB, Principal
+from messaging.services.delivery import Moved, delivery_transition
+from messaging.services.notifications import Notice, notifications_send
+from messaging.services.transports import schedule_push
+from messaging.states import DeliveryState
+
+S = DeliveryState
+# Holds that wait for the recipient to start, not for a human; the operator can still decide them.
+STOPPED_HOLD = "recipient_stopped"
+MAX_BULK = 1000
+
+
+def hold_expiry_for(recipient: AgentSession, now: datetime) -> datetime:
+    """When a hold for `recipient` made at `now` expires: the session's setting, else the hub's."""
+    seconds = recipient.hold_expiry_seconds or settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS
+    return now + timedelta(seconds=seconds)
+
+
+def _human_holds(recipient_id: Any) -> QuerySet[Delivery]:
+    return Delivery.objects.filter(recipient_id=recipient_id, state=S.HELD).exclude(hold_reason=STOPPED_HOLD)
+
+
+def holds_make_room(*, recipient: AgentSession) -> list[Moved]:
+    """Before holding one more for `recipient`: if its holds are at the cap, expire the oldest so
+    the new one fits, and tell their senders. Runs inside the send transaction."""
+    cap = settings.SWITCHBOARD_HOLDS_PER_RECIPIENT
+    held = _human_holds(recipient.id).count()
+    if held < cap:
+        return []
+    oldest = list(
+        _human_holds(recipient.id).order_by("held_at", "id").values_list("id", flat=True)[: held - cap + 1]
+    )
+    moved = delivery_transition(
+        Delivery.objects.filter(pk__in=oldest),
+        to=S.EXPIRED,
+        actor=HUB,
+        reason="hold_overflow",
+        updates={"decision_reason": "hold_overflow"},
+    )
+    holds_notify(moved, outcome="overflow")
+    return moved
+
+
+def holds_list(*, recipient_id: str | None = None) -> list[dict[str, Any]]:
+    """Pending holds, oldest first: who sent what to whom, why it waits and until when."""
+    qs = Delivery.objects.filter(state=S.HELD).select_related("message", "message__sender", "recipient")
+    if recipient_id:
+        qs = qs.filter(recipient_id=recipient_id)
+    return [hold_summary(d) for d in qs.order_by("-priority", "held_at", "id")[:MAX_BULK]]
+
+
+def hold_summary(d: Delivery) -> dict[str, Any]:
+    """One hold as the API and console show it (a preview, never the audit)."""
+    m = d.message
+    sender = m.sender
+    return {
+        "id": d.pk,
+        "delivery_id": d.pk,
+        "message_id": str(m.id),
+        "sender": {"id": str(sender.id), "name": sender.name, "ref": sender.ref} if sender else None,
+        "recipient": {"id": str(d.recipient.id), "name": d.recipient.name, "ref": d.recipient.ref},
+        "tier": m.tier,
+        "trust": m.trust,
+        "priority": "urgent" if m.priority else "normal",
+        "escalate": d.escalate or None,
+        "hold_reason": d.hold_reason,
+        "summary": m.summary,
+        "preview": m.text[:300],
+        "size": m.size,
+        "held_at": d.held_at.isoformat() if d.held_at else None,
+        "expires_at": d.expires_at.isoformat() if d.expires_at else None,
+        "headless": d.recipient.headless,
+    }
+
+
+def holds_decide(
+    *, delivery_ids: list[int], approve: bool, actor: Principal, reason: str = ""
+) -> list[Moved]:
+    """An operator approves (→ queued and pushed) or denies (→ denied) held deliveries. Returns the
+    ones that moved; those already decided or expired are skipped. Each sender is notified."""
+    actor.require_operator()
+    ids = sorted({int(i) for i in delivery_ids})
+    if not ids:
+        raise Invalid("empty_ids", "Name at least one hold to decide.")
+    if len(ids) > MAX_BULK:
+        raise Invalid("bad_limit", f"Decide at most {MAX_BULK} holds at a time.")
+    reason = (reason or "").strip()[:500]
+    to = S.QUEUED if approve else S.DENIED
+    with transaction.atomic():
+        moved = delivery_transition(
+            Delivery.objects.filter(pk__in=ids, state=S.HELD),
+            to=to,
+            actor=actor,
+            reason=reason,
+            updates={"decided_by": actor.actor, "decision_reason": reason, "expires_at": None},
+        )
+        if approve:
+            recipients = {
+                r.id: r for r in AgentSession.objects.filter(pk__in={m.recipient_id for m in moved})
+            }
+            for m in moved:
+                schedule_push(m.delivery_id, recipients[m.recipient_id])
+        holds_notify(moved, outcome="approved" if approve else "denied", reason=reason)
+    return moved
+
+
+def holds_expire_due(*, now: datetime | None = None) -> list[Moved]:
+    """The sweeper's step: expire holds past their deadline and tell their senders."""
+    from messaging.services.delivery import deliveries_expire_due
+
+    return deliveries_expire_due(now=now)
+
+
+def holds_notify(moved: list[Moved], *, outcome: str, reason: str = "") -> None:
+    """Tell each sender what became of its held message (skips hub-originated messages)."""
+    moved = [m for m in moved if m.sender_id]
+    if not moved:
+        return
+    rows = {
+        d.pk: d
+        for d in Delivery.objects.filter(pk__in=[m.delivery_id for m in moved]).select_related(
+            "recipient", "message"
+        )
+    }
+    notices = []
+    for m in moved:
+        d = rows[m.delivery_id]
+        notices.append(
+            Notice(
+                recipient_id=m.sender_id,
+                text=_outcome_text(d, outcome, reason),
+                summary=f"message {outcome}",
+                in_reply_to_id=m.message_id,
+            )
+        )
+    notifications_send(notices)
+
+
+def _outcome_text(d: Delivery, outcome: str, reason: str) -> str:
+    who = d.recipient.label
+    what = f"Your message {d.message_id} to {who}"
+    if d.message.summary:
+        what += f" ({d.message.summary!r})"
+    if outcome == "approved":
+        return f"{what} was approved by an operator and is now queued for them. Do not resend it."
+    if outcome == "denied":
+        because = f": {reason}" if reason else " (no reason given)"
+        return f"{what} was denied by an operator{because}. It was not delivered; do not resend it."
+    if outcome == "overflow":
+        return (
+            f"{what} was dropped unread: {who} had too many messages waiting for an operator, and it was "
+            "the oldest. Send again later if it still matters."
+        )
+    if outcome == "exited":
+        return f"{what} expired: {who} exited before it was delivered."
+    if d.hold_reason == STOPPED_HOLD:
+        return f"{what} expired: {who} did not start again before the hold ran out."
+    if d.recipient.headless:
+        return (
+            f"{what} expired: {who} runs headless and no operator approved it before the deadline. "
+            "Ask an operator to change its inbound policy if it should accept your messages."
+        )
+    return f"{what} expired: no operator approved it before the deadline. It was not delivered."
