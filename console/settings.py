@@ -170,6 +170,8 @@ SWITCHBOARD_INBOX_MAX_WAIT = _env_int("SWITCHBOARD_INBOX_MAX_WAIT", 60)
 SWITCHBOARD_INBOX_BATCH = _env_int("SWITCHBOARD_INBOX_BATCH", 100)
 SWITCHBOARD_SWEEP_SECONDS = _env_int("SWITCHBOARD_SWEEP_SECONDS", 5)
 SWITCHBOARD_ENROLL_KEY = os.environ.get("SWITCHBOARD_ENROLL_KEY", "").strip() or None
+# The console shows a busy/idle session as "dead" when it has not been seen for this long.
+SWITCHBOARD_DEAD_AFTER_SECONDS = _env_int("SWITCHBOARD_DEAD_AFTER_SECONDS", 600)
 
 # --- Inbound policy, holds and loop protection (messaging.policy, services.holds/limits) ---------
 SWITCHBOARD_HOLD_EXPIRY_SECONDS = _env_int("SWITCHBOARD_HOLD_EXPIRY_SECONDS", 300)
