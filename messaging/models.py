@@ -61,6 +61,10 @@ class AgentSession(models.Model):
     )
     hold_expiry_seconds = models.PositiveIntegerField(null=True, blank=True)
     headless = models.BooleanField(default=False)
+    sensitive_exempt = models.BooleanField(
+        default=False,
+        help_text="Set by an operator: sensitive messages from this (verified) sender are not forced into a hold.",
+    )
     final_answer = models.TextField(blank=True, default="")
     public_key = models.TextField(blank=True, default="")
     token_hash = models.CharField(max_length=64, unique=True)
@@ -120,6 +124,11 @@ class Message(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
+        indexes = [
+            # Loop protection: identical text from a sender in a short window, and a pair's recent traffic.
+            models.Index(fields=["sender", "sha256", "created_at"], name="message_dedupe"),
+            models.Index(fields=["sender", "created_at"], name="message_sender_recent"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["sender", "idempotency_key"],
