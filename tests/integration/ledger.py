@@ -1,0 +1,195 @@
+"""Record every operation of a fault test, then check the hub's books against the record.
+
+`Ledger` keeps what each client saw: sends answered 2xx (accepted message ids), sends that failed,
+and every message id a recipient received. `ledger_problems` then reads the database and returns a
+list of sentences, one per broken promise (empty = the hub kept its word):
+
+- every accepted message exists, with exactly one delivery, in one of the expected end states;
+- nothing was received that was not accepted; nothing accepted and expected is missing;
+- nothing was received twice unless the hub recorded a retry (attempts > 1 on the delivery);
+- the audit has exactly one `message.accepted` per message, and the `delivery.<state>` events of
+  each delivery form one unbroken chain from `accepted` to its current state (one event per change).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from tests.integration.harness import Hub, Registered
+
+STATES = {
+    "accepted",
+    "queued",
+    "held",
+    "delivered",
+    "read",
+    "refused",
+    "denied",
+    "expired",
+    "failed",
+    "relayed",
+}
+
+
+@dataclass
+class Ledger:
+    """What the clients saw, recorded as it happened (thread-safe)."""
+
+    accepted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    received: Counter = field(default_factory=Counter)
+    received_at: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def sent(self, message_id: str, **info: Any) -> None:
+        with self.lock:
+            self.accepted[message_id] = {"at": time.monotonic(), **info}
+
+    def send_failed(self, **info: Any) -> None:
+        with self.lock:
+            self.failed.append(info)
+
+    def got(self, message_id: str) -> None:
+        with self.lock:
+            self.received[message_id] += 1
+            self.received_at.setdefault(message_id, time.monotonic())
+
+
+def ledger_problems(
+    hub: Hub,
+    ledger: Ledger,
+    *,
+    end_states: set[str],
+    expect_received: bool = True,
+) -> list[str]:
+    """Everything the database and audit say that contradicts the ledger (see the module docstring)."""
+    problems: list[str] = []
+    ids = list(ledger.accepted)
+    if not ids:
+        return ["no message was accepted at all"]
+    rows = hub.sql(
+        "SELECT m.id::text, d.id, d.state, d.attempts FROM messaging_message m "
+        "LEFT JOIN messaging_delivery d ON d.message_id = m.id WHERE m.id = ANY(%s::uuid[])",
+        ids,
+    )
+    by_message: dict[str, list[tuple]] = {}
+    for mid, did, state, attempts in rows:
+        by_message.setdefault(mid, []).append((did, state, attempts))
+    for mid in ids:
+        found = by_message.get(mid, [])
+        if not found:
+            problems.append(f"accepted message {mid} is not in the database")
+        elif len(found) != 1 or found[0][0] is None:
+            problems.append(f"message {mid} has {len(found)} deliveries, expected 1")
+        elif found[0][1] not in end_states:
+            problems.append(f"message {mid} ended in {found[0][1]!r}, expected one of {sorted(end_states)}")
+    unknown = set(ledger.received) - set(ids)
+    if unknown:
+        problems.append(f"{len(unknown)} messages were received that no send accepted: {sorted(unknown)[:3]}")
+    if expect_received:
+        missing = [mid for mid in ids if ledger.received[mid] == 0]
+        if missing:
+            problems.append(f"{len(missing)} accepted messages never reached their recipient: {missing[:3]}")
+    attempts = {mid: (found[0][2] or 0) for mid, found in by_message.items() if found and found[0][0]}
+    for mid, count in ledger.received.items():
+        if count > 1 and attempts.get(mid, 0) < count:
+            problems.append(
+                f"message {mid} was received {count} times with {attempts.get(mid, 0)} recorded attempts"
+            )
+
+    accepted_events = Counter(
+        mid
+        for (mid,) in hub.sql(
+            "SELECT message_id::text FROM messaging_auditevent WHERE kind = 'message.accepted' "
+            "AND message_id = ANY(%s::uuid[])",
+            ids,
+        )
+    )
+    for mid in ids:
+        if accepted_events[mid] != 1:
+            problems.append(
+                f"message {mid} has {accepted_events[mid]} message.accepted audit events, expected 1"
+            )
+    delivery_ids = [found[0][0] for found in by_message.values() if found and found[0][0] is not None]
+    current = {found[0][0]: found[0][1] for found in by_message.values() if found and found[0][0] is not None}
+    chains: dict[int, list[tuple[str, str]]] = {}
+    for did, kind, source in hub.sql(
+        "SELECT delivery_id, kind, detail->>'from' FROM messaging_auditevent "
+        "WHERE kind LIKE 'delivery.%%' AND delivery_id = ANY(%s) ORDER BY id",
+        delivery_ids,
+    ):
+        state = kind.split(".", 1)[1]
+        if state in STATES:
+            chains.setdefault(did, []).append((source, state))
+    for did in delivery_ids:
+        chain = chains.get(did, [])
+        at = "accepted"
+        for source, state in chain:
+            if source != at:
+                problems.append(f"delivery {did}: audit says {source}→{state} but it was {at}: {chain}")
+                break
+            at = state
+        else:
+            if at != current[did]:
+                problems.append(
+                    f"delivery {did} is {current[did]!r} but its audit chain ends at {at!r}: {chain}"
+                )
+    return problems
+
+
+class InboxReader(threading.Thread):
+    """An agent that long-polls its inbox on one web process, records what arrives and acks it."""
+
+    def __init__(
+        self, base_url: str, agent: Registered, ledger: Ledger, *, wait: float = 4, deadline: float = 120
+    ):
+        super().__init__(daemon=True, name=f"inbox-{agent.name}")
+        self.base_url, self.agent, self.ledger, self.wait = base_url, agent, ledger, wait
+        self.stop_at = time.monotonic() + deadline
+        self.halt = threading.Event()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.base_url, headers=self.agent.headers, timeout=self.wait + 30) as c:
+            while not self.halt.is_set() and time.monotonic() < self.stop_at:
+                try:
+                    r = c.get("/api/v1/inbox", params={"wait": self.wait})
+                    if r.status_code != 200:
+                        self.errors.append(f"{r.status_code}: {r.text[:200]}")
+                        time.sleep(0.2)
+                        continue
+                    ids = [m["id"] for m in r.json()["messages"]]
+                    for mid in ids:
+                        self.ledger.got(mid)
+                    if ids:
+                        a = c.post("/api/v1/inbox/ack", json={"ids": ids})
+                        if a.status_code != 200:
+                            self.errors.append(f"ack {a.status_code}: {a.text[:200]}")
+                except httpx.HTTPError as exc:
+                    self.errors.append(repr(exc))
+                    time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=self.wait + 35)
+
+    def drain(self) -> None:
+        """After stopping: fetch what was handed over but never acked (a reply lost mid-fault),
+        counting only ids this reader has not seen, then ack everything."""
+        with httpx.Client(base_url=self.base_url, headers=self.agent.headers, timeout=30) as c:
+            for _ in range(50):
+                r = c.get("/api/v1/inbox", params={"include_unacked": "true", "limit": 1000})
+                r.raise_for_status()
+                ids = [m["id"] for m in r.json()["messages"]]
+                if not ids:
+                    return
+                for mid in ids:
+                    if self.ledger.received[mid] == 0:
+                        self.ledger.got(mid)
+                c.post("/api/v1/inbox/ack", json={"ids": ids}).raise_for_status()

@@ -1,0 +1,69 @@
+"""The production topology works as one hub: two web processes, one database, one Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_session_registered_on_one_web_process_is_found_through_the_other(hub):
+    # Given sessions registered through different web processes
+    alice = hub.register("alice-topo", web=0)
+    bob = hub.register("bob-topo", web=1)
+
+    # When alice asks web 1 for the roster
+    with hub.client(1, headers=alice.headers) as c:
+        agents = c.get("/api/v1/agents").json()["agents"]
+
+    # Then both are there
+    assert {alice.id, bob.id} <= {a["id"] for a in agents}
+
+
+def test_a_message_sent_through_one_web_process_wakes_a_long_poll_on_the_other(hub):
+    """The long-poll on web 1 waits less than its own 5 s database re-check, so only the push that
+    web 0 publishes through Redis after its commit can wake it with the message."""
+    alice = hub.register("alice-push", web=0)
+    bob = hub.register("bob-push", web=1)
+    got: dict[str, object] = {}
+
+    def poll() -> None:
+        with hub.client(1, headers=bob.headers) as c:
+            started = time.monotonic()
+            got["response"] = c.get("/api/v1/inbox", params={"wait": 4})
+            got["elapsed"] = time.monotonic() - started
+
+    # Given bob long-polling on web 1 (waiting, with nothing queued yet)
+    poller = threading.Thread(target=poll)
+    poller.start()
+    time.sleep(1.0)
+
+    # When alice sends through web 0
+    with hub.client(0, headers=alice.headers) as c:
+        sent = c.post("/api/v1/messages", json={"to": bob.ref, "message": "cross-process hello"})
+    assert sent.status_code == 201, sent.text
+    poller.join(timeout=15)
+
+    # Then bob's poll on web 1 returns that message (delivered), before its own wait ran out
+    response = got["response"]
+    assert isinstance(response, httpx.Response) and response.status_code == 200
+    assert [m["id"] for m in response.json()["messages"]] == [sent.json()["id"]]
+    with hub.client(0, headers=alice.headers) as c:
+        assert c.get(f"/api/v1/messages/{sent.json()['id']}").json()["status"] == "delivered"
+
+
+def test_beat_and_worker_run_the_periodic_sweep(hub):
+    # Given beat scheduling the sweep every second and a worker consuming from Redis
+    # Then within a bounded wait the worker log shows the sweep task ran (and succeeded)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        log = hub.worker.log()
+        if "messaging.tasks.sweep_due_deliveries" in log and "succeeded" in log:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the worker never ran the sweep that beat schedules:\n" + hub.worker.log()[-2000:])
