@@ -31,9 +31,14 @@ from messaging.models import (
     Tier,
 )
 from messaging.names import strip_invisible
+from messaging.policy import HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, inbound_decide
 from messaging.principals import Principal, session_principal
+from messaging.sensitivity import classify
 from messaging.services.audit import audit_events_bulk
 from messaging.services.events import announce
+from messaging.services.holds import hold_expiry_for, holds_make_room
+from messaging.services.limits import limits_find_duplicate, limits_loop_suspected, limits_take
+from messaging.services.policies import policy_lookup
 from messaging.services.transports import schedule_push
 from messaging.states import DeliveryState
 
@@ -252,6 +257,56 @@ def decide_by_recipient_state(recipient: AgentSession, now: Any) -> Decision:
     return Decision(state=S.QUEUED)
 
 
+def decide_inbound(
+    *,
+    sender: AgentSession,
+    recipient: AgentSession,
+    text: str,
+    kind: str,
+    now: Any,
+    trust: str = HOST_VERIFIED,
+    signature_failed: bool = False,
+) -> Decision:
+    """Classify the message (tier, trust), apply the recipient's inbound policy (messaging.policy),
+    catch reply loops, then route by the recipient's state. Reads only; writes nothing."""
+    tier = classify(text, kind=kind, signature_failed=signature_failed).tier
+    sensitive = tier == Tier.SENSITIVE
+    override, by_operator = policy_lookup(recipient=recipient, sender=sender)
+    verdict = inbound_decide(
+        receiver_mode=recipient.permission_mode,
+        sender_mode=sender.permission_mode,
+        receiver_policy=recipient.inbound_policy,
+        operator_policy=recipient.operator_policy,
+        sender_override=override,
+        override_by_operator=by_operator,
+        sensitive=sensitive,
+        sensitive_exempt=sensitive
+        and trust in VERIFIED_TRUSTS
+        and (sender.sensitive_exempt or settings.SWITCHBOARD_SENSITIVE_EXEMPT_VERIFIED),
+    )
+    marks = {"tier": tier, "trust": trust, "escalate": verdict.escalate}
+    if verdict.action == REFUSE or recipient.status == SessionStatus.USER_STOPPED:
+        why = (
+            "the recipient was stopped by its user"
+            if verdict.action != REFUSE
+            else f"inbound policy: {verdict.reason}"
+        )
+        return Decision(state=S.REFUSED, reason=why, **marks)
+    if verdict.action == HOLD:
+        return Decision(
+            state=S.HELD, hold_reason=verdict.reason, expires_at=hold_expiry_for(recipient, now), **marks
+        )
+    if kind != MessageKind.NOTIFICATION and limits_loop_suspected(
+        sender=sender, recipient=recipient, now=now
+    ):
+        return Decision(
+            state=S.HELD, hold_reason="loop_suspected", expires_at=hold_expiry_for(recipient, now), **marks
+        )
+    decision = decide_by_recipient_state(recipient, now)
+    decision.tier, decision.trust, decision.escalate = tier, trust, verdict.escalate
+    return decision
+
+
 def message_send(
     *,
     sender: AgentSession,
@@ -264,11 +319,13 @@ def message_send(
     frame_type: str = "",
     in_reply_to: str | None = None,
     actor: Principal | None = None,
+    trust: str = HOST_VERIFIED,
+    signature_failed: bool = False,
 ) -> SendOutcome:
     """Send `text` from `sender` to the session `to` names. See the module docstring for the steps."""
     actor = actor or session_principal(sender)
     target = validate_address(to)
-    summary = (summary or "").strip()
+    summary = strip_invisible(summary or "")[0].strip()
     text = validate_message_input(text=text, summary=summary, kind=kind)
     if priority not in ("normal", "urgent"):
         raise Invalid("bad_priority", "priority is `normal` or `urgent`.")
@@ -286,9 +343,24 @@ def message_send(
     if recipient.id == sender.id:
         raise Invalid("self_target", "A session cannot message itself.")
     now = timezone.now()
-    decision = decide_by_recipient_state(recipient, now)
-
     encoded = text.encode("utf-8")
+    sha256 = hashlib.sha256(encoded).hexdigest()
+    if kind == MessageKind.TEXT:
+        original = limits_find_duplicate(sender=sender, recipient=recipient, sha256=sha256, now=now)
+        if original is not None:
+            delivery = original.deliveries.get(recipient=recipient)
+            return SendOutcome(message=original, delivery=delivery, recipient=recipient, duplicate=True)
+    limits_take(sender=sender, recipient=recipient)
+    decision = decide_inbound(
+        sender=sender,
+        recipient=recipient,
+        text=text,
+        kind=kind,
+        now=now,
+        trust=trust,
+        signature_failed=signature_failed,
+    )
+
     message = Message(
         sender=sender,
         kind=kind,
@@ -296,7 +368,7 @@ def message_send(
         text=text,
         summary=summary,
         size=len(encoded),
-        sha256=hashlib.sha256(encoded).hexdigest(),
+        sha256=sha256,
         tier=decision.tier,
         priority=Priority.URGENT if priority == "urgent" else Priority.NORMAL,
         trust=decision.trust,
@@ -308,6 +380,8 @@ def message_send(
     try:
         with transaction.atomic():
             message.save(force_insert=True)
+            if decision.state == S.HELD and decision.hold_reason != "recipient_stopped":
+                holds_make_room(recipient=recipient)
             delivery = Delivery.objects.create(
                 message=message,
                 recipient=recipient,
