@@ -9,6 +9,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
 
 from messaging.api import router as messaging_router
+from messaging.api_holds import router as holds_router
 from messaging.errors import SwitchboardError
 
 api = NinjaAPI(
@@ -19,6 +20,7 @@ api = NinjaAPI(
     docs_url="/docs",
 )
 api.add_router("/v1/", messaging_router)
+api.add_router("/v1/", holds_router)
 
 
 @api.exception_handler(SwitchboardError)

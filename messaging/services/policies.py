@@ -125,6 +125,19 @@ def sender_policy_set(
         )
 
 
+def session_sensitive_exempt_set(*, session: AgentSession, exempt: bool, actor: Principal) -> AgentSession:
+    """Operators only: let sensitive messages from this sender through policy (escalate=none)
+    when its identity is verified. A failed signature is never exempt."""
+    actor.require_operator()
+    with transaction.atomic():
+        AgentSession.objects.filter(pk=session.pk).update(sensitive_exempt=exempt)
+        audit_event(
+            "session.sensitive_exempt", actor=actor.actor, target=str(session.id), detail={"exempt": exempt}
+        )
+    session.sensitive_exempt = exempt
+    return session
+
+
 def policy_view(*, session: AgentSession) -> dict[str, Any]:
     """A session's policy as the API shows it: what is set, and what applies to each sender mode."""
     overrides = [
@@ -152,6 +165,7 @@ def policy_view(*, session: AgentSession) -> dict[str, Any]:
         "permission_mode": session.permission_mode,
         "hold_expiry_seconds": session.hold_expiry_seconds,
         "headless": session.headless,
+        "sensitive_exempt": session.sensitive_exempt,
         "effective": effective,
         "overrides": overrides,
     }
@@ -169,4 +183,11 @@ def policy_lookup(*, recipient: AgentSession, sender: AgentSession | None) -> tu
     return (row[0], row[1]) if row else (None, False)
 
 
-__all__ = ["STRICTNESS", "policy_lookup", "policy_set", "policy_view", "sender_policy_set"]
+__all__ = [
+    "STRICTNESS",
+    "policy_lookup",
+    "policy_set",
+    "policy_view",
+    "sender_policy_set",
+    "session_sensitive_exempt_set",
+]
