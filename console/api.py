@@ -11,6 +11,7 @@ from ninja.errors import AuthenticationError, ValidationError
 from messaging.api import router as messaging_router
 from messaging.api_holds import router as holds_router
 from messaging.errors import SwitchboardError
+from teams.api import router as teams_router
 
 api = NinjaAPI(
     title="Switchboard",
@@ -21,6 +22,7 @@ api = NinjaAPI(
 )
 api.add_router("/v1/", messaging_router)
 api.add_router("/v1/", holds_router)
+api.add_router("/v1/", teams_router)
 
 
 @api.exception_handler(SwitchboardError)

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "channels",
     "messaging",
     "teams",
+    "federation",
     "console",
 ]
 
@@ -169,9 +170,21 @@ SWITCHBOARD_AUDIT_RETENTION_DAYS = _env_int("SWITCHBOARD_AUDIT_RETENTION_DAYS", 
 SWITCHBOARD_INBOX_MAX_WAIT = _env_int("SWITCHBOARD_INBOX_MAX_WAIT", 60)
 SWITCHBOARD_INBOX_BATCH = _env_int("SWITCHBOARD_INBOX_BATCH", 100)
 SWITCHBOARD_SWEEP_SECONDS = _env_int("SWITCHBOARD_SWEEP_SECONDS", 5)
+# Local socket delivery: seconds for connect + write + ack, attempts before leaving it for pull,
+# and how often due retries are started.
+SWITCHBOARD_SOCKET_TIMEOUT = float(os.environ.get("SWITCHBOARD_SOCKET_TIMEOUT", "").strip() or 5)
+SWITCHBOARD_SOCKET_ATTEMPTS = _env_int("SWITCHBOARD_SOCKET_ATTEMPTS", 5)
+SWITCHBOARD_SOCKET_RETRY_SECONDS = _env_int("SWITCHBOARD_SOCKET_RETRY_SECONDS", 1)
 SWITCHBOARD_ENROLL_KEY = os.environ.get("SWITCHBOARD_ENROLL_KEY", "").strip() or None
 # The console shows a busy/idle session as "dead" when it has not been seen for this long.
 SWITCHBOARD_DEAD_AFTER_SECONDS = _env_int("SWITCHBOARD_DEAD_AFTER_SECONDS", 600)
+# Teams: how long a shutdown / plan / permission request waits for its answer, how long a
+# notify-when-idle subscription lasts, ended teams' retention (0 keeps them), gate retry backoff base.
+SWITCHBOARD_SHUTDOWN_TIMEOUT_SECONDS = _env_int("SWITCHBOARD_SHUTDOWN_TIMEOUT_SECONDS", 300)
+SWITCHBOARD_FRAME_REQUEST_SECONDS = _env_int("SWITCHBOARD_FRAME_REQUEST_SECONDS", 3600)
+SWITCHBOARD_IDLE_SUBSCRIPTION_SECONDS = _env_int("SWITCHBOARD_IDLE_SUBSCRIPTION_SECONDS", 12 * 3600)
+SWITCHBOARD_TEAM_RETENTION_DAYS = _env_int("SWITCHBOARD_TEAM_RETENTION_DAYS", 30)
+SWITCHBOARD_GATE_RETRY_SECONDS = float(os.environ.get("SWITCHBOARD_GATE_RETRY_SECONDS", "").strip() or 2)
 
 # --- Inbound policy, holds and loop protection (messaging.policy, services.holds/limits) ---------
 SWITCHBOARD_HOLD_EXPIRY_SECONDS = _env_int("SWITCHBOARD_HOLD_EXPIRY_SECONDS", 300)
@@ -188,6 +201,30 @@ SWITCHBOARD_UNREAD_PER_RECIPIENT = _env_int("SWITCHBOARD_UNREAD_PER_RECIPIENT", 
 SWITCHBOARD_LOOP_EXCHANGES = _env_int("SWITCHBOARD_LOOP_EXCHANGES", 20)
 SWITCHBOARD_LOOP_WINDOW_SECONDS = _env_int("SWITCHBOARD_LOOP_WINDOW_SECONDS", 300)
 SWITCHBOARD_LIMITS_PREFIX = os.environ.get("SWITCHBOARD_LIMITS_PREFIX", "").strip() or "sb:limits"
+
+# --- Federation (other hubs: channel registry, LAN peers, relay) ---------------------------------
+SWITCHBOARD_HUB_NAME = os.environ.get("SWITCHBOARD_HUB_NAME", "").strip()
+SWITCHBOARD_ROLE = os.environ.get("SWITCHBOARD_ROLE", "").strip() or "hub"  # "hub" | "relay"
+# Where this hub answers other hubs; `switchboard serve` sets it. Empty: no channel registration.
+SWITCHBOARD_PUBLIC_URL = os.environ.get("SWITCHBOARD_PUBLIC_URL", "").strip().rstrip("/")
+SWITCHBOARD_REGISTRY_DIR = Path(
+    os.environ.get("SWITCHBOARD_REGISTRY_DIR", "").strip() or Path.home() / ".switchboard-registry"
+).expanduser()
+SWITCHBOARD_REGISTRY_STALE_SECONDS = _env_int("SWITCHBOARD_REGISTRY_STALE_SECONDS", 4 * 3600)
+SWITCHBOARD_LAN_PEERS = [
+    u.strip().rstrip("/") for u in os.environ.get("SWITCHBOARD_LAN_PEERS", "").split(",") if u.strip()
+]
+SWITCHBOARD_RELAY_URL = os.environ.get("SWITCHBOARD_RELAY_URL", "").strip().rstrip("/")
+SWITCHBOARD_PEER_TOFU = _env_bool("SWITCHBOARD_PEER_TOFU", True)
+SWITCHBOARD_ISOLATED = _env_bool("SWITCHBOARD_ISOLATED", False)
+SWITCHBOARD_MAX_HOPS = _env_int("SWITCHBOARD_MAX_HOPS", 3)
+SWITCHBOARD_HOSTS_CACHE_SECONDS = _env_int("SWITCHBOARD_HOSTS_CACHE_SECONDS", 60)
+SWITCHBOARD_FEDERATION_TIMEOUT = float(os.environ.get("SWITCHBOARD_FEDERATION_TIMEOUT", "") or 3.0)
+SWITCHBOARD_FEDERATION_POLL_SECONDS = float(os.environ.get("SWITCHBOARD_FEDERATION_POLL_SECONDS", "") or 2.0)
+SWITCHBOARD_RELAY_EXPIRY_SECONDS = _env_int("SWITCHBOARD_RELAY_EXPIRY_SECONDS", 24 * 3600)
+SWITCHBOARD_RELAY_LEASE_SECONDS = _env_int("SWITCHBOARD_RELAY_LEASE_SECONDS", 60)
+SWITCHBOARD_RELAY_CLAIM_SECONDS = _env_int("SWITCHBOARD_RELAY_CLAIM_SECONDS", 120)
+SWITCHBOARD_FILES_DIR = Path(os.environ.get("SWITCHBOARD_FILES_DIR", "").strip() or SWITCHBOARD_HOME / "files")
 
 LOGGING = {
     "version": 1,

@@ -54,6 +54,8 @@ class SessionOut(Schema):
     peer_address: str
     addressable: bool
     last_seen: str | None
+    dead: bool = False
+    liveness: str = ""
 
 
 class RegisteredOut(SessionOut):

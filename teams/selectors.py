@@ -2,9 +2,54 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from messaging.models import AgentSession
+from messaging.principals import Principal
+from teams.models import FrameRequest, GateCheck, Membership, Role, Subscription, Task, Team
 
 
 def lead_session_of(session: AgentSession) -> AgentSession | None:
     """The lead of the team `session` is a teammate in, or None when it is in no team."""
-    return None
+    member = (
+        Membership.objects.filter(
+            session=session, role=Role.TEAMMATE, left_at__isnull=True, team__ended_at__isnull=True
+        )
+        .select_related("team__lead_session")
+        .first()
+    )
+    return member.team.lead_session if member else None
+
+
+def teams_visible(*, viewer: Principal, include_ended: bool = False) -> list[Team]:
+    """Every team for an operator; the teams a session is (or was) on for a session."""
+    qs = Team.objects.all().order_by("-created_at")
+    if not viewer.is_operator:
+        qs = qs.filter(memberships__session=viewer.require_session()).distinct()
+    if not include_ended:
+        qs = qs.filter(ended_at__isnull=True)
+    return list(qs[:500])
+
+
+def tasks_of_team(*, team: Team, status: str | None = None, owner: Any = None) -> list[Task]:
+    qs = Task.objects.filter(team=team).select_related("owner").order_by("id")
+    if status:
+        qs = qs.filter(status=status)
+    if owner:
+        qs = qs.filter(owner_id=owner)
+    return list(qs[:1000])
+
+
+def requests_of_team(*, team: Team, state: str | None = None) -> list[FrameRequest]:
+    qs = FrameRequest.objects.filter(team=team).order_by("-created_at")
+    if state:
+        qs = qs.filter(state=state)
+    return list(qs[:500])
+
+
+def gate_checks_of_team(*, team: Team) -> list[GateCheck]:
+    return list(GateCheck.objects.filter(team=team).order_by("-id")[:200])
+
+
+def subscriptions_of(*, session: AgentSession) -> list[Subscription]:
+    return list(Subscription.objects.filter(subscriber=session).order_by("-created_at")[:200])

@@ -321,8 +321,12 @@ def message_send(
     actor: Principal | None = None,
     trust: str = HOST_VERIFIED,
     signature_failed: bool = False,
+    hub_made: bool = False,
 ) -> SendOutcome:
-    """Send `text` from `sender` to the session `to` names. See the module docstring for the steps."""
+    """Send `text` from `sender` to the session `to` names. See the module docstring for the steps.
+
+    `hub_made` marks a message the hub writes on a session's behalf (an idle notification with a
+    final answer, a fired subscription): it skips the sender's rate limits so it is never lost."""
     actor = actor or session_principal(sender)
     target = validate_address(to)
     summary = strip_invisible(summary or "")[0].strip()
@@ -342,6 +346,10 @@ def message_send(
     recipient, resolution = resolve_recipient(sender, target)
     if recipient.id == sender.id:
         raise Invalid("self_target", "A session cannot message itself.")
+    from teams.services.observers import observer_check_send
+
+    # Observers send only observer reports to their target and receive nothing (raises Forbidden).
+    trust = observer_check_send(sender=sender, recipient=recipient, kind=kind) or trust
     now = timezone.now()
     encoded = text.encode("utf-8")
     sha256 = hashlib.sha256(encoded).hexdigest()
@@ -350,7 +358,8 @@ def message_send(
         if original is not None:
             delivery = original.deliveries.get(recipient=recipient)
             return SendOutcome(message=original, delivery=delivery, recipient=recipient, duplicate=True)
-    limits_take(sender=sender, recipient=recipient)
+    if not hub_made:
+        limits_take(sender=sender, recipient=recipient)
     decision = decide_inbound(
         sender=sender,
         recipient=recipient,

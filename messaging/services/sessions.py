@@ -148,6 +148,10 @@ def session_set_status(
             deliveries_release_for_recipient(recipient=locked, actor=actor)
         if status == SessionStatus.EXITED:
             deliveries_retire_for_exit(recipient=locked, actor=actor)
+        from teams.services.liveness import on_session_status
+
+        # Same transaction: the idle notification (with the final answer) commits with the status.
+        on_session_status(session=locked, previous=previous, final_answer=final_answer, actor=actor)
     session.__dict__.update({f: getattr(locked, f) for f in fields})
     return locked
 
@@ -158,7 +162,10 @@ def session_deregister(*, session: AgentSession, actor: Principal) -> AgentSessi
 
 
 def session_summary(session: AgentSession) -> dict[str, object]:
-    """The public description of a session, as the API and live events show it."""
+    """The public description of a session, as the API and live events show it. `dead` is true
+    for a busy/idle session silent past SWITCHBOARD_DEAD_AFTER_SECONDS; `liveness` is then `dead`."""
+    from teams.services.liveness import liveness_fields
+
     return {
         "id": str(session.id),
         "name": session.name,
@@ -171,4 +178,5 @@ def session_summary(session: AgentSession) -> dict[str, object]:
         "peer_address": session.peer_address,
         "addressable": session.status in (SessionStatus.BUSY, SessionStatus.IDLE),
         "last_seen": session.last_seen.isoformat() if session.last_seen else None,
+        **liveness_fields(session),
     }

@@ -1,0 +1,461 @@
+"""Structured team frames: typed, role-checked, persisted as messages of kind `frame`.
+
+Frames never come from plain text (the send service refuses text that parses as one). Each type
+has a fixed direction; a response must name an open request of the right kind and come from the
+member that request was addressed to. Anything else is dropped: audited as `frame.dropped` and
+answered with an error that says why, never delivered as prose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from messaging.errors import Conflict, Forbidden, Invalid, NotFound, SwitchboardError
+from messaging.models import AgentSession, PermissionMode
+from messaging.principals import Principal
+from messaging.services.audit import audit_event
+from messaging.services.events import announce
+from messaging.services.sending import SendOutcome
+from teams.models import FrameRequest, Membership, RequestKind, RequestState, Role, Team
+from teams.services.notify import frame_deliver
+from teams.services.teams import member_require_live, team_require_live
+
+
+@dataclass(frozen=True)
+class FrameRule:
+    sender_role: str  # lead | teammate
+    opens: str = ""  # the request kind this frame opens
+    answers: str = ""  # the request kind this frame answers
+
+
+# Frames a member may send through the typed API. task_assignment and idle_notification exist
+# too, but only the hub writes them (on assignment and on a teammate's turn end).
+FRAME_RULES: dict[str, FrameRule] = {
+    "shutdown_request": FrameRule(Role.LEAD, opens=RequestKind.SHUTDOWN),
+    "shutdown_response": FrameRule(Role.TEAMMATE, answers=RequestKind.SHUTDOWN),
+    "plan_approval_request": FrameRule(Role.TEAMMATE, opens=RequestKind.PLAN_APPROVAL),
+    "plan_approval_response": FrameRule(Role.LEAD, answers=RequestKind.PLAN_APPROVAL),
+    "permission_request": FrameRule(Role.TEAMMATE, opens=RequestKind.PERMISSION),
+    "permission_response": FrameRule(Role.LEAD, answers=RequestKind.PERMISSION),
+    "mode_change": FrameRule(Role.LEAD),
+}
+HUB_ONLY_FRAMES = frozenset({"task_assignment", "idle_notification"})
+FRAME_TYPES = frozenset(FRAME_RULES) | HUB_ONLY_FRAMES
+BODY_MAX_CHARS = 50_000
+
+
+@dataclass
+class FrameResult:
+    """What a frame send did: the stored message (if any) and the request it opened or answered."""
+
+    outcome: SendOutcome | None
+    request: FrameRequest | None
+    frame_type: str
+
+
+def frame_drop(*, actor: Principal, team: Team | None, frame_type: str, why: str, detail: str) -> None:
+    """Audit a refused frame (in its own transaction, so the refusal itself is never lost)."""
+    with transaction.atomic():
+        audit_event(
+            "frame.dropped",
+            actor=actor.actor,
+            target=str(team.id) if team else "",
+            detail={"type": str(frame_type)[:40], "why": why, "detail": detail[:300]},
+        )
+
+
+def _refuse(
+    exc: SwitchboardError, *, actor: Principal, team: Team | None, frame_type: str, why: str
+) -> SwitchboardError:
+    frame_drop(actor=actor, team=team, frame_type=frame_type, why=why, detail=exc.detail)
+    return exc
+
+
+def frame_send(
+    *,
+    team: Team,
+    actor: Principal,
+    frame_type: str,
+    to_member: Any = None,
+    request_id: Any = None,
+    approve: bool | None = None,
+    reason: str = "",
+    body: dict[str, Any] | None = None,
+) -> FrameResult:
+    """Send one structured frame from the caller's membership of `team`. See the module docstring."""
+    body = dict(body or {})
+    if frame_type not in FRAME_TYPES:
+        raise _refuse(
+            Invalid("unknown_frame", f"{frame_type!r} is not a team frame type."),
+            actor=actor,
+            team=team,
+            frame_type=frame_type,
+            why="unknown",
+        )
+    if frame_type in HUB_ONLY_FRAMES:
+        raise _refuse(
+            Forbidden(
+                f"`{frame_type}` frames are written by the hub (on task assignment and turn end), not sent.",
+                reason="hub_only_frame",
+            ),
+            actor=actor,
+            team=team,
+            frame_type=frame_type,
+            why="hub_only",
+        )
+    rule = FRAME_RULES[frame_type]
+    try:
+        team_require_live(team=team)
+        sender = _sender_member(team, actor)
+    except SwitchboardError as exc:
+        raise _refuse(exc, actor=actor, team=team, frame_type=frame_type, why="not_a_member") from None
+    if sender.role != rule.sender_role:
+        who = "the lead" if rule.sender_role == Role.LEAD else "a teammate"
+        raise _refuse(
+            Forbidden(f"Only {who} sends `{frame_type}` frames.", reason="wrong_role"),
+            actor=actor,
+            team=team,
+            frame_type=frame_type,
+            why="peer_authored",
+        )
+    if len(str(body)) > BODY_MAX_CHARS or len(reason) > 1000:
+        raise Invalid("frame_too_large", f"A frame body takes at most {BODY_MAX_CHARS:,} characters.")
+
+    if rule.answers:
+        return _answer(
+            team=team,
+            actor=actor,
+            sender=sender,
+            frame_type=frame_type,
+            kind=rule.answers,
+            request_id=request_id,
+            approve=approve,
+            reason=reason,
+            body=body,
+        )
+    try:
+        recipient = _recipient(team, sender, to_member)
+    except SwitchboardError as exc:
+        raise _refuse(exc, actor=actor, team=team, frame_type=frame_type, why="stale_member") from None
+    if frame_type == "mode_change":
+        mode = body.get("mode")
+        if mode not in PermissionMode.values:
+            raise Invalid(
+                "bad_mode", f"mode_change takes body.mode, one of {', '.join(PermissionMode.values)}."
+            )
+    if rule.opens:
+        return _open(
+            team=team,
+            actor=actor,
+            sender=sender,
+            recipient=recipient,
+            frame_type=frame_type,
+            kind=rule.opens,
+            reason=reason,
+            body=body,
+        )
+    with transaction.atomic():
+        outcome = frame_deliver(
+            sender=sender.session,
+            recipient=recipient.session,
+            frame_type=frame_type,
+            fields=_envelope(team, sender, recipient, body=body, reason=reason),
+            summary=f"{frame_type} from {sender.name}",
+            actor=actor,
+        )
+        audit_event(
+            "frame.sent",
+            actor=actor.actor,
+            target=str(team.id),
+            message=outcome.message,
+            detail={"type": frame_type, "to_member": str(recipient.id)},
+        )
+    return FrameResult(outcome=outcome, request=None, frame_type=frame_type)
+
+
+def _sender_member(team: Team, actor: Principal) -> Membership:
+    session = actor.require_session()
+    member = (
+        Membership.objects.select_related("session")
+        .filter(team=team, session=session, left_at__isnull=True)
+        .first()
+    )
+    if member is None:
+        raise Forbidden("You are not on this team's roster, so you cannot send its frames.")
+    return member
+
+
+def _recipient(team: Team, sender: Membership, to_member: Any) -> Membership:
+    if to_member in (None, ""):
+        if sender.role == Role.TEAMMATE:
+            lead = Membership.objects.select_related("session").get(
+                team=team, role=Role.LEAD, left_at__isnull=True
+            )
+            return lead
+        raise Invalid("missing_to_member", "Name the teammate (`to_member`, a member id from the roster).")
+    recipient = member_require_live(team=team, member_id=to_member)
+    if recipient.id == sender.id:
+        raise Invalid("self_target", "A member cannot send a frame to itself.")
+    if sender.role == Role.TEAMMATE and recipient.role != Role.LEAD:
+        raise Forbidden("A teammate's request frames go to its lead.", reason="wrong_role")
+    return recipient
+
+
+def _envelope(
+    team: Team, sender: Membership, recipient: Membership, *, body: dict[str, Any], reason: str, **more: Any
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "team_id": str(team.id),
+        "from_member": str(sender.id),
+        "from_name": sender.name,
+        "to_member": str(recipient.id),
+        **more,
+    }
+    if body:
+        fields["body"] = body
+    if reason:
+        fields["reason"] = reason
+    return fields
+
+
+def request_timeout(kind: str) -> timedelta:
+    if kind == RequestKind.SHUTDOWN:
+        return timedelta(seconds=settings.SWITCHBOARD_SHUTDOWN_TIMEOUT_SECONDS)
+    return timedelta(seconds=settings.SWITCHBOARD_FRAME_REQUEST_SECONDS)
+
+
+def _open(
+    *,
+    team: Team,
+    actor: Principal,
+    sender: Membership,
+    recipient: Membership,
+    frame_type: str,
+    kind: str,
+    reason: str,
+    body: dict[str, Any],
+) -> FrameResult:
+    now = timezone.now()
+    if kind == RequestKind.SHUTDOWN:
+        already = FrameRequest.objects.filter(
+            responder=recipient, kind=kind, state=RequestState.OPEN, expires_at__gt=now
+        ).first()
+        if already is not None:
+            # Asking again while a request is open returns that request: no second frame, no loop.
+            return FrameResult(outcome=None, request=already, frame_type=frame_type)
+        # An open request past its deadline is settled first, so the new one can open.
+        requests_expire_due(now=now)
+    with transaction.atomic():
+        request = FrameRequest.objects.create(
+            team=team,
+            kind=kind,
+            requester=sender,
+            responder=recipient,
+            payload=body,
+            reason=reason,
+            expires_at=now + request_timeout(kind),
+        )
+        outcome = frame_deliver(
+            sender=sender.session,
+            recipient=recipient.session,
+            frame_type=frame_type,
+            fields=_envelope(
+                team,
+                sender,
+                recipient,
+                body=body,
+                reason=reason,
+                request_id=str(request.id),
+                expires_at=request.expires_at.isoformat(),
+            ),
+            summary=f"{frame_type} from {sender.name}",
+            actor=actor,
+        )
+        request.request_message = outcome.message
+        request.save(update_fields=["request_message"])
+        audit_event(
+            "frame.request_opened",
+            actor=actor.actor,
+            target=str(team.id),
+            message=outcome.message,
+            detail={"type": frame_type, "request": str(request.id), "to_member": str(recipient.id)},
+        )
+        announce("team.request", request_summary(request), teams=[team.id])
+    return FrameResult(outcome=outcome, request=request, frame_type=frame_type)
+
+
+def _answer(
+    *,
+    team: Team,
+    actor: Principal,
+    sender: Membership,
+    frame_type: str,
+    kind: str,
+    request_id: Any,
+    approve: bool | None,
+    reason: str,
+    body: dict[str, Any],
+) -> FrameResult:
+    def stale(message: str) -> SwitchboardError:
+        return _refuse(
+            Conflict(message, reason="stale_frame"),
+            actor=actor,
+            team=team,
+            frame_type=frame_type,
+            why="stale",
+        )
+
+    if approve is None:
+        raise Invalid("missing_approve", f"`{frame_type}` needs `approve`: true or false.")
+    if not approve and not reason.strip():
+        raise Invalid("missing_reason", "A rejection carries a reason the requester can act on.")
+    try:
+        request = FrameRequest.objects.select_related("requester__session", "responder").get(
+            pk=request_id, team=team
+        )
+    except (FrameRequest.DoesNotExist, ValueError, Exception):
+        raise stale(f"No open {kind} request {request_id} on this team; nothing was sent.") from None
+    if request.kind != kind:
+        raise stale(f"Request {request.id} is a {request.kind} request, not {kind}.")
+    if request.responder_id != sender.id:
+        raise _refuse(
+            Forbidden(f"Request {request.id} was not addressed to you.", reason="wrong_responder"),
+            actor=actor,
+            team=team,
+            frame_type=frame_type,
+            why="peer_authored",
+        )
+    now = timezone.now()
+    if request.state != RequestState.OPEN or request.expires_at <= now:
+        raise stale(f"Request {request.id} is no longer open ({_state_now(request, now)}); nothing was sent.")
+    requester = request.requester
+    new_state = RequestState.APPROVED if approve else RequestState.REJECTED
+    with transaction.atomic():
+        moved = FrameRequest.objects.filter(pk=request.pk, state=RequestState.OPEN).update(
+            state=new_state, answered_at=now, reason=reason[:1000]
+        )
+        if not moved:
+            raise stale(f"Request {request.id} was answered a moment ago; nothing was sent.")
+        request.refresh_from_db()
+        outcome = None
+        if requester.left_at is None:
+            outcome = frame_deliver(
+                sender=sender.session,
+                recipient=requester.session,
+                frame_type=frame_type,
+                fields=_envelope(
+                    team,
+                    sender,
+                    requester,
+                    body=body,
+                    reason=reason,
+                    request_id=str(request.id),
+                    approve=bool(approve),
+                ),
+                summary=f"{frame_type} from {sender.name}: {'approved' if approve else 'rejected'}",
+                actor=actor,
+            )
+        audit_event(
+            "frame.request_answered",
+            actor=actor.actor,
+            target=str(team.id),
+            message=outcome.message if outcome else None,
+            detail={"type": frame_type, "request": str(request.id), "approve": bool(approve)},
+        )
+        announce("team.request", request_summary(request), teams=[team.id])
+        if kind == RequestKind.SHUTDOWN and approve:
+            _stop_for_shutdown(sender.session, actor)
+    return FrameResult(outcome=outcome, request=request, frame_type=frame_type)
+
+
+def _stop_for_shutdown(session: AgentSession, actor: Principal) -> None:
+    from messaging.services.sessions import session_set_status
+
+    session_set_status(session=session, status="stopped", actor=actor)
+
+
+def _state_now(request: FrameRequest, now: Any) -> str:
+    if request.state == RequestState.OPEN and request.expires_at <= now:
+        return "timed out"
+    return str(request.state)
+
+
+def requests_expire_due(*, now: Any = None) -> list[FrameRequest]:
+    """Close open requests past their deadline, once each, and tell the requester plainly."""
+    from teams.services.notify import notify_safely
+
+    now = now or timezone.now()
+    due = list(
+        FrameRequest.objects.filter(state=RequestState.OPEN, expires_at__lte=now)
+        .select_related("requester__session", "responder__session", "team")
+        .order_by("expires_at")[:500]
+    )
+    closed = []
+    for request in due:
+        with transaction.atomic():
+            if not FrameRequest.objects.filter(pk=request.pk, state=RequestState.OPEN).update(
+                state=RequestState.EXPIRED, answered_at=now, reason="no answer before the deadline"
+            ):
+                continue
+            request.state = RequestState.EXPIRED
+            audit_event(
+                "frame.request_expired",
+                actor="hub",
+                target=str(request.team_id),
+                detail={"kind": request.kind, "request": str(request.id)},
+            )
+            announce("team.request", request_summary(request), teams=[request.team_id])
+            if request.requester.left_at is None:
+                notify_safely(
+                    sender=request.responder.session,
+                    recipient=request.requester.session,
+                    text=_expiry_sentence(request),
+                    summary=f"{request.kind} request to {request.responder.name} timed out",
+                )
+            closed.append(request)
+    return closed
+
+
+def _expiry_sentence(request: FrameRequest) -> str:
+    who = request.responder.name
+    if request.kind == RequestKind.SHUTDOWN:
+        return (
+            f"Your shutdown request to {who} (request {request.id}) got no answer before its deadline. "
+            f"{who} was NOT stopped and is still {request.responder.session.status}. The hub will not ask "
+            "again by itself: send a new shutdown request, or ask the operator to stop it from the console."
+        )
+    return (
+        f"Your {request.kind} request (request {request.id}) to {who} got no answer before its deadline "
+        "and is closed; send a new request if you still need an answer."
+    )
+
+
+def request_get(*, team: Team, request_id: Any) -> FrameRequest:
+    try:
+        return FrameRequest.objects.get(pk=request_id, team=team)
+    except (FrameRequest.DoesNotExist, ValueError, Exception) as exc:
+        raise NotFound("No such request on this team.") from exc
+
+
+def request_summary(request: FrameRequest) -> dict[str, Any]:
+    """An open (or settled) protocol request as the API and live events show it."""
+    return {
+        "id": str(request.id),
+        "team_id": str(request.team_id),
+        "kind": request.kind,
+        "state": request.state,
+        "requester": str(request.requester_id),
+        "responder": str(request.responder_id),
+        "reason": request.reason,
+        "payload": request.payload,
+        "message_id": str(request.request_message_id) if request.request_message_id else None,
+        "created_at": request.created_at.isoformat() if request.created_at else None,
+        "expires_at": request.expires_at.isoformat() if request.expires_at else None,
+        "answered_at": request.answered_at.isoformat() if request.answered_at else None,
+    }

@@ -1,0 +1,300 @@
+"""Teams and their roster: create, add a teammate, leave, end, and the checks every team call makes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from messaging.errors import Conflict, Forbidden, Invalid, NotFound
+from messaging.models import AgentSession, SessionStatus
+from messaging.names import clean_name, name_problem, normalize_name
+from messaging.principals import Principal
+from messaging.services.audit import audit_event
+from messaging.services.events import announce
+from teams.models import (
+    FrameRequest,
+    Membership,
+    Observer,
+    RequestState,
+    Role,
+    Task,
+    TaskStatus,
+    Team,
+)
+
+
+def live_membership(session: AgentSession | Any) -> Membership | None:
+    """The session's place on a live roster, or None."""
+    return (
+        Membership.objects.select_related("team", "session")
+        .filter(session_id=getattr(session, "id", session), left_at__isnull=True, team__ended_at__isnull=True)
+        .first()
+    )
+
+
+def team_get(*, team_id: Any) -> Team:
+    """The team with that id, or NotFound."""
+    try:
+        return Team.objects.select_related("lead_session").get(pk=team_id)
+    except (Team.DoesNotExist, ValueError, Exception) as exc:  # a malformed UUID raises ValidationError
+        raise NotFound("No team with that id.") from exc
+
+
+def team_require_visible(*, team: Team, actor: Principal) -> Membership | None:
+    """Operators see every team; a session sees the teams it is (or was) on. Returns its membership."""
+    if actor.is_operator:
+        return None
+    session = actor.require_session()
+    member = Membership.objects.filter(team=team, session=session).order_by("-joined_at").first()
+    if member is None:
+        raise NotFound("No team with that id is visible to you.")
+    return member
+
+
+def member_require_lead(*, team: Team, actor: Principal) -> Membership | None:
+    """The caller's lead membership of a live team (None for an operator); Forbidden otherwise."""
+    team_require_live(team=team)
+    if actor.is_operator:
+        return None
+    session = actor.require_session()
+    member = Membership.objects.filter(team=team, session=session, left_at__isnull=True).first()
+    if member is None or member.role != Role.LEAD:
+        raise Forbidden("Only the team's lead (or an operator) may do this.")
+    return member
+
+
+def member_require_live(*, team: Team, member_id: Any) -> Membership:
+    """A member id that is still on this team's roster. A stale id is refused, never re-pointed."""
+    try:
+        member = Membership.objects.select_related("session", "team").get(pk=member_id, team=team)
+    except (Membership.DoesNotExist, ValueError, Exception) as exc:
+        raise NotFound(f"No member {member_id} on this team's roster.") from exc
+    if member.left_at is not None or member.team.ended_at is not None:
+        raise Conflict(
+            f"Member {member.name} ({member.id}) is no longer on the roster; nothing was sent. "
+            "Read the roster again (GET /api/v1/teams/{id}) and use a current member id.",
+            reason="stale_member",
+        )
+    return member
+
+
+def member_of_caller(*, team: Team, actor: Principal) -> Membership:
+    """The caller's live membership of `team` (a session acting as itself)."""
+    team_require_live(team=team)
+    session = actor.require_session()
+    member = Membership.objects.select_related("session").filter(
+        team=team, session=session, left_at__isnull=True
+    )
+    found = member.first()
+    if found is None:
+        raise Forbidden("You are not on this team's roster.")
+    return found
+
+
+def team_require_live(*, team: Team) -> None:
+    if team.ended_at is not None:
+        raise Conflict("This team has ended; its tasks and history are kept read-only.", reason="team_ended")
+
+
+def _member_name(session: AgentSession, name: str | None) -> tuple[str, str]:
+    chosen = name if name else session.name
+    problem = name_problem(chosen)
+    if problem:
+        raise Invalid("bad_name", problem)
+    chosen = clean_name(chosen)
+    return chosen, normalize_name(chosen)
+
+
+def _require_free(session: AgentSession) -> None:
+    if session.status in (SessionStatus.EXITED,):
+        raise Conflict(f"{session.label} has exited.", reason="session_exited")
+    if Observer.objects.filter(session=session).exists():
+        raise Conflict(f"{session.label} is an observer; observers cannot join a team.", reason="observer")
+
+
+def team_create(*, lead: AgentSession, name: str, actor: Principal) -> Team:
+    """Create a team led by `lead`. A session leads at most one live team; a teammate leads none."""
+    _require_free(lead)
+    current = live_membership(lead)
+    if current is not None:
+        if current.role == Role.TEAMMATE:
+            raise Forbidden("A teammate cannot create a team: teams do not nest.", reason="nested_team")
+        raise Conflict(
+            f"You already lead the team {current.team.name} ({current.team.id}).", reason="already_lead"
+        )
+    member_name, key = _member_name(lead, None)
+    team_name = (name or "").strip() or f"team-{lead.name}"
+    if len(team_name) > 64:
+        raise Invalid("bad_team_name", "A team name takes at most 64 characters.")
+    try:
+        with transaction.atomic():
+            team = Team.objects.create(name=team_name, lead_session=lead)
+            member = Membership.objects.create(
+                team=team, session=lead, role=Role.LEAD, name=member_name, name_key=key
+            )
+            audit_event(
+                "team.created",
+                actor=actor.actor,
+                target=str(team.id),
+                detail={"lead": str(lead.id), "member": str(member.id)},
+            )
+            announce("team.changed", team_summary(team), teams=[team.id], sessions=[lead.id])
+    except IntegrityError as exc:
+        raise Conflict("This session is already on a team.", reason="already_member") from exc
+    return team
+
+
+def team_add_member(
+    *, team: Team, session: AgentSession, actor: Principal, name: str | None = None
+) -> Membership:
+    """Put `session` on the roster as a teammate (lead or operator only). Returns its new member id."""
+    member_require_lead(team=team, actor=actor)
+    _require_free(session)
+    if live_membership(session) is not None:
+        raise Conflict(f"{session.label} is already on a team's roster.", reason="already_member")
+    member_name, key = _member_name(session, name)
+    try:
+        with transaction.atomic():
+            member = Membership.objects.create(
+                team=team, session=session, role=Role.TEAMMATE, name=member_name, name_key=key
+            )
+            audit_event(
+                "team.member_joined",
+                actor=actor.actor,
+                target=str(team.id),
+                detail={"member": str(member.id), "session": str(session.id), "name": member_name},
+            )
+            announce("team.changed", team_summary(team), teams=[team.id], sessions=[session.id])
+    except IntegrityError as exc:
+        raise Conflict(
+            f"The roster already has a member named {member_name!r} (or that session is on a team); "
+            "pick another name.",
+            reason="name_taken",
+        ) from exc
+    return member
+
+
+def member_leave(*, member: Membership, actor: Principal, why: str = "left") -> Membership:
+    """Take a teammate off the roster (itself, its lead, an operator, or the hub on exit).
+
+    Its unfinished tasks go back on the board unowned. The member id is never reused."""
+    team = member.team
+    if member.role == Role.LEAD:
+        raise Invalid("lead_cannot_leave", "The lead does not leave its team; end the team instead.")
+    if actor.kind == "session":
+        assert actor.session is not None
+        is_self = actor.session.id == member.session_id
+        is_lead = Membership.objects.filter(
+            team=team, session=actor.session, role=Role.LEAD, left_at__isnull=True
+        ).exists()
+        if not (is_self or is_lead):
+            raise Forbidden("Only the member itself or its lead may take it off the roster.")
+    now = timezone.now()
+    with transaction.atomic():
+        if Membership.objects.filter(pk=member.pk, left_at__isnull=True).update(left_at=now) == 0:
+            member.refresh_from_db()
+            return member
+        member.left_at = now
+        _return_tasks_of(member)
+        FrameRequest.objects.filter(state=RequestState.OPEN, responder=member).update(
+            state=RequestState.CANCELLED, answered_at=now, reason=f"member {why}"
+        )
+        audit_event(
+            "team.member_left",
+            actor=actor.actor,
+            target=str(team.id),
+            detail={"member": str(member.id), "why": why},
+        )
+        announce("team.changed", team_summary(team), teams=[team.id], sessions=[member.session_id])
+    return member
+
+
+def _return_tasks_of(member: Membership) -> None:
+    from django.db.models import F
+
+    Task.objects.filter(owner=member).exclude(status__in=[TaskStatus.COMPLETED, TaskStatus.REJECTED]).update(
+        owner=None, status=TaskStatus.PENDING, gate_pending="", revision=F("revision") + 1
+    )
+
+
+def team_end(*, team: Team, actor: Principal, why: str = "ended") -> Team:
+    """End a team (its lead or an operator). The roster empties; tasks and history stay."""
+    if actor.kind != "hub":
+        member_require_lead(team=team, actor=actor)
+    now = timezone.now()
+    with transaction.atomic():
+        if (
+            Team.objects.filter(pk=team.pk, ended_at__isnull=True).update(ended_at=now, ended_by=actor.actor)
+            == 0
+        ):
+            team.refresh_from_db()
+            return team
+        team.ended_at = now
+        team.ended_by = actor.actor
+        Membership.objects.filter(team=team, left_at__isnull=True).update(left_at=now)
+        FrameRequest.objects.filter(team=team, state=RequestState.OPEN).update(
+            state=RequestState.CANCELLED, answered_at=now, reason="team ended"
+        )
+        audit_event("team.ended", actor=actor.actor, target=str(team.id), detail={"why": why})
+        announce("team.changed", team_summary(team), teams=[team.id])
+    return team
+
+
+def teams_purge_ended(*, now: Any = None) -> int:
+    """Delete teams ended longer ago than the retention setting, with their tasks. Returns how many."""
+    days = settings.SWITCHBOARD_TEAM_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    doomed = list(Team.objects.filter(ended_at__lt=cutoff).values_list("id", flat=True)[:500])
+    if not doomed:
+        return 0
+    with transaction.atomic():
+        Team.objects.filter(pk__in=doomed).delete()
+        for team_id in doomed:
+            audit_event("team.purged", actor="hub", target=str(team_id))
+    return len(doomed)
+
+
+def member_summary(member: Membership) -> dict[str, Any]:
+    """A roster entry as the API and live events show it."""
+    from messaging.services.sessions import session_summary
+
+    session = member.session
+    summary = session_summary(session)
+    return {
+        "member_id": str(member.id),
+        "name": member.name,
+        "role": member.role,
+        "joined_at": member.joined_at.isoformat() if member.joined_at else None,
+        "left_at": member.left_at.isoformat() if member.left_at else None,
+        "session": {
+            "id": str(session.id),
+            "name": session.name,
+            "ref": session.ref,
+            "status": session.status,
+            "liveness": summary.get("liveness", session.status),
+            "dead": summary.get("dead", False),
+            "last_seen": summary["last_seen"],
+        },
+    }
+
+
+def team_summary(team: Team, *, include_left: bool = False) -> dict[str, Any]:
+    """A team and its roster (live members, or all with `include_left`)."""
+    members = Membership.objects.filter(team=team).select_related("session").order_by("joined_at")
+    if not include_left:
+        members = members.filter(left_at__isnull=True) if team.ended_at is None else members
+    return {
+        "id": str(team.id),
+        "name": team.name,
+        "lead_session": str(team.lead_session_id),
+        "live": team.ended_at is None,
+        "created_at": team.created_at.isoformat() if team.created_at else None,
+        "ended_at": team.ended_at.isoformat() if team.ended_at else None,
+        "members": [member_summary(m) for m in members],
+    }

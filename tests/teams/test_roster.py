@@ -1,0 +1,99 @@
+"""Teams and the roster: one team per lead, no nesting, member ids, `lead`, stale members, ending."""
+
+from __future__ import annotations
+
+from messaging.models import AuditEvent
+from teams.models import Task
+
+
+def test_lead_creates_team_and_adds_teammates_with_their_own_member_ids(api, crew):
+    team = api.get(crew.path(), crew.lead.token).json_body
+    roster = {m["name"]: m for m in team["members"]}
+    assert set(roster) == {"lead-one", "alice", "bob"}
+    assert roster["lead-one"]["role"] == "lead"
+    assert roster["alice"]["role"] == "teammate"
+    assert roster["alice"]["member_id"] != roster["alice"]["session"]["id"]
+    assert AuditEvent.objects.filter(kind="team.member_joined").count() == 2
+
+
+def test_a_session_leads_one_team_and_a_teammate_cannot_create_one(api, crew):
+    again = api.post("teams", crew.lead.token, {"name": "second"})
+    assert again.status_code == 409
+    assert again.json_body["reason"] == "already_lead"
+    nested = api.post("teams", crew.alice.token, {"name": "nested"})
+    assert nested.status_code == 403
+    assert nested.json_body["reason"] == "nested_team"
+
+
+def test_only_the_lead_adds_members_and_a_member_is_on_one_roster(api, crew, register):
+    carol = register("carol")
+    assert api.post(crew.path("/members"), crew.alice.token, {"session": carol.id}).status_code == 403
+    other_lead = register("other-lead")
+    other = api.post("teams", other_lead.token, {}).json_body["id"]
+    taken = api.post(f"teams/{other}/members", other_lead.token, {"session": crew.alice.id})
+    assert taken.status_code == 409 and taken.json_body["reason"] == "already_member"
+
+
+def test_lead_alias_reaches_the_senders_lead(api, crew, send):
+    sent = send(crew.alice, "lead", "status: halfway")
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["to"]["id"] == crew.lead.id
+
+
+def test_a_stale_member_id_is_refused_even_when_its_name_is_reused(api, crew, register):
+    old_bob = crew.members["bob"]
+    assert api.delete(crew.path(f"/members/{old_bob}"), crew.bob.token).status_code == 200
+    new_bob = register("bob")
+    added = api.post(crew.path("/members"), crew.lead.token, {"session": new_bob.id, "name": "bob"})
+    assert added.status_code == 201
+
+    stale = api.post(crew.path("/messages"), crew.lead.token, {"to_member": old_bob, "message": "ship it"})
+    assert stale.status_code == 409
+    assert stale.json_body["reason"] == "stale_member"
+    assert api.get("inbox", new_bob.token).json_body["messages"] == []
+
+    fresh = api.post(
+        crew.path("/messages"), crew.lead.token, {"to_member": added.json_body["member_id"], "message": "hi"}
+    )
+    assert fresh.status_code == 201
+    assert fresh.json_body["to"]["id"] == new_bob.id
+
+
+def test_leaving_returns_unfinished_tasks_to_the_board(api, crew):
+    task = api.post(crew.path("/tasks"), crew.lead.token, {"title": "write docs"}).json_body
+    assert api.post(f"tasks/{task['id']}/claim", crew.alice.token, {}).status_code == 200
+    api.delete(crew.path(f"/members/{crew.members['alice']}"), crew.alice.token)
+    after = api.get(f"tasks/{task['id']}", crew.lead.token).json_body
+    assert after["status"] == "pending" and after["owner"] is None
+
+
+def test_a_teammate_cannot_remove_another(api, crew):
+    assert api.delete(crew.path(f"/members/{crew.members['bob']}"), crew.alice.token).status_code == 403
+
+
+def test_ending_a_team_keeps_tasks_and_frees_the_lead(api, crew):
+    api.post(crew.path("/tasks"), crew.lead.token, {"title": "kept"})
+    assert api.post(crew.path("/end"), crew.alice.token).status_code == 403
+    ended = api.post(crew.path("/end"), crew.lead.token)
+    assert ended.status_code == 200 and ended.json_body["live"] is False
+    assert Task.objects.filter(team_id=crew.team_id).count() == 1
+    assert api.get(crew.path("/tasks"), crew.lead.token).json_body["tasks"][0]["title"] == "kept"
+    assert api.post(crew.path("/tasks"), crew.lead.token, {"title": "late"}).status_code == 409
+    assert api.post("teams", crew.lead.token, {"name": "next"}).status_code == 201
+    assert api.post("teams", crew.alice.token, {"name": "alice's own"}).status_code == 201
+
+
+def test_outsiders_cannot_see_a_team_but_operators_can(api, crew, register, operator_token):
+    stranger = register("stranger")
+    assert api.get(crew.path(), stranger.token).status_code == 404
+    assert api.get(crew.path(), operator_token).status_code == 200
+    assert len(api.get("teams", operator_token).json_body["teams"]) == 1
+    assert api.get("teams", stranger.token).json_body["teams"] == []
+
+
+def test_exit_takes_a_teammate_off_the_roster_and_tells_the_lead(api, crew):
+    assert api.delete("sessions/me", crew.bob.token).status_code == 200
+    names = {m["name"] for m in api.get(crew.path(), crew.lead.token).json_body["members"]}
+    assert names == {"lead-one", "alice"}
+    texts = [m["text"] for m in api.get("inbox", crew.lead.token).json_body["messages"]]
+    assert any("bob" in t and "exited" in t for t in texts)
