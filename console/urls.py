@@ -1,9 +1,30 @@
 from django.contrib import admin
-from django.urls import path
+from django.contrib.staticfiles.views import serve as static_serve
+from django.urls import include, path
 
+from console import views
 from console.api import api
+
+console_patterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("login/", views.login_view, name="login"),
+    path("logout/", views.logout_view, name="logout"),
+    path("holds/", views.holds, name="holds"),
+    path("holds/decide", views.holds_decide_view, name="holds-decide"),
+    path("sessions/<uuid:session_id>/", views.session_detail, name="session"),
+    path("sessions/<uuid:session_id>/policy", views.session_policy, name="session-policy"),
+    path("sessions/<uuid:session_id>/sender-policy", views.session_sender_policy, name="session-sender-policy"),
+    path("teams/<uuid:team_id>/", views.team_detail, name="team"),
+    path("messages/<uuid:message_id>/", views.message_detail, name="message"),
+    path("audit/", views.audit, name="audit"),
+    path("console/updates", views.updates, name="updates"),
+]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    # One process serves its own CSS and script (and the admin's): there is no front proxy in the
+    # embedded footprint. Production may put `collectstatic` output behind a web server instead.
+    path("static/<path:path>", static_serve, {"insecure": True}),
+    path("", include((console_patterns, "console"))),
 ]

@@ -1,0 +1,261 @@
+"""Pages of the operator console. Each view checks that the user is an operator, parses the
+request, calls a selector or a service, and renders. Message text reaches templates only through
+Django's autoescaping and the browser only through `textContent` (see static/console/console.js)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import user_passes_test
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from console import selectors
+from console.consumers import is_operator_user
+from console.forms import HoldDecisionForm, OperatorLoginForm, PolicyForm, SenderPolicyForm
+from messaging.errors import NotFound, SwitchboardError
+from messaging.models import AgentSession
+from messaging.principals import Principal, operator_principal
+from messaging.selectors import message_for_viewer, message_status
+from messaging.services.holds import holds_decide, holds_list
+from messaging.services.policies import policy_set, sender_policy_set
+
+# No inline script or style anywhere in the console, so the page may forbid them outright.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
+)
+
+operator_required = user_passes_test(is_operator_user, login_url=settings.LOGIN_URL)
+
+
+def _operator(request: HttpRequest) -> Principal:
+    return operator_principal(request.user.get_username())
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _page(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
+    """Render a console page with what every page needs: the audit cursor and the holds count."""
+    base = {
+        "cursor": selectors.audit_cursor(),
+        "held_count": selectors.held_count(),
+        "dead_after": settings.SWITCHBOARD_DEAD_AFTER_SECONDS,
+    }
+    response = render(request, template, {**base, **context})
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    return response
+
+
+def _error(request: HttpRequest, exc: SwitchboardError, back: str) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse(exc.as_dict(), status=exc.status)
+    messages.error(request, exc.detail)
+    return HttpResponseRedirect(back)
+
+
+def _form_error(request: HttpRequest, form: Any, back: str) -> HttpResponse:
+    problems = "; ".join(str(e) for errors in form.errors.values() for e in errors)
+    if _wants_json(request):
+        return JsonResponse({"error": "invalid", "detail": problems}, status=400)
+    messages.error(request, problems)
+    return HttpResponseRedirect(back)
+
+
+class LoginView(auth_views.LoginView):
+    template_name = "console/login.html"
+    authentication_form = OperatorLoginForm
+    redirect_authenticated_user = False
+
+    def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
+        response = super().render_to_response(context, **kwargs)
+        response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+        return response
+
+
+login_view = LoginView.as_view()
+logout_view = auth_views.LogoutView.as_view(next_page=settings.LOGIN_URL)
+
+
+@require_GET
+@operator_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    show_exited = request.GET.get("exited") == "1"
+    return _page(
+        request,
+        "console/dashboard.html",
+        {
+            "sessions": selectors.session_rows(include_exited=show_exited),
+            "show_exited": show_exited,
+            "teams": selectors.team_rows(),
+            "feed": selectors.feed_rows(),
+        },
+    )
+
+
+@require_GET
+@operator_required
+def holds(request: HttpRequest) -> HttpResponse:
+    return _page(request, "console/holds.html", {"holds": holds_list()})
+
+
+@require_POST
+@operator_required
+def holds_decide_view(request: HttpRequest) -> HttpResponse:
+    """Approve or deny the posted holds (one or many). JSON for the page's script, else a redirect."""
+    back = reverse("console:holds")
+    form = HoldDecisionForm(request.POST)
+    if not form.is_valid():
+        return _form_error(request, form, back)
+    try:
+        moved = holds_decide(
+            delivery_ids=form.delivery_ids,
+            approve=form.approve,
+            actor=_operator(request),
+            reason=form.cleaned_data["reason"],
+        )
+    except SwitchboardError as exc:
+        return _error(request, exc, back)
+    moved_ids = sorted(m.delivery_id for m in moved)
+    skipped = sorted(set(form.delivery_ids) - set(moved_ids))
+    verb = "Approved" if form.approve else "Denied"
+    if _wants_json(request):
+        return JsonResponse(
+            {"action": form.cleaned_data["action"], "moved": moved_ids, "skipped": skipped, "verb": verb}
+        )
+    if moved_ids:
+        messages.success(request, f"{verb} {len(moved_ids)} held message(s).")
+    if skipped:
+        messages.warning(
+            request, f"{len(skipped)} were already decided or expired; nothing changed for them."
+        )
+    return HttpResponseRedirect(back)
+
+
+def _session_or_404(session_id: UUID) -> AgentSession:
+    session = AgentSession.objects.filter(pk=session_id).first()
+    if session is None:
+        raise Http404("No such session.")
+    return session
+
+
+@require_GET
+@operator_required
+def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    detail = selectors.session_detail(session_id=session_id)
+    if detail is None:
+        raise Http404("No such session.")
+    session = detail["session"]
+    policy_form = PolicyForm(
+        initial={"policy": session.operator_policy or "", "hold_expiry_seconds": session.hold_expiry_seconds}
+    )
+    return _page(
+        request,
+        "console/session.html",
+        {**detail, "policy_form": policy_form, "sender_form": SenderPolicyForm()},
+    )
+
+
+def _session_action(
+    request: HttpRequest, session_id: UUID, form_class: type, act: Callable[[AgentSession, Any], str]
+) -> HttpResponse:
+    session = _session_or_404(session_id)
+    back = reverse("console:session", args=[session.id])
+    form = form_class(request.POST)
+    if not form.is_valid():
+        return _form_error(request, form, back)
+    try:
+        done = act(session, form.cleaned_data)
+    except SwitchboardError as exc:
+        return _error(request, exc, back)
+    messages.success(request, done)
+    return HttpResponseRedirect(back)
+
+
+@require_POST
+@operator_required
+def session_policy(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    def act(session: AgentSession, data: dict[str, Any]) -> str:
+        policy_set(
+            session=session,
+            policy=data["policy"],
+            actor=_operator(request),
+            hold_expiry_seconds=data["hold_expiry_seconds"],
+        )
+        return f"Inbound policy of {session.label} is now {data['policy'] or 'the default'}."
+
+    return _session_action(request, session_id, PolicyForm, act)
+
+
+@require_POST
+@operator_required
+def session_sender_policy(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    def act(session: AgentSession, data: dict[str, Any]) -> str:
+        sender = AgentSession.objects.filter(pk=data["sender"]).first()
+        if sender is None:
+            raise NotFound("No such sender session.")
+        sender_policy_set(recipient=session, sender=sender, action=data["action"], actor=_operator(request))
+        return f"Messages from {sender.label} to {session.label}: {data['action'] or 'general policy'}."
+
+    return _session_action(request, session_id, SenderPolicyForm, act)
+
+
+@require_GET
+@operator_required
+def team_detail(request: HttpRequest, team_id: UUID) -> HttpResponse:
+    detail = selectors.team_detail(team_id=team_id)
+    if detail is None:
+        raise Http404("No such team.")
+    return _page(request, "console/team.html", detail)
+
+
+@require_GET
+@operator_required
+def message_detail(request: HttpRequest, message_id: UUID) -> HttpResponse:
+    try:
+        message = message_for_viewer(message_id=str(message_id), viewer=_operator(request))
+    except NotFound as exc:
+        raise Http404(exc.detail) from exc
+    return _page(request, "console/message.html", {"message": message, "status": message_status(message)})
+
+
+@require_GET
+@operator_required
+def audit(request: HttpRequest) -> HttpResponse:
+    def _int(name: str) -> int | None:
+        raw = request.GET.get(name, "")
+        return int(raw) if raw.isdigit() else None
+
+    kind = request.GET.get("kind", "").strip()[:48]
+    actor = request.GET.get("actor", "").strip()[:200]
+    events = selectors.audit_page(before=_int("before"), kind=kind, actor=actor)
+    return _page(
+        request,
+        "console/audit.html",
+        {
+            "events": events,
+            "kind": kind,
+            "actor": actor,
+            "older": events[-1].id if len(events) >= 100 else None,
+        },
+    )
+
+
+@require_GET
+@operator_required
+def updates(request: HttpRequest) -> JsonResponse:
+    """Catch-up for a browser whose socket dropped: current rows for whatever changed after `after`."""
+    raw = request.GET.get("after", "0")
+    after = int(raw) if raw.isdigit() else 0
+    payload = selectors.updates_since(after=after)
+    payload["held_count"] = selectors.held_count()
+    return JsonResponse(payload)

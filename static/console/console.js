@@ -1,0 +1,626 @@
+// Switchboard operator console: live updates over one WebSocket, and the holds queue's keyboard.
+//
+// Every piece of text that came from an agent (names, summaries, message text) is written into the
+// page with textContent or an input's value, never as HTML: it is untrusted, model-written input.
+// Pages are rendered by the server; this script only keeps them current.
+"use strict";
+
+(function () {
+  const body = document.body;
+  if (!body || !body.dataset.wsPath) return; // the login page has no live parts
+
+  const deadAfterMs = Number(body.dataset.deadAfter || "600") * 1000;
+  let cursor = Number(body.dataset.cursor || "0");
+  const $ = (sel, root) => (root || document).querySelector(sel);
+  const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
+
+  // ---------------------------------------------------------------- small formatting helpers
+  const who = (p) => (p ? p.name + " [" + p.ref + "]" : "");
+  const clock = (iso) => (iso ? String(iso).slice(11, 19) : "");
+  const truncate = (text, n) => (text && text.length > n ? text.slice(0, n - 1) + "…" : text || "");
+
+  function ago(ms) {
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return s + "s ago";
+    if (s < 3600) return Math.floor(s / 60) + "m ago";
+    if (s < 86400) return Math.floor(s / 3600) + "h ago";
+    return Math.floor(s / 86400) + "d ago";
+  }
+
+  function remaining(ms) {
+    const s = Math.max(0, Math.floor(ms / 1000));
+    const m = Math.floor(s / 60);
+    if (m >= 60) return Math.floor(m / 60) + "h " + String(m % 60).padStart(2, "0") + "m";
+    return m + "m " + String(s % 60).padStart(2, "0") + "s";
+  }
+
+  function setSlot(root, name, text) {
+    $$('[data-slot="' + name + '"]', root).forEach((el) => {
+      el.textContent = text == null ? "" : String(text);
+    });
+  }
+
+  function setLinks(root, kind, id) {
+    const base = kind === "message" ? "/messages/" : "/sessions/";
+    $$('[data-link="' + kind + '"]', root).forEach((a) => a.setAttribute("href", base + encodeURIComponent(id) + "/"));
+  }
+
+  function fromTemplate(id) {
+    const tpl = document.getElementById(id);
+    return tpl ? tpl.content.firstElementChild.cloneNode(true) : null;
+  }
+
+  function flash(el) {
+    el.classList.remove("changed");
+    void el.offsetWidth; // restart the highlight animation
+    el.classList.add("changed");
+  }
+
+  // ---------------------------------------------------------------- status line and notices
+  const live = $("#live");
+  function setLive(state, text) {
+    if (!live) return;
+    live.dataset.state = state;
+    live.textContent = text;
+  }
+
+  function notice(text, kind) {
+    const el = $("#notice");
+    if (!el) return;
+    el.textContent = text;
+    el.dataset.kind = kind || "info";
+  }
+
+  // ---------------------------------------------------------------- held count in the nav
+  const badge = $("#held-count");
+  function setHeldCount(n) {
+    if (!badge) return;
+    n = Math.max(0, n);
+    badge.textContent = String(n);
+    badge.setAttribute("aria-label", n + " held");
+    badge.classList.toggle("badge-alert", n > 0);
+  }
+  const heldCount = () => Number(badge ? badge.textContent : "0") || 0;
+
+  // ---------------------------------------------------------------- the message feed
+  function feedTables() {
+    return $$("table[data-feed]");
+  }
+
+  function upsertFeedRow(d) {
+    feedTables().forEach((table) => {
+      const filter = table.dataset.feedFilter;
+      if (filter && !((d.from && d.from.id === filter) || (d.to && d.to.id === filter))) return;
+      const tbody = table.tBodies[0];
+      let row = $('tr[data-delivery-id="' + d.delivery_id + '"]', tbody);
+      if (!row) {
+        row = fromTemplate("tpl-delivery-row");
+        if (!row) return;
+        row.dataset.deliveryId = String(d.delivery_id);
+        const empty = $("tr.empty", tbody);
+        if (empty) empty.remove();
+        tbody.insertBefore(row, tbody.firstElementChild);
+        while (tbody.rows.length > 200) tbody.deleteRow(-1);
+      }
+      row.dataset.messageId = d.message_id;
+      const time = $('[data-slot="time"]', row);
+      if (time && d.created_at) time.setAttribute("datetime", d.created_at);
+      setSlot(row, "time", clock(d.created_at));
+      setSlot(row, "from", who(d.from));
+      setSlot(row, "to", who(d.to));
+      setSlot(row, "tier", d.tier);
+      setSlot(row, "text", d.summary || truncate(d.preview, 140));
+      setLinks(row, "message", d.message_id);
+      row.dataset.tier = d.tier || "";
+      setFeedState(row, d.state);
+    });
+  }
+
+  function setFeedState(row, state) {
+    row.dataset.state = state;
+    setSlot(row, "state", state);
+    flash(row);
+  }
+
+  function updateFeedState(deliveryId, state) {
+    $$('table[data-feed] tr[data-delivery-id="' + deliveryId + '"]').forEach((row) => setFeedState(row, state));
+  }
+
+  // ---------------------------------------------------------------- the holds queue
+  const holdsTable = $("table[data-holds]");
+
+  function holdRows() {
+    return holdsTable ? $$("tbody tr.hold", holdsTable) : [];
+  }
+
+  function refreshHoldsChrome() {
+    if (!holdsTable) return;
+    const n = holdRows().length;
+    setSlot(document, "holds-count", n);
+    const count = $('[data-count="holds"]');
+    if (count) count.textContent = String(n);
+    const empty = $("[data-holds-empty]");
+    if (empty) empty.hidden = n > 0;
+    setHeldCount(n);
+    updateSelected();
+  }
+
+  // A hold arrives from a `message.sent` event (`from`/`to`) or the holds list (`sender`/`recipient`).
+  function upsertHoldRow(h) {
+    if (!holdsTable) return;
+    const tbody = holdsTable.tBodies[0];
+    let row = $('tr[data-delivery-id="' + h.delivery_id + '"]', tbody);
+    const isNew = !row;
+    if (isNew) {
+      row = fromTemplate("tpl-hold-row");
+      if (!row) return;
+    }
+    row.dataset.deliveryId = String(h.delivery_id);
+    row.dataset.messageId = h.message_id;
+    row.dataset.tier = h.tier || "";
+    row.dataset.escalate = h.escalate || "";
+    row.dataset.reason = h.hold_reason || "";
+    $$("[data-slot-value=delivery_id]", row).forEach((input) => (input.value = String(h.delivery_id)));
+    setSlot(row, "sender", who(h.sender || h.from));
+    setSlot(row, "recipient", who(h.recipient || h.to));
+    setSlot(row, "trust", h.trust);
+    setSlot(row, "tier", h.tier);
+    setSlot(row, "escalate", h.escalate === "required" ? "escalated" : "");
+    setSlot(row, "priority", h.priority === "urgent" ? "urgent" : "");
+    setSlot(row, "hold_reason", h.hold_reason);
+    setSlot(row, "summary", h.summary);
+    setSlot(row, "preview", h.preview);
+    setLinks(row, "message", h.message_id);
+    const countdown = $(".countdown", row);
+    if (countdown) countdown.dataset.expires = h.expires_at || "";
+    if (isNew) {
+      const first = tbody.firstElementChild;
+      const urgent = h.escalate === "required" || h.priority === "urgent" || h.tier === "sensitive";
+      tbody.insertBefore(row, urgent ? first : null);
+      flash(row);
+    }
+    tickCountdowns();
+    refreshHoldsChrome();
+  }
+
+  function removeHoldRow(deliveryId) {
+    if (!holdsTable) return false;
+    const row = $('tr[data-delivery-id="' + deliveryId + '"]', holdsTable);
+    if (!row) return false;
+    if (row.classList.contains("current")) {
+      const next = row.nextElementSibling || row.previousElementSibling;
+      if (next) setCurrent(next, false);
+    }
+    row.remove();
+    refreshHoldsChrome();
+    return true;
+  }
+
+  // ---------------------------------------------------------------- sessions on the dashboard
+  function displayStatus(raw, lastSeen) {
+    if ((raw === "busy" || raw === "idle") && lastSeen) {
+      if (Date.now() - Date.parse(lastSeen) > deadAfterMs) return "dead";
+    }
+    return raw;
+  }
+
+  function policyLabel(s) {
+    if (s.inbound_policy && s.operator_policy) return s.inbound_policy + " (operator: " + s.operator_policy + ")";
+    if (s.operator_policy) return s.operator_policy + " (operator)";
+    if (s.inbound_policy) return s.inbound_policy;
+    return "default (" + (s.permission_mode || "default") + ")";
+  }
+
+  function upsertSessionRow(s) {
+    const table = $("table[data-sessions]");
+    if (!table) return;
+    const tbody = table.tBodies[0];
+    let row = $('tr[data-session-id="' + s.id + '"]', tbody);
+    if (!row) {
+      if (!s.name) return; // a policy event for a session this page does not list
+      row = fromTemplate("tpl-session-row");
+      if (!row) return;
+      row.dataset.sessionId = s.id;
+      const empty = $("tr.empty", tbody);
+      if (empty) empty.remove();
+      tbody.insertBefore(row, tbody.firstElementChild);
+      const count = $('[data-count="sessions"]');
+      if (count) count.textContent = String(tbody.rows.length);
+    }
+    if (s.name) {
+      setSlot(row, "label", who(s));
+      setLinks(row, "session", s.id);
+      setSlot(row, "kind", s.kind);
+      setSlot(row, "peer_address", s.peer_address);
+    }
+    if (s.status) {
+      row.dataset.rawStatus = s.status;
+      const time = $('[data-slot="last_seen"]', row);
+      if (time && s.last_seen) time.setAttribute("datetime", s.last_seen);
+      const status = displayStatus(s.status, s.last_seen);
+      row.dataset.status = status;
+      setSlot(row, "status", status);
+    }
+    if ("operator_policy" in s || "inbound_policy" in s) {
+      if (!("sender" in s)) {
+        const merged = Object.assign({}, row.dataset.policy ? JSON.parse(row.dataset.policy) : {}, s);
+        row.dataset.policy = JSON.stringify({
+          inbound_policy: merged.inbound_policy || null,
+          operator_policy: merged.operator_policy || null,
+          permission_mode: merged.permission_mode || null,
+        });
+        setSlot(row, "policy", s.policy || policyLabel(merged));
+      }
+    }
+    if (s.team) setSlot(row, "team", s.team.name);
+    tickClocks();
+    flash(row);
+  }
+
+  // ---------------------------------------------------------------- clocks and countdowns
+  function tickClocks() {
+    $$("time[data-relative]").forEach((t) => {
+      const at = Date.parse(t.getAttribute("datetime") || "");
+      if (!isNaN(at)) {
+        t.textContent = ago(Date.now() - at);
+        t.title = t.getAttribute("datetime");
+      }
+    });
+    $$("table[data-sessions] tbody tr[data-session-id]").forEach((row) => {
+      const time = $('[data-slot="last_seen"]', row);
+      const status = displayStatus(row.dataset.rawStatus, time && time.getAttribute("datetime"));
+      if (status !== row.dataset.status) {
+        row.dataset.status = status;
+        setSlot(row, "status", status);
+      }
+    });
+  }
+
+  function tickCountdowns() {
+    $$(".countdown[data-expires]").forEach((el) => {
+      const at = Date.parse(el.dataset.expires);
+      if (isNaN(at)) {
+        el.textContent = "no deadline";
+        return;
+      }
+      const left = at - Date.now();
+      el.textContent = left <= 0 ? "expiring…" : remaining(left);
+      el.classList.toggle("soon", left > 0 && left < 60000);
+      el.classList.toggle("over", left <= 0);
+      el.title = "expires at " + el.dataset.expires;
+    });
+  }
+
+  // ---------------------------------------------------------------- server-rendered regions
+  // Pages with rosters, boards or histories are re-fetched (debounced) when a matching event arrives,
+  // and their [data-live-region] parts swapped for the fresh server rendering (already escaped).
+  const refreshOn = (body.dataset.refreshOn || "").split(/\s+/).filter(Boolean);
+  const refreshMatch = body.dataset.refreshMatch || "";
+  let refreshTimer = null;
+
+  function wantsRefresh(kind, data) {
+    if (!$("[data-live-region]")) return false;
+    if (refreshOn.includes("*")) return true;
+    if (refreshOn.some((prefix) => kind.startsWith(prefix))) return true;
+    return Boolean(refreshMatch) && JSON.stringify(data || {}).includes(refreshMatch);
+  }
+
+  function scheduleRefresh() {
+    clearTimeout(refreshTimer);
+    refreshTimer = setTimeout(refreshRegions, 300);
+  }
+
+  async function refreshRegions() {
+    let response;
+    try {
+      response = await fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } });
+    } catch (err) {
+      return;
+    }
+    if (!response.ok || new URL(response.url).pathname.startsWith("/login")) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    $$("[data-live-region]").forEach((region) => {
+      const name = region.dataset.liveRegion;
+      const replacement = fresh.querySelector('[data-live-region="' + name + '"]');
+      if (!replacement || region.contains(document.activeElement)) return;
+      region.replaceWith(document.adoptNode(replacement));
+    });
+    tickClocks();
+    tickCountdowns();
+  }
+
+  // ---------------------------------------------------------------- applying events
+  function applyDelivery(d) {
+    upsertFeedRow(d);
+    if (d.state === "held") upsertHoldRow(d);
+    else removeHoldRow(d.delivery_id);
+  }
+
+  const handlers = {
+    "message.sent": (d) => {
+      upsertFeedRow(d);
+      if (d.state === "held") {
+        if (holdsTable) upsertHoldRow(d);
+        else setHeldCount(heldCount() + 1);
+      }
+    },
+    "delivery.changed": (d) => {
+      updateFeedState(d.delivery_id, d.state);
+      if (d.from === "held" && d.state !== "held") {
+        if (!removeHoldRow(d.delivery_id) && !holdsTable) setHeldCount(heldCount() - 1);
+      }
+    },
+    "session.changed": (s) => upsertSessionRow(s),
+    "session.policy": (s) => upsertSessionRow(s),
+  };
+
+  function dispatch(kind, data) {
+    const handler = handlers[kind];
+    if (handler) handler(data || {});
+    if (wantsRefresh(kind, data)) scheduleRefresh();
+  }
+
+  // ---------------------------------------------------------------- catching up after a gap
+  async function catchUp() {
+    const url = body.dataset.updatesUrl + "?after=" + encodeURIComponent(String(cursor));
+    let response;
+    try {
+      response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    } catch (err) {
+      return;
+    }
+    if (new URL(response.url).pathname.startsWith("/login")) {
+      setLive("off", "logged out — reload to log in");
+      return;
+    }
+    if (!response.ok) return;
+    const update = await response.json();
+    if (update.reload) {
+      location.reload();
+      return;
+    }
+    (update.deliveries || []).forEach(applyDelivery);
+    (update.sessions || []).forEach(upsertSessionRow);
+    if (typeof update.held_count === "number" && !holdsTable) setHeldCount(update.held_count);
+    if ((update.teams && refreshOn.some((p) => p.startsWith("team"))) || (update.deliveries || []).length) {
+      if ($("[data-live-region]")) scheduleRefresh();
+    }
+    cursor = Math.max(cursor, Number(update.cursor) || 0);
+  }
+
+  // ---------------------------------------------------------------- the socket
+  let socket = null;
+  let attempts = 0;
+  let pinger = null;
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    setLive("connecting", attempts ? "reconnecting…" : "connecting…");
+    socket = new WebSocket(scheme + location.host + body.dataset.wsPath);
+    socket.addEventListener("open", () => {
+      attempts = 0;
+      setLive("on", "live");
+      catchUp(); // whatever changed between rendering this page (or losing the socket) and now
+      clearInterval(pinger);
+      pinger = setInterval(() => {
+        if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ kind: "ping" }));
+      }, 25000);
+    });
+    socket.addEventListener("message", (e) => {
+      let event;
+      try {
+        event = JSON.parse(e.data);
+      } catch (err) {
+        return;
+      }
+      if (event && typeof event.kind === "string") dispatch(event.kind, event.data);
+    });
+    socket.addEventListener("close", (e) => {
+      clearInterval(pinger);
+      if (e.code === 4403 || e.code === 403) {
+        setLive("off", "not authorized — log in again");
+        return;
+      }
+      attempts += 1;
+      const delay = Math.min(15000, 500 * 2 ** Math.min(attempts, 5));
+      setLive("off", "offline — retrying in " + Math.round(delay / 1000) + "s");
+      setTimeout(connect, delay);
+    });
+  }
+
+  // ---------------------------------------------------------------- deciding holds
+  function csrfToken() {
+    const input = $('input[name="csrfmiddlewaretoken"]');
+    return input ? input.value : "";
+  }
+
+  async function decide(ids, action, reason) {
+    if (!ids.length) {
+      notice("Select a held message first (j/k to move, x to select).", "warn");
+      return;
+    }
+    const form = new URLSearchParams();
+    ids.forEach((id) => form.append("delivery_ids", id));
+    form.append("action", action);
+    form.append("reason", reason || "");
+    form.append("csrfmiddlewaretoken", csrfToken());
+    let response;
+    try {
+      response = await fetch("/holds/decide", {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { Accept: "application/json", "X-CSRFToken": csrfToken() },
+        body: form,
+      });
+    } catch (err) {
+      notice("Could not reach the hub; nothing was decided. Try again.", "error");
+      return;
+    }
+    let result = {};
+    try {
+      result = await response.json();
+    } catch (err) {
+      result = { detail: "The hub answered " + response.status + "." };
+    }
+    if (!response.ok) {
+      notice(result.detail || "That did not work.", "error");
+      return;
+    }
+    (result.moved || []).forEach((id) => removeHoldRow(id));
+    let text = result.verb + " " + (result.moved || []).length + ".";
+    if ((result.skipped || []).length) text += " " + result.skipped.length + " had already been decided or expired.";
+    notice(text, "ok");
+    const bulkReason = $("[data-bulk-reason]");
+    if (bulkReason && ids.length > 1) bulkReason.value = "";
+  }
+
+  function selectedIds() {
+    return $$('input[type=checkbox][name="delivery_ids"]:checked', holdsTable).map((c) => c.value);
+  }
+
+  function updateSelected() {
+    const out = $("[data-selected-count]");
+    if (out) out.textContent = selectedIds().length + " selected";
+    const all = $("[data-select-all]");
+    const boxes = $$('input[type=checkbox][name="delivery_ids"]', holdsTable);
+    if (all) all.checked = boxes.length > 0 && boxes.every((c) => c.checked);
+  }
+
+  function current() {
+    return $("tr.hold.current", holdsTable);
+  }
+
+  function setCurrent(row, focus) {
+    holdRows().forEach((r) => r.classList.remove("current"));
+    if (!row) return;
+    row.classList.add("current");
+    if (focus !== false) {
+      row.focus({ preventScroll: true });
+      row.scrollIntoView({ block: "nearest" });
+    }
+  }
+
+  function move(step) {
+    const rows = holdRows();
+    if (!rows.length) return;
+    const at = rows.indexOf(current());
+    const next = at < 0 ? (step > 0 ? 0 : rows.length - 1) : Math.min(rows.length - 1, Math.max(0, at + step));
+    setCurrent(rows[next]);
+  }
+
+  function actOnKey(action) {
+    const ids = selectedIds();
+    if (ids.length) {
+      const reason = ($("[data-bulk-reason]") || {}).value || "";
+      decide(ids, action, reason);
+      return;
+    }
+    const row = current();
+    if (!row) {
+      notice("No hold is selected: press j to move to the first one.", "warn");
+      return;
+    }
+    const rowReason = ($('input[name="reason"]', row) || {}).value || "";
+    decide([row.dataset.deliveryId], action, rowReason || ($("[data-bulk-reason]") || {}).value || "");
+  }
+
+  function setUpHolds() {
+    if (!holdsTable) return;
+    const noticeEl = document.createElement("p");
+    noticeEl.id = "notice";
+    noticeEl.className = "notice";
+    noticeEl.setAttribute("role", "status");
+    noticeEl.setAttribute("aria-live", "polite");
+    holdsTable.closest(".panel").insertBefore(noticeEl, $("#bulk"));
+
+    // Row forms and the bulk form post through fetch, so the queue keeps its place and selection.
+    document.addEventListener("submit", (e) => {
+      const form = e.target;
+      const action = e.submitter && e.submitter.value;
+      if (!(form instanceof HTMLFormElement) || !action) return;
+      if (form.id === "bulk") {
+        e.preventDefault();
+        decide(selectedIds(), action, ($("[data-bulk-reason]") || {}).value || "");
+      } else if (form.classList.contains("decide") && holdsTable.contains(form)) {
+        e.preventDefault();
+        const row = form.closest("tr.hold");
+        decide([row.dataset.deliveryId], action, ($('input[name="reason"]', form) || {}).value || "");
+      }
+    });
+    holdsTable.addEventListener("change", (e) => {
+      if (e.target.matches('input[type=checkbox][name="delivery_ids"]')) updateSelected();
+    });
+    holdsTable.addEventListener("click", (e) => {
+      const row = e.target.closest("tr.hold");
+      if (row) setCurrent(row, false);
+    });
+    const all = $("[data-select-all]");
+    if (all) {
+      all.addEventListener("change", () => {
+        $$('input[type=checkbox][name="delivery_ids"]', holdsTable).forEach((c) => (c.checked = all.checked));
+        updateSelected();
+      });
+    }
+    const toggle = $('[data-toggle="shortcuts"]');
+    const help = $("#shortcuts");
+    function toggleHelp() {
+      help.hidden = !help.hidden;
+      toggle.setAttribute("aria-expanded", String(!help.hidden));
+    }
+    if (toggle && help) toggle.addEventListener("click", toggleHelp);
+
+    document.addEventListener("keydown", (e) => {
+      if (e.ctrlKey || e.metaKey || e.altKey) return;
+      const typing = e.target.closest && e.target.closest("input[type=text], textarea, select");
+      if (typing) {
+        if (e.key === "Escape") e.target.blur();
+        return;
+      }
+      const keys = {
+        j: () => move(1),
+        ArrowDown: () => move(1),
+        k: () => move(-1),
+        ArrowUp: () => move(-1),
+        x: () => {
+          const row = current();
+          const box = row && $("input[type=checkbox]", row);
+          if (box) {
+            box.checked = !box.checked;
+            updateSelected();
+          }
+        },
+        a: () => actOnKey("approve"),
+        d: () => actOnKey("deny"),
+        r: () => {
+          const row = current();
+          const input = row && $('input[name="reason"]', row);
+          if (input) input.focus();
+        },
+        "*": () => {
+          if (all) {
+            all.checked = !all.checked;
+            all.dispatchEvent(new Event("change"));
+          }
+        },
+        "?": () => toggle && help && toggleHelp(),
+      };
+      const run = keys[e.key];
+      if (run) {
+        e.preventDefault();
+        run();
+      }
+    });
+    refreshHoldsChrome();
+  }
+
+  // ---------------------------------------------------------------- start
+  setUpHolds();
+  tickClocks();
+  tickCountdowns();
+  setInterval(tickCountdowns, 1000);
+  setInterval(tickClocks, 5000);
+  connect();
+
+  // Exposed for tests and for a person poking at the console from the browser's devtools.
+  window.switchboardConsole = { cursor: () => cursor, catchUp: catchUp };
+})();
