@@ -1,0 +1,76 @@
+"""Shutdown negotiation: approve stops the teammate, reject carries a reason, silence times out."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import time_machine
+from django.utils import timezone
+
+from teams.models import FrameRequest
+from teams.services.shutdown import shutdowns_expire_due
+from tests.teams.conftest import frames_in
+
+
+def _ask(api, crew, who="alice", reason="wrapping up"):
+    asked = api.post(crew.path(f"/members/{crew.members[who]}/shutdown"), crew.lead.token, {"reason": reason})
+    assert asked.status_code == 201, asked.json_body
+    return asked.json_body
+
+
+def test_approve_stops_the_teammate_and_later_messages_are_held_for_it(api, crew, send):
+    asked = _ask(api, crew)
+    [frame] = frames_in(api, crew.alice, "shutdown_request")
+    request_id = frame["frame"]["request_id"]
+    assert request_id == asked["request"]["id"] and frame["frame"]["reason"] == "wrapping up"
+
+    answered = api.post(crew.path(f"/shutdown/{request_id}"), crew.alice.token, {"approve": True})
+    assert answered.status_code == 201, answered.json_body
+    assert api.get("sessions/me", crew.alice.token).json_body["status"] == "stopped"
+    [response] = frames_in(api, crew.lead, "shutdown_response")
+    assert response["frame"]["approve"] is True
+
+    held = send(crew.lead, "alice", "one more thing")
+    assert held.json_body["status"] == "held"
+
+
+def test_reject_needs_a_reason_and_the_lead_gets_it(api, crew):
+    request_id = _ask(api, crew)["request"]["id"]
+    bare = api.post(crew.path(f"/shutdown/{request_id}"), crew.alice.token, {"approve": False})
+    assert bare.status_code == 400 and bare.json_body["reason"] == "missing_reason"
+    said_no = api.post(
+        crew.path(f"/shutdown/{request_id}"),
+        crew.alice.token,
+        {"approve": False, "reason": "tests still running"},
+    )
+    assert said_no.status_code == 201
+    [response] = frames_in(api, crew.lead, "shutdown_response")
+    assert response["frame"]["approve"] is False and response["frame"]["reason"] == "tests still running"
+    assert api.get("sessions/me", crew.alice.token).json_body["status"] == "idle"
+
+
+def test_asking_twice_returns_the_open_request_without_a_second_frame(api, crew):
+    first = _ask(api, crew)
+    second = _ask(api, crew)
+    assert second["request"]["id"] == first["request"]["id"] and second["repeated"] is True
+    assert len(frames_in(api, crew.alice, "shutdown_request")) == 1
+
+
+def test_an_unanswered_request_times_out_once_into_a_clear_state(api, crew, settings):
+    request_id = _ask(api, crew)["request"]["id"]
+    later = timezone.now() + timedelta(seconds=settings.SWITCHBOARD_SHUTDOWN_TIMEOUT_SECONDS + 1)
+    with time_machine.travel(later, tick=False):
+        assert shutdowns_expire_due() == 1
+        assert shutdowns_expire_due() == 0
+        late = api.post(crew.path(f"/shutdown/{request_id}"), crew.alice.token, {"approve": True})
+    assert late.status_code == 409 and late.json_body["reason"] == "stale_frame"
+    assert FrameRequest.objects.get(pk=request_id).state == "expired"
+    assert api.get("sessions/me", crew.alice.token).json_body["status"] == "idle"
+    told = [m for m in frames_in(api, crew.lead) if m["kind"] == "notification"]
+    assert len(told) == 1 and "NOT stopped" in told[0]["text"]
+    assert _ask(api, crew)["request"]["id"] != request_id  # a new request can be made
+
+
+def test_only_the_lead_asks(api, crew):
+    asked = api.post(crew.path(f"/members/{crew.members['bob']}/shutdown"), crew.alice.token, {})
+    assert asked.status_code == 403
