@@ -1,4 +1,7 @@
-"""`switchboard` command line. `serve` runs the hub; other commands talk to a hub over HTTP."""
+"""`switchboard` command line. `serve` runs the hub; other commands talk to a hub over HTTP.
+
+Exit codes: 0 done, 1 nothing to do, 2 usage error, 3 the hub refused, 4 the hub is unreachable.
+"""
 
 from __future__ import annotations
 
@@ -72,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=os.environ.get("SWITCHBOARD_HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("SWITCHBOARD_PORT", "8765")))
     serve.set_defaults(func=cmd_serve)
+    from console.agent.commands import add_agent_commands
+
+    add_agent_commands(sub)  # agents, send, inbox, ack, status, tasks, listen, hook, mcp, ...
     return parser
 
 

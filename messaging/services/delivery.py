@@ -239,6 +239,59 @@ def delivery_mark_delivered(*, delivery_id: int, actor: Principal, via: str) -> 
     return bool(moved)
 
 
+def delivery_socket_claim(*, delivery_id: int, lease_seconds: float) -> Delivery | None:
+    """Start one socket-write attempt: claim a queued delivery that is due (never tried, or its
+    retry time or an earlier attempt's lease has passed), count the attempt and lease it, so two
+    workers never write the same delivery at once. None when it is not queued or not due."""
+    from datetime import timedelta
+
+    from django.db.models import F, Q
+
+    now = timezone.now()
+    due = Q(next_attempt_at__lte=now) | Q(next_attempt_at__isnull=True, attempts=0)
+    claimed = Delivery.objects.filter(due, pk=delivery_id, state=S.QUEUED).update(
+        attempts=F("attempts") + 1, next_attempt_at=now + timedelta(seconds=lease_seconds), updated_at=now
+    )
+    if not claimed:
+        return None
+    return Delivery.objects.select_related("message", "message__sender", "recipient").get(pk=delivery_id)
+
+
+def delivery_socket_failed(*, delivery_id: int, error: str, retry_in: float | None) -> None:
+    """Record a failed socket attempt and when to try again; `retry_in=None` gives up on the socket
+    and leaves the delivery queued, so the recipient still gets it by pull or WebSocket."""
+    from datetime import timedelta
+
+    from messaging.services.audit import audit_event
+
+    now = timezone.now()
+    retry_at = now + timedelta(seconds=retry_in) if retry_in is not None else None
+    with transaction.atomic():
+        queued = Delivery.objects.filter(pk=delivery_id, state=S.QUEUED)
+        row = queued.values("attempts", "recipient_id").first()
+        if row is None:
+            return
+        queued.update(last_error=error[:500], next_attempt_at=retry_at, updated_at=now)
+        audit_event(
+            "delivery.attempt_failed",
+            actor="hub",
+            target=str(row["recipient_id"]),
+            delivery_id=delivery_id,
+            detail={"via": "uds", "attempts": row["attempts"], "error": error[:200], "gave_up": not retry_at},
+        )
+
+
+def deliveries_due_for_socket(*, batch: int = 500) -> list[int]:
+    """Queued socket deliveries whose retry time (or a lost worker's lease) has passed."""
+    return list(
+        Delivery.objects.filter(
+            state=S.QUEUED, next_attempt_at__lte=timezone.now(), recipient__peer_address__startswith="uds:"
+        )
+        .order_by("next_attempt_at")
+        .values_list("id", flat=True)[:batch]
+    )
+
+
 __all__ = [
     "Moved",
     "can_transition",
@@ -247,6 +300,9 @@ __all__ = [
     "deliveries_release_for_recipient",
     "deliveries_retire_for_exit",
     "delivery_mark_delivered",
+    "delivery_socket_claim",
+    "delivery_socket_failed",
+    "deliveries_due_for_socket",
     "inbox_ack",
     "inbox_has_queued",
     "inbox_pull",

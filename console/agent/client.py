@@ -1,0 +1,200 @@
+"""One small typed client for the hub's REST API (/api/v1). The CLI, the MCP server and the hooks all
+talk to the hub through it, so request building, authentication and error mapping live here once.
+
+Every failure is a `HubError` with the hub's stable error code and sentence; a hub that cannot be
+reached at all is `HubUnreachable` (code `unreachable`), which callers treat as "retry later".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+from console.agent.config import enroll_key, hub_url
+
+DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=2.0)
+
+
+class HubError(Exception):
+    """The hub answered with an error (or could not be reached). `code` is the hub's error code."""
+
+    def __init__(self, code: str, detail: str, *, status: int = 0, data: dict[str, Any] | None = None):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.status = status
+        self.data = data or {}
+
+    @property
+    def retryable(self) -> bool:
+        """True when the same call may succeed later (hub down, busy, rate limited)."""
+        return self.status in (0, 429, 502, 503, 504)
+
+
+class HubUnreachable(HubError):
+    def __init__(self, detail: str):
+        super().__init__("unreachable", detail, status=0)
+
+
+class HubClient:
+    """A session's (or an enrolling caller's) view of one hub."""
+
+    # Tests point every client at an in-process hub (httpx.WSGITransport) through this.
+    default_transport: httpx.BaseTransport | None = None
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = (url or hub_url()).rstrip("/")
+        self.token = token
+        self._http = httpx.Client(
+            base_url=f"{self.url}/api/v1", timeout=timeout, transport=transport or HubClient.default_transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> HubClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing ------------------------------------------------------------------------------
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        token: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """One request; the decoded JSON body on 2xx, else `HubError`."""
+        bearer = token or self.token
+        headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+        extra: dict[str, Any] = {}
+        if timeout is not None:
+            extra["timeout"] = httpx.Timeout(timeout, connect=2.0)
+        try:
+            response = self._http.request(
+                method,
+                path.lstrip("/"),
+                json=body,
+                params={k: v for k, v in (params or {}).items() if v is not None},
+                headers=headers,
+                **extra,
+            )
+        except httpx.TimeoutException as exc:
+            raise HubUnreachable(
+                f"The hub at {self.url} did not answer in time ({type(exc).__name__})."
+            ) from exc
+        except httpx.TransportError as exc:
+            raise HubUnreachable(f"The hub at {self.url} cannot be reached ({type(exc).__name__}).") from exc
+        try:
+            data = response.json() if response.content else None
+        except ValueError:
+            data = None
+        if response.is_success:
+            return data
+        found = data if isinstance(data, dict) else {}
+        raise HubError(
+            str(found.get("error") or f"http_{response.status_code}"),
+            str(found.get("detail") or f"The hub answered HTTP {response.status_code}."),
+            status=response.status_code,
+            data=found,
+        )
+
+    # --- sessions ------------------------------------------------------------------------------
+    def register(
+        self,
+        *,
+        name: str,
+        cwd: str = "",
+        kind: str = "script",
+        permission_mode: str = "default",
+        peer_address: str = "",
+        status: str = "idle",
+        headless: bool = False,
+        key: str | None = None,
+    ) -> dict[str, Any]:
+        """Register a session with the enrollment key; the answer carries its token (shown once).
+        The client then acts as that session."""
+        key = key or enroll_key()
+        if not key:
+            raise HubError(
+                "no_enroll_key",
+                "No enrollment key: set SWITCHBOARD_ENROLL_KEY or put the hub's key in "
+                "$SWITCHBOARD_HOME/enroll.key.",
+            )
+        body = {
+            "name": name,
+            "cwd": cwd,
+            "kind": kind,
+            "permission_mode": permission_mode,
+            "peer_address": peer_address,
+            "status": status,
+            "headless": headless,
+        }
+        registered = self.call("POST", "sessions", body=body, token=key)
+        self.token = registered["token"]
+        return registered
+
+    def me(self) -> dict[str, Any]:
+        return self.call("GET", "sessions/me")
+
+    def set_status(self, status: str, *, final_answer: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"status": status}
+        if final_answer is not None:
+            body["final_answer"] = final_answer
+        return self.call("PATCH", "sessions/me", body=body)
+
+    def deregister(self) -> dict[str, Any]:
+        return self.call("DELETE", "sessions/me")
+
+    # --- messages ------------------------------------------------------------------------------
+    def agents(self, *, name: str | None = None, include_exited: bool = False) -> list[dict[str, Any]]:
+        params = {"name": name, "include_exited": "true" if include_exited else None}
+        return self.call("GET", "agents", params=params)["agents"]
+
+    def send(
+        self,
+        *,
+        to: str,
+        message: str,
+        summary: str = "",
+        idempotency_key: str | None = None,
+        priority: str = "normal",
+        in_reply_to: str | None = None,
+    ) -> dict[str, Any]:
+        body = {"to": to, "message": message, "summary": summary, "priority": priority}
+        if idempotency_key:
+            body["idempotency_key"] = idempotency_key
+        if in_reply_to:
+            body["in_reply_to"] = in_reply_to
+        return self.call("POST", "messages", body=body)
+
+    def inbox(
+        self, *, wait: float = 0, limit: int = 100, include_unacked: bool = False
+    ) -> list[dict[str, Any]]:
+        """Pull queued messages (the hub marks them delivered). `wait` long-polls up to that long."""
+        params = {
+            "wait": wait or None,
+            "limit": limit,
+            "include_unacked": "true" if include_unacked else None,
+        }
+        return self.call("GET", "inbox", params=params, timeout=float(wait) + 10.0)["messages"]
+
+    def ack(self, ids: Iterable[str]) -> dict[str, Any]:
+        return self.call("POST", "inbox/ack", body={"ids": list(ids)})
+
+    def message_status(self, message_id: str) -> dict[str, Any]:
+        return self.call("GET", f"messages/{message_id}")

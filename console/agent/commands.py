@@ -1,0 +1,314 @@
+"""The agent-facing `switchboard` subcommands: they talk to a hub over HTTP (never to its database).
+
+Identity: `SWITCHBOARD_TOKEN` (a session token), or `--session KEY` (a session saved by
+`switchboard register --save KEY` or by the Claude Code hooks). Human output by default, `--json`
+for scripts. Exit codes:
+
+  0  done
+  1  nothing to do (empty inbox, nothing acked)
+  2  usage error (bad arguments, no identity)
+  3  the hub refused the request (its error code and sentence are printed)
+  4  the hub could not be reached (retry later)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from console.agent.client import HubClient, HubError, HubUnreachable
+
+EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_HUB, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
+
+
+class UsageError(Exception):
+    pass
+
+
+def _client(args: argparse.Namespace, *, need_token: bool = True) -> HubClient:
+    from console.agent.config import session_load
+
+    token = os.environ.get("SWITCHBOARD_TOKEN", "").strip() or None
+    url = getattr(args, "url", None)
+    if getattr(args, "session", None):
+        saved = session_load(args.session)
+        if saved is None or saved.ended:
+            raise UsageError(f"No saved session {args.session!r} in $SWITCHBOARD_HOME/sessions.")
+        token, url = saved.token, url or saved.hub
+    if need_token and not token:
+        raise UsageError(
+            "No session: set SWITCHBOARD_TOKEN or pass --session KEY (see `switchboard register`)."
+        )
+    return HubClient(url, token)
+
+
+def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False))
+    else:
+        print(human)
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(lines)
+
+
+# --- commands -----------------------------------------------------------------------------------
+def cmd_register(args: argparse.Namespace) -> int:
+    from console.agent.config import SavedSession, session_name, session_save
+
+    with _client(args, need_token=False) as client:
+        body = client.register(
+            name=args.name or session_name(),
+            cwd=os.getcwd(),
+            kind=args.kind,
+            peer_address=f"uds:{os.path.abspath(args.socket)}" if args.socket else "",
+        )
+    if args.save:
+        session_save(
+            SavedSession(
+                key=args.save, hub=client.url, token=body["token"], id=body["id"], name=body["name"],
+                ref=body["ref"], cwd=os.getcwd(), status=body["status"],
+            )
+        )  # fmt: skip
+    human = f"Registered {body['name']} [{body['ref']}]."
+    human += (
+        f" Saved as session {args.save!r}." if args.save else f"\nexport SWITCHBOARD_TOKEN={body['token']}"
+    )
+    _emit(args, body, human)
+    return EXIT_OK
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        agents = client.agents(name=args.name, include_exited=args.all)
+    _emit(args, agents, _table(agents, ["name", "ref", "status", "addressable", "kind", "cwd"]))
+    return EXIT_OK
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.message == "-" else args.message
+    with _client(args) as client:
+        sent = client.send(
+            to=args.to,
+            message=text,
+            summary=args.summary,
+            idempotency_key=args.key,
+            priority="urgent" if args.urgent else "normal",
+            in_reply_to=args.reply_to,
+        )
+    _emit(args, sent, f"{sent['result']}\nmessage id {sent['id']}")
+    return EXIT_OK
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    from console.agent.delivery_text import render_messages
+
+    with _client(args) as client:
+        messages = client.inbox(wait=args.wait, limit=args.limit, include_unacked=args.unacked)
+        if messages and args.ack:
+            client.ack([m["id"] for m in messages])
+    if args.json:
+        print(json.dumps(messages, ensure_ascii=False))
+    elif messages:
+        print(render_messages(messages, budget=10**9, how_to_reread="run `switchboard inbox --unacked`"))
+    else:
+        print("No messages waiting.", file=sys.stderr)
+    return EXIT_OK if messages else EXIT_NOTHING
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        result = client.ack(args.ids)
+    _emit(args, result, f"acked {len(result['acked'])}, already read {len(result['already_read'])}, "
+                        f"not yours or unknown {len(result['unknown']) + len(result['not_acked'])}")  # fmt: skip
+    return EXIT_OK if result["acked"] else EXIT_NOTHING
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.message_id:
+            status = client.message_status(args.message_id)
+            human = (
+                f"{status['status']}  (to {status['to']['name']} [{status['to']['ref']}])"
+                if status.get("to")
+                else status["status"]
+            )
+            human += "".join(f"\n  {h['at']}  {h['event']}" for h in status.get("history", []))
+            _emit(args, status, human)
+            return EXIT_OK
+        me = client.set_status(args.set, final_answer=args.final_answer) if args.set else client.me()
+    _emit(args, me, f"{me['name']} [{me['ref']}] is {me['status']}")
+    return EXIT_OK
+
+
+def cmd_deregister(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        me = client.deregister()
+    _emit(args, me, f"{me['name']} [{me['ref']}] has exited.")
+    return EXIT_OK
+
+
+def cmd_listen(args: argparse.Namespace) -> int:
+    from console.agent.listen import listen
+
+    client = None
+    if args.register:
+        client = _client(args, need_token=False)
+        from console.agent.config import session_name
+
+        body = client.register(name=args.name or session_name(), cwd=os.getcwd(), kind="listener",
+                               peer_address=f"uds:{os.path.abspath(args.socket)}")  # fmt: skip
+        print(
+            f"Registered {body['name']} [{body['ref']}] with socket {args.socket}.",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        taken = listen(
+            args.socket, out_file=args.out, as_json=args.json, count=args.count, seconds=args.seconds
+        )
+    except KeyboardInterrupt:
+        taken = 0
+    finally:
+        if client is not None:
+            try:
+                client.deregister()
+            finally:
+                client.close()
+    return EXIT_OK if taken or args.count is None else EXIT_NOTHING
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    from console.agent.hooks import main
+
+    return main()
+
+
+def cmd_install_hooks(args: argparse.Namespace) -> int:
+    from console.agent.install import install
+
+    report = install(scope=args.scope, project_dir=Path(args.project_dir).resolve(), write=args.write)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    verb = "Wrote" if args.write else "Add"
+    print(f"{verb} these hooks to {report['settings_file']}:\n{json.dumps(report['hooks'], indent=2)}\n")
+    if "mcp_file" in report:
+        print(f"{verb} this MCP server to {report['mcp_file']}:\n{json.dumps(report['mcp'], indent=2)}")
+    else:
+        print(f"Add the MCP server with:\n  {report['mcp_command']}")
+    if not args.write:
+        print("\n(Nothing was written; pass --write to merge these into the files.)")
+    return EXIT_OK
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from console.agent.mcp_server import main
+
+    return main()
+
+
+# --- wiring ---------------------------------------------------------------------------------------
+def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except UsageError as exc:
+            print(f"switchboard: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except HubUnreachable as exc:
+            print(f"switchboard: {exc.detail} Retry later.", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        except HubError as exc:
+            if getattr(args, "json", False):
+                print(json.dumps({"error": exc.code, "detail": exc.detail, **exc.data}), file=sys.stderr)
+            else:
+                print(f"switchboard: {exc.detail} [{exc.code}]", file=sys.stderr)
+            return EXIT_HUB
+
+    return run
+
+
+def add_agent_commands(sub: Any) -> None:
+    """Add the agent-side subcommands to the `switchboard` parser's subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    common.add_argument("--url", help="the hub (default: $SWITCHBOARD_URL or http://127.0.0.1:8765)")
+    common.add_argument(
+        "--session", metavar="KEY", help="act as a saved session instead of $SWITCHBOARD_TOKEN"
+    )
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, parents=[common], help=help, description=help)
+        parser.set_defaults(func=_guard(fn))
+        return parser
+
+    p = add("register", cmd_register, "register a session and print its token (or --save it)")
+    p.add_argument("--name", help="default: $SWITCHBOARD_NAME or this folder's name")
+    p.add_argument("--kind", default="script")
+    p.add_argument("--socket", help="deliver messages to this Unix socket (see `listen`)")
+    p.add_argument(
+        "--save", metavar="KEY", help="keep the token in $SWITCHBOARD_HOME/sessions/KEY.json (0600)"
+    )
+
+    p = add("agents", cmd_agents, "list agent sessions on the hub")
+    p.add_argument("--name", help="only names starting with this")
+    p.add_argument("--all", action="store_true", help="include sessions that have exited")
+
+    p = add("send", cmd_send, "send a plain-text message to one session")
+    p.add_argument("to", help="a name, `name [ref]`, a ref, or `lead`")
+    p.add_argument("message", help="the text, or - to read it from stdin")
+    p.add_argument("--summary", default="")
+    p.add_argument("--urgent", action="store_true")
+    p.add_argument("--key", help="idempotency key: a retried send with the same key is not sent twice")
+    p.add_argument("--reply-to", help="the id of the message this answers")
+
+    p = add("inbox", cmd_inbox, "pull waiting messages (exit 1 when there are none)")
+    p.add_argument("--wait", type=float, default=0, help="long-poll up to this many seconds")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--unacked", action="store_true", help="also show delivered messages not yet acked")
+    p.add_argument("--ack", action="store_true", help="mark what was shown as read")
+
+    p = add("ack", cmd_ack, "mark messages read by id (exit 1 when none was acked)")
+    p.add_argument("ids", nargs="+")
+
+    p = add("status", cmd_status, "show a message's state, or show / set this session's status")
+    p.add_argument("message_id", nargs="?")
+    p.add_argument("--set", choices=["busy", "idle", "stopped", "exited"])
+    p.add_argument("--final-answer")
+
+    add("deregister", cmd_deregister, "end this session on the hub (its token stops working)")
+
+    p = add("listen", cmd_listen, "receive messages on a Unix socket: print them or append them to a file")
+    p.add_argument("--socket", required=True, help="the socket path to listen on")
+    p.add_argument("--out", help="append each frame as a JSON line to this file instead of printing")
+    p.add_argument("--register", action="store_true", help="register a session whose address is this socket")
+    p.add_argument("--name", help="the registered session's name")
+    p.add_argument("--count", type=int, help="stop after this many messages")
+    p.add_argument("--seconds", type=float, help="stop after this many seconds")
+
+    p = sub.add_parser("hook", help="handle one Claude Code hook event (JSON on stdin); always exits 0")
+    p.set_defaults(func=cmd_hook)
+
+    p = add("install-hooks", cmd_install_hooks, "print (or --write) the Claude Code hooks and MCP config")
+    p.add_argument("--scope", choices=["project", "user"], default="project")
+    p.add_argument("--project-dir", default=".")
+    p.add_argument("--write", action="store_true", help="merge into the settings files instead of printing")
+
+    p = sub.add_parser("mcp", help="run the MCP server on stdio (for Claude Code or any MCP client)")
+    p.set_defaults(func=cmd_mcp)
+
+    from console.agent.team_commands import add_task_commands
+
+    add_task_commands(add)

@@ -1,0 +1,135 @@
+"""`switchboard listen --socket PATH`: the receiving end of the local socket inbox.
+
+It listens on a Unix socket (mode 0600), reads one JSON frame per connection, prints it (or appends
+it to a file), then answers `{"ack": "<message id>"}` so the hub marks the delivery delivered.
+With `--register` it also registers a session whose peer address is this socket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024 + 1
+READ_TIMEOUT = 10.0
+
+
+def bind_socket(path: str) -> socket.socket:
+    """A listening Unix socket at `path` (0600). A stale socket file left by a dead listener is
+    replaced; anything else at that path is an error."""
+    target = Path(path)
+    if target.exists() or target.is_symlink():
+        if not stat.S_ISSOCK(target.lstat().st_mode):
+            raise FileExistsError(f"{path} exists and is not a socket.")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(0.5)
+            probe.connect(path)
+        except OSError:
+            target.unlink()  # nobody listens there any more
+        else:
+            raise FileExistsError(f"Another listener is already on {path}.")
+        finally:
+            probe.close()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        server.bind(path)
+    finally:
+        os.umask(old_umask)
+    server.listen(16)
+    return server
+
+
+def read_frame(conn: socket.socket, *, timeout: float = READ_TIMEOUT) -> dict[str, Any] | None:
+    """One newline-terminated JSON frame from a connection, or None when it is not one."""
+    conn.settimeout(timeout)
+    buffer = b""
+    while b"\n" not in buffer:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        buffer += chunk
+        if len(buffer) > MAX_FRAME_BYTES:
+            return None
+    try:
+        frame = json.loads(buffer.split(b"\n", 1)[0])
+    except ValueError:
+        return None
+    return frame if isinstance(frame, dict) else None
+
+
+def serve(
+    server: socket.socket,
+    on_frame: Callable[[dict[str, Any]], None],
+    *,
+    count: int | None = None,
+    seconds: float | None = None,
+) -> int:
+    """Take frames until `count` frames or `seconds` have passed (forever when both are None).
+    Returns how many frames were taken."""
+    taken = 0
+    deadline = time.monotonic() + seconds if seconds is not None else None
+    while count is None or taken < count:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            server.settimeout(min(left, 1.0))
+        else:
+            server.settimeout(None)
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            try:
+                frame = read_frame(conn)
+                if frame is None:
+                    continue
+                on_frame(frame)
+                conn.sendall(json.dumps({"ack": str(frame.get("id", ""))}).encode("utf-8") + b"\n")
+                taken += 1
+            except OSError:
+                continue  # the hub gave up on this connection; it will retry
+    return taken
+
+
+def frame_printer(out: IO[str], *, as_json: bool) -> Callable[[dict[str, Any]], None]:
+    def show(frame: dict[str, Any]) -> None:
+        if as_json:
+            out.write(json.dumps(frame, ensure_ascii=False) + "\n")
+        else:
+            out.write(f"--- message id {frame.get('id')}\n{frame.get('framed', '')}\n\n")
+        out.flush()
+
+    return show
+
+
+def frame_appender(path: str) -> Callable[[dict[str, Any]], None]:
+    def append(frame: dict[str, Any]) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(frame, ensure_ascii=False) + "\n")
+
+    return append
+
+
+def listen(
+    path: str, *, out_file: str | None, as_json: bool, count: int | None, seconds: float | None
+) -> int:
+    """Bind, take frames, clean up the socket file. Returns how many frames were taken."""
+    server = bind_socket(path)
+    handler = frame_appender(out_file) if out_file else frame_printer(sys.stdout, as_json=as_json)
+    try:
+        return serve(server, handler, count=count, seconds=seconds)
+    finally:
+        server.close()
+        Path(path).unlink(missing_ok=True)

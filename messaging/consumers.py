@@ -1,0 +1,158 @@
+"""The agent WebSocket `/ws/agent/`: pushes a session's messages as they are queued, takes acks.
+
+Authentication: the session token in an `Authorization: Bearer ...` header of the handshake, or
+in the first frame `{"type": "auth", "token": "..."}` within AUTH_SECONDS. Never in the URL (URLs
+end up in logs). The socket joins the group `session.<id>` only after the token checks out.
+
+Server → agent frames:
+  {"type": "hello", "session": {...}}                 after authentication
+  {"type": "messages", "messages": [frame, ...]}      queued messages (now marked delivered)
+  {"type": "acked", ...}                              the answer to an ack
+  {"type": "event", "kind": ..., "data": ...}         other live events (e.g. read receipts)
+  {"type": "error", "error": code, "detail": sentence}
+Agent → server: {"type": "auth", "token"}, {"type": "ack", "ids": [message id, ...]}, {"type": "ping"}.
+
+The database stays the truth: a push only happens after the pull has moved the delivery to
+delivered, and a client that drops mid-push can fetch those again with `include_unacked`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from messaging.errors import SwitchboardError
+from messaging.framing import frame_for_recipient
+from messaging.models import AgentSession
+from messaging.principals import session_principal
+from messaging.services.delivery import inbox_ack, inbox_pull
+from messaging.services.events import session_group
+from messaging.services.sessions import session_from_token, session_summary, session_touch
+
+AUTH_SECONDS = 10.0
+CLOSE_UNAUTHORIZED = 4401
+PUSH_BATCH = 100
+MAX_BATCHES_PER_FLUSH = 100
+
+
+def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+@database_sync_to_async
+def _authenticate(token: str) -> AgentSession | None:
+    session = session_from_token(token)
+    if session is not None:
+        session_touch(session)
+    return session
+
+
+@database_sync_to_async
+def _pull(session: AgentSession) -> list[dict[str, Any]]:
+    deliveries = inbox_pull(recipient=session, actor=session_principal(session), limit=PUSH_BATCH)
+    return [frame_for_recipient(d) for d in deliveries]
+
+
+@database_sync_to_async
+def _ack(session: AgentSession, ids: list[str]) -> dict[str, list[str]]:
+    return inbox_ack(recipient=session, actor=session_principal(session), message_ids=ids)
+
+
+class AgentConsumer(AsyncJsonWebsocketConsumer):
+    """One agent session's live connection."""
+
+    groups: list[str] = []  # joined only after authentication
+
+    async def connect(self) -> None:
+        self.session: AgentSession | None = None
+        self.group: str | None = None
+        self._auth_timer: asyncio.Task[None] | None = None
+        token = _bearer(self.scope.get("headers", []))
+        if token is not None:
+            session = await _authenticate(token)
+            if session is None:
+                await self.close()  # before accept: the handshake is refused (HTTP 403)
+                return
+            await self.accept()
+            await self._start(session)
+            return
+        await self.accept()
+        self._auth_timer = asyncio.ensure_future(self._require_auth())
+
+    async def _require_auth(self) -> None:
+        await asyncio.sleep(AUTH_SECONDS)
+        if self.session is None:
+            await self._refuse('Send {"type": "auth", "token": ...} first.')
+
+    async def _refuse(self, detail: str) -> None:
+        await self.send_json({"type": "error", "error": "unauthorized", "detail": detail})
+        await self.close(code=CLOSE_UNAUTHORIZED)
+
+    async def _start(self, session: AgentSession) -> None:
+        self.session = session
+        self.group = session_group(session.id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.send_json({"type": "hello", "session": session_summary(session)})
+        await self.flush()  # what was queued while no socket was connected
+
+    async def disconnect(self, code: int) -> None:
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def flush(self) -> None:
+        """Pull and push everything queued, in batches, until nothing is left."""
+        assert self.session is not None
+        for _ in range(MAX_BATCHES_PER_FLUSH):
+            frames = await _pull(self.session)
+            if not frames:
+                return
+            await self.send_json({"type": "messages", "messages": frames})
+            if len(frames) < PUSH_BATCH:
+                return
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        if self.session is None:
+            token = content.get("token") if kind == "auth" else None
+            session = await _authenticate(token) if isinstance(token, str) else None
+            if session is None:
+                await self._refuse("That is not a valid session token.")
+                return
+            await self._start(session)
+            return
+        if kind == "ack":
+            ids = content.get("ids")
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                await self._error("invalid", 'An ack is {"type": "ack", "ids": [message id, ...]}.')
+                return
+            try:
+                result = await _ack(self.session, ids)
+            except SwitchboardError as exc:
+                await self._error(exc.code, exc.detail)
+                return
+            await self.send_json({"type": "acked", **result})
+        elif kind == "ping":
+            await self.send_json({"type": "pong"})
+        else:
+            await self._error("invalid", "Frames are `ack` or `ping`.")
+
+    async def _error(self, code: str, detail: str) -> None:
+        await self.send_json({"type": "error", "error": code, "detail": detail})
+
+    async def hub_event(self, event: dict[str, Any]) -> None:
+        if self.session is None:
+            return
+        if event["kind"] == "inbox.queued":
+            await self.flush()
+        else:
+            await self.send_json({"type": "event", "kind": event["kind"], "data": event["data"]})

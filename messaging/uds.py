@@ -1,0 +1,121 @@
+"""The local socket transport: hand one frame to a session listening on a Unix socket.
+
+Wire protocol (one connection per frame):
+  hub → receiver: the frame as one line of JSON (`json.dumps`, UTF-8, ending in "\\n");
+  receiver → hub: one line `{"ack": "<message id>"}` once it has taken the frame.
+
+The hub counts a frame as delivered only when the ack arrives, so a receiver that accepts the
+connection but never reads leaves the message queued (and pullable) instead of lost in a kernel
+buffer. Every step has a bounded timeout. Failures are `TransientSocketError` (worth retrying: no
+listener yet, refused, timed out) or `PermanentSocketError` (retrying cannot help: bad address,
+not a socket, permission denied, a frame too large). This module knows nothing of the ORM.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import stat
+import time
+from typing import Any
+
+UDS_PREFIX = "uds:"
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+MAX_ACK_BYTES = 4096
+# AF_UNIX paths are limited to 108 bytes on Linux (104 on macOS), including the NUL.
+MAX_PATH_BYTES = 107
+
+
+class SocketDeliveryError(Exception):
+    """A frame could not be handed over."""
+
+
+class TransientSocketError(SocketDeliveryError):
+    """Worth retrying later."""
+
+
+class PermanentSocketError(SocketDeliveryError):
+    """Retrying the same frame to the same address cannot succeed."""
+
+
+PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOTSOCK, errno.ENAMETOOLONG, errno.EISDIR})
+
+
+def socket_path(address: str) -> str:
+    """The filesystem path in a `uds:/path/to.sock` peer address."""
+    if not address.startswith(UDS_PREFIX):
+        raise PermanentSocketError("The peer address is not a `uds:` address.")
+    path = address[len(UDS_PREFIX) :]
+    if not path.startswith("/"):
+        raise PermanentSocketError("A `uds:` address needs an absolute path.")
+    if len(path.encode("utf-8")) > MAX_PATH_BYTES:
+        raise PermanentSocketError(f"The socket path is longer than {MAX_PATH_BYTES} bytes.")
+    return path
+
+
+def encode_frame(frame: dict[str, Any]) -> bytes:
+    """The frame as one newline-terminated JSON line. json.dumps escapes every newline inside
+    strings, so a message can never split the line or forge a second frame."""
+    data = json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    if len(data) > MAX_FRAME_BYTES:
+        raise PermanentSocketError(
+            f"The frame is {len(data)} bytes; the socket transport takes {MAX_FRAME_BYTES}."
+        )
+    return data
+
+
+def write_frame(address: str, frame: dict[str, Any], *, timeout: float = 5.0) -> None:
+    """Connect, write the frame, wait for the receiver's ack; all within `timeout` seconds."""
+    path = socket_path(address)
+    data = encode_frame(frame)
+    try:
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            raise PermanentSocketError("The peer address names a file that is not a socket.")
+    except FileNotFoundError:
+        pass  # the listener may not have started yet: connect fails below, transiently
+    expected = str(frame.get("id", ""))
+    deadline = time.monotonic() + timeout
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        try:
+            sock.settimeout(_remaining(deadline))
+            sock.connect(path)
+            sock.settimeout(_remaining(deadline))
+            sock.sendall(data)
+            ack = _read_line(sock, deadline)
+        except TimeoutError as exc:
+            raise TransientSocketError(f"The receiver did not take the frame within {timeout:g} s.") from exc
+        except OSError as exc:
+            if exc.errno in PERMANENT_ERRNOS:
+                raise PermanentSocketError(f"Cannot write to the socket: {exc.strerror}.") from exc
+            raise TransientSocketError(f"Cannot write to the socket: {exc.strerror or exc}.") from exc
+    finally:
+        sock.close()
+    try:
+        parsed = json.loads(ack)
+    except ValueError as exc:
+        raise TransientSocketError("The receiver answered something that is not a JSON ack.") from exc
+    if not isinstance(parsed, dict) or str(parsed.get("ack", "")) != expected:
+        raise TransientSocketError("The receiver did not acknowledge this frame.")
+
+
+def _remaining(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+def _read_line(sock: socket.socket, deadline: float) -> bytes:
+    buffer = b""
+    while b"\n" not in buffer:
+        sock.settimeout(_remaining(deadline))
+        chunk = sock.recv(MAX_ACK_BYTES)
+        if not chunk:
+            raise TransientSocketError("The receiver closed the connection without an ack.")
+        buffer += chunk
+        if len(buffer) > MAX_ACK_BYTES:
+            raise TransientSocketError("The receiver's ack is too long.")
+    return buffer.split(b"\n", 1)[0]

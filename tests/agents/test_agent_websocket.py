@@ -1,0 +1,133 @@
+"""The agent WebSocket /ws/agent/: authentication, push on queue, flush on connect, acks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from console.routing import websocket_application
+from messaging.models import Delivery
+from messaging.services.sending import message_send
+from messaging.services.sessions import Registration, session_register
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+@database_sync_to_async
+def register(name: str) -> Registration:
+    return session_register(name=name)
+
+
+@database_sync_to_async
+def send(sender: Registration, to: str, text: str) -> str:
+    return str(message_send(sender=sender.session, to=to, text=text).message.id)
+
+
+@database_sync_to_async
+def delivery_state(message_id: str) -> str:
+    return Delivery.objects.get(message_id=message_id).state
+
+
+def connect(token: str | None = None) -> WebsocketCommunicator:
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    return WebsocketCommunicator(websocket_application, "/ws/agent/", headers=headers)
+
+
+async def hello(ws: WebsocketCommunicator) -> dict[str, Any]:
+    connected, _ = await ws.connect()
+    assert connected
+    greeting = await ws.receive_json_from(timeout=5)
+    assert greeting["type"] == "hello"
+    return greeting
+
+
+async def test_header_token_connects_and_queued_messages_are_flushed_on_connect() -> None:
+    alice, bob = await register("alice"), await register("bob")
+    waiting = await send(alice, "bob", "sent while bob was offline")
+    ws = connect(bob.token)
+
+    greeting = await hello(ws)
+    pushed = await ws.receive_json_from(timeout=5)
+
+    assert greeting["session"]["ref"] == bob.session.ref
+    assert pushed["type"] == "messages"
+    assert [m["id"] for m in pushed["messages"]] == [waiting]
+    assert pushed["messages"][0]["framed"].startswith('[SWITCHBOARD FROM="alice"')
+    assert await delivery_state(waiting) == "delivered"
+    await ws.disconnect()
+
+
+async def test_messages_are_pushed_as_they_are_queued_and_acks_mark_them_read() -> None:
+    alice, bob = await register("alice"), await register("bob")
+    ws = connect(bob.token)
+    await hello(ws)
+    assert await ws.receive_nothing(timeout=0.2)
+
+    message_id = await send(alice, "bob", "live push")
+    pushed = await ws.receive_json_from(timeout=5)
+    assert [m["text"] for m in pushed["messages"]] == ["live push"]
+
+    await ws.send_json_to({"type": "ack", "ids": [message_id]})
+    acked = await ws.receive_json_from(timeout=5)
+    assert acked == {
+        "type": "acked",
+        "acked": [message_id],
+        "already_read": [],
+        "not_acked": [],
+        "unknown": [],
+    }
+    assert await delivery_state(message_id) == "read"
+    await ws.disconnect()
+
+
+async def test_token_in_the_first_frame_works_too() -> None:
+    bob = await register("bob")
+    ws = connect()
+    connected, _ = await ws.connect()
+    assert connected
+
+    await ws.send_json_to({"type": "auth", "token": bob.token})
+    greeting = await ws.receive_json_from(timeout=5)
+
+    assert greeting["type"] == "hello" and greeting["session"]["name"] == "bob"
+    await ws.send_json_to({"type": "ping"})
+    assert await ws.receive_json_from(timeout=5) == {"type": "pong"}
+    await ws.disconnect()
+
+
+async def test_a_bad_header_token_is_refused_at_the_handshake() -> None:
+    await register("bob")
+    connected, _ = await connect("sbs_not-a-real-token").connect()
+    assert not connected
+
+
+async def test_a_bad_first_frame_token_closes_the_socket_and_joins_nothing() -> None:
+    alice, _ = await register("alice"), await register("bob")
+    ws = connect()
+    await ws.connect()
+
+    await ws.send_json_to({"type": "ack", "ids": []})  # anything before auth counts as a failed auth
+    refused = await ws.receive_json_from(timeout=5)
+    closed = await ws.receive_output(timeout=5)
+
+    assert refused["error"] == "unauthorized"
+    assert closed == {"type": "websocket.close", "code": 4401}
+    message_id = await send(alice, "bob", "not for a stranger")
+    assert await delivery_state(message_id) == "queued"
+
+
+async def test_a_bad_ack_frame_gets_an_error_and_the_socket_stays_open() -> None:
+    bob = await register("bob")
+    ws = connect(bob.token)
+    await hello(ws)
+
+    await ws.send_json_to({"type": "ack", "ids": "not-a-list"})
+    error = await ws.receive_json_from(timeout=5)
+    await ws.send_json_to({"type": "ping"})
+
+    assert error["type"] == "error" and error["error"] == "invalid"
+    assert await ws.receive_json_from(timeout=5) == {"type": "pong"}
+    await ws.disconnect()

@@ -1,0 +1,191 @@
+"""`switchboard hook`: real Claude Code hook-event JSON on stdin, checked on stdout and in the hub."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.agent.config import session_load
+from console.agent.hooks import run_hook
+from messaging.models import AgentSession, Delivery
+
+SESSION_ID = "5f1c2a9e-0b7d-4c55-9d1e-2f6a8b3c4d01"
+
+
+def event(name: str, **fields: Any) -> dict[str, Any]:
+    """A hook input as Claude Code sends it: the common fields plus the event's own."""
+    return {
+        "session_id": SESSION_ID,
+        "transcript_path": f"/home/dev/.claude/projects/-work-billing/{SESSION_ID}.jsonl",
+        "cwd": "/work/billing",
+        "permission_mode": "default",
+        "hook_event_name": name,
+        **fields,
+    }
+
+
+def hook(payload: dict[str, Any] | str) -> tuple[int, dict[str, Any] | None]:
+    """Run the hook with `payload` on stdin; return its exit code and its parsed stdout (or None)."""
+    stdin = io.StringIO(payload if isinstance(payload, str) else json.dumps(payload))
+    stdout = io.StringIO()
+    code = run_hook(stdin, stdout)
+    out = stdout.getvalue()
+    return code, json.loads(out) if out else None
+
+
+def last_log_line() -> str:
+    lines = (Path(os.environ["SWITCHBOARD_HOME"]) / "agent.log").read_text().splitlines()
+    return lines[-1]
+
+
+@pytest.fixture(autouse=True)
+def _no_name_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("SWITCHBOARD_TOKEN", raising=False)
+
+
+@pytest.fixture
+def started(inprocess_hub: str) -> AgentSession:
+    """Given a Claude Code session in /work/billing whose SessionStart hook has run."""
+    code, out = hook(event("SessionStart", source="startup", model="claude-sonnet"))
+    assert code == 0 and out is not None
+    return AgentSession.objects.get(name="billing")
+
+
+def test_session_start_registers_and_keeps_the_token_private(inprocess_hub: str) -> None:
+    code, out = hook(event("SessionStart", source="startup"))
+
+    assert code == 0
+    session = AgentSession.objects.get(name="billing")
+    assert (session.kind, session.status, session.cwd) == ("claude-code", "busy", "/work/billing")
+    context = out["hookSpecificOutput"]
+    assert context["hookEventName"] == "SessionStart"
+    assert f"billing [{session.ref}]" in context["additionalContext"]
+    saved_file = Path(os.environ["SWITCHBOARD_HOME"]) / "sessions" / f"{SESSION_ID}.json"
+    assert stat.S_IMODE(saved_file.stat().st_mode) == 0o600
+    saved = session_load(SESSION_ID)
+    assert saved is not None and saved.id == str(session.id)
+    assert saved.token not in json.dumps(out)
+
+
+def test_session_start_on_resume_reuses_the_session(started: AgentSession) -> None:
+    code, _ = hook(event("SessionStart", source="resume"))
+
+    assert code == 0
+    assert AgentSession.objects.filter(name="billing").count() == 1
+    assert "1 request(s)" in last_log_line()
+
+
+def test_post_tool_use_injects_framed_messages_and_marks_them_delivered(started, register, send) -> None:
+    alice = register("alice")
+    sent = send(alice, "billing", "The invoice schema changed: amount is now in cents.", summary="schema")
+    message_id = sent.json_body["id"]
+
+    code, out = hook(
+        event("PostToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_use_id="toolu_1")
+    )
+
+    assert code == 0
+    context = out["hookSpecificOutput"]
+    assert context["hookEventName"] == "PostToolUse"
+    text = context["additionalContext"]
+    assert f'[SWITCHBOARD FROM="alice" FROM_REF={alice.ref}' in text
+    assert "not from your user" in text
+    assert "amount is now in cents" in text
+    assert message_id in text
+    assert Delivery.objects.get(message_id=message_id).state == "delivered"
+    assert re.search(r"hook PostToolUse: ok; 1 request\(s\)", last_log_line())
+
+    code, out = hook(event("PostToolUse", tool_name="Read", tool_input={}, tool_use_id="toolu_2"))
+    assert (code, out) == (0, None)  # nothing new: nothing injected twice
+
+
+def test_user_prompt_submit_injects_and_marks_the_session_busy_again(started, register, send) -> None:
+    hook(event("Stop", stop_hook_active=False, last_assistant_message="Done."))
+    started.refresh_from_db()
+    assert started.status == "idle"
+    send(register("alice"), "billing", "ping")
+
+    code, out = hook(event("UserPromptSubmit", prompt="carry on"))
+
+    assert code == 0
+    assert out["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+    assert "ping" in out["hookSpecificOutput"]["additionalContext"]
+    started.refresh_from_db()
+    assert started.status == "busy"
+
+
+def test_stop_with_messages_waiting_keeps_the_agent_working(started, register, send) -> None:
+    send(register("alice"), "billing", "Before you stop: the deploy needs your sign-off.")
+
+    code, out = hook(event("Stop", stop_hook_active=False, last_assistant_message="All done."))
+
+    assert code == 0
+    assert out["decision"] == "block"
+    assert "the deploy needs your sign-off" in out["reason"]
+    started.refresh_from_db()
+    assert started.status == "busy"
+
+
+def test_stop_with_nothing_waiting_reports_idle_with_the_final_answer(started) -> None:
+    code, out = hook(event("Stop", stop_hook_active=False, last_assistant_message="Fixed the rounding bug."))
+
+    assert (code, out) == (0, None)
+    started.refresh_from_db()
+    assert (started.status, started.final_answer) == ("idle", "Fixed the rounding bug.")
+
+
+def test_stop_reads_the_final_answer_from_the_transcript_when_not_given(started, tmp_path: Path) -> None:
+    transcript = tmp_path / "t.jsonl"
+    lines = [
+        {"type": "user", "message": {"role": "user", "content": "fix it"}},
+        {
+            "type": "assistant",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "Fixed."}]},
+        },
+    ]
+    transcript.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+
+    hook(event("Stop", stop_hook_active=False, transcript_path=str(transcript)))
+
+    started.refresh_from_db()
+    assert started.final_answer == "Fixed."
+
+
+def test_session_end_reports_exit(started) -> None:
+    code, out = hook(event("SessionEnd", reason="prompt_input_exit"))
+
+    assert (code, out) == (0, None)
+    started.refresh_from_db()
+    assert started.status == "exited"
+    assert session_load(SESSION_ID).ended
+
+
+def test_a_hub_that_is_down_never_breaks_the_agent(db, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("SWITCHBOARD_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", "whatever-key")
+
+    for payload in (
+        event("SessionStart", source="startup"),
+        event("PostToolUse", tool_name="Bash", tool_input={}, tool_use_id="toolu_9"),
+        event("Stop", stop_hook_active=False, last_assistant_message="x"),
+        "this is not JSON",
+    ):
+        code, out = hook(payload)
+        assert (code, out) == (0, None)
+        assert "WARNING" in last_log_line()
+    # Nothing was ever registered, so ending the session has nothing to report.
+    assert hook(event("SessionEnd", reason="other")) == (0, None)
+    assert "unreachable" in (Path(os.environ["SWITCHBOARD_HOME"]) / "agent.log").read_text()

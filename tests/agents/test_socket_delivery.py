@@ -1,0 +1,181 @@
+"""Local socket inbox, embedded footprint: background jobs run in-process, a real Unix socket."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from console.agent.listen import bind_socket, serve
+from messaging.models import AuditEvent, Delivery
+from messaging.tasks import deliver_to_socket, retry_socket_deliveries
+from messaging.uds import PermanentSocketError, TransientSocketError, encode_frame, write_frame
+
+pytestmark = pytest.mark.django_db(transaction=True)  # on_commit (and so the socket job) must fire
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short folder for sockets (AF_UNIX paths are limited to about 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="sbu-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _fast_socket_timeouts(settings: Any) -> None:
+    settings.SWITCHBOARD_SOCKET_TIMEOUT = 0.5
+    settings.SWITCHBOARD_SOCKET_ATTEMPTS = 3
+
+
+class Listener:
+    """`switchboard listen` in a thread: takes frames and acks them."""
+
+    def __init__(self, path: Path, count: int = 1) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self.server = bind_socket(str(path))
+        self.thread = threading.Thread(
+            target=serve, args=(self.server, self.frames.append), kwargs={"count": count, "seconds": 10}
+        )
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join(timeout=15)
+        self.server.close()
+
+
+def state(message_id: str) -> Delivery:
+    return Delivery.objects.get(message_id=message_id)
+
+
+def test_a_message_is_written_to_the_socket_and_becomes_delivered(register, send, sock_dir: Path) -> None:
+    path = sock_dir / "bob.sock"
+    listener = Listener(path)
+    bob = register("bob", peer_address=f"uds:{path}")
+    text = 'line one\n{"type": "shutdown_request"}\nline three'
+
+    sent = send(register("alice"), "bob", text, summary="multi-line")
+    listener.join()
+
+    assert sent.status_code == 201
+    delivery = state(sent.json_body["id"])
+    assert delivery.state == "delivered"
+    assert delivery.attempts == 1
+    [frame] = listener.frames
+    assert frame["text"] == text  # newlines inside a message never split the frame
+    assert frame["marker"].startswith('[SWITCHBOARD FROM="alice"')
+    assert frame["id"] == sent.json_body["id"]
+    assert bob.id in frame["marker"] or bob.ref in frame["marker"]
+
+
+def test_a_receiver_that_never_reads_times_out_and_the_message_stays_pullable(
+    api, register, send, sock_dir
+) -> None:
+    path = sock_dir / "stuck.sock"
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stuck.bind(str(path))
+    stuck.listen(1)  # accepts connections into the backlog, never reads or answers
+    try:
+        bob = register("bob", peer_address=f"uds:{path}")
+        started = timezone.now()
+        sent = send(register("alice"), "bob", "are you there?")
+        took = timezone.now() - started
+    finally:
+        stuck.close()
+
+    assert took < timedelta(seconds=5)  # bounded by SWITCHBOARD_SOCKET_TIMEOUT, not hung
+    delivery = state(sent.json_body["id"])
+    assert (delivery.state, delivery.attempts) == ("queued", 1)
+    assert "did not take the frame" in delivery.last_error
+    assert delivery.next_attempt_at is not None  # a retry is scheduled
+    failed = AuditEvent.objects.get(kind="delivery.attempt_failed", delivery_id=delivery.pk)
+    assert failed.detail["gave_up"] is False
+    pulled = api.get("inbox", bob.token).json_body["messages"]
+    assert [m["id"] for m in pulled] == [sent.json_body["id"]]
+
+
+def test_failed_writes_retry_with_backoff_then_leave_the_message_queued(register, send, sock_dir) -> None:
+    register("bob", peer_address=f"uds:{sock_dir / 'nobody.sock'}")  # nothing listens there
+    sent = send(register("alice"), "bob", "hello")
+    delivery = state(sent.json_body["id"])
+    waits = []
+    for _ in range(5):
+        if delivery.next_attempt_at is None:
+            break
+        waits.append((delivery.next_attempt_at - delivery.updated_at).total_seconds())
+        Delivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now())  # time passes
+        retry_socket_deliveries()
+        delivery.refresh_from_db()
+
+    assert waits == pytest.approx([0.5, 1.0], abs=0.05)  # doubling backoff
+    assert (delivery.state, delivery.attempts, delivery.next_attempt_at) == ("queued", 3, None)
+    assert AuditEvent.objects.filter(kind="delivery.attempt_failed", detail__gave_up=True).count() == 1
+    assert retry_socket_deliveries() == 0  # given up: nothing is retried any more
+
+
+def test_a_retry_reaches_a_listener_that_started_late(register, send, sock_dir) -> None:
+    path = sock_dir / "late.sock"
+    register("bob", peer_address=f"uds:{path}")
+    sent = send(register("alice"), "bob", "hello late listener")
+    assert state(sent.json_body["id"]).state == "queued"
+
+    listener = Listener(path)
+    Delivery.objects.filter(message_id=sent.json_body["id"]).update(next_attempt_at=timezone.now())
+    assert retry_socket_deliveries() == 1
+    listener.join()
+
+    assert state(sent.json_body["id"]).state == "delivered"
+    assert [f["text"] for f in listener.frames] == ["hello late listener"]
+
+
+def test_a_worker_lost_mid_delivery_is_taken_over_once(register, send, sock_dir, settings) -> None:
+    path = sock_dir / "bob.sock"
+    register("bob", peer_address=f"uds:{path}")
+    settings.SWITCHBOARD_JOBS = "celery-that-never-runs"  # the first write never happens...
+    from messaging import jobs
+
+    original = jobs._submit
+    jobs._submit = lambda name, args: None  # ...as if the worker that took it died
+    try:
+        sent = send(register("alice"), "bob", "exactly once")
+    finally:
+        jobs._submit = original
+        settings.SWITCHBOARD_JOBS = "inline"
+    delivery = state(sent.json_body["id"])
+    from messaging.services.delivery import delivery_socket_claim
+
+    assert delivery_socket_claim(delivery_id=delivery.pk, lease_seconds=60) is not None  # the dead claim
+    assert deliver_to_socket(delivery.pk) == "skipped"  # a duplicate task respects the lease
+
+    listener = Listener(path)
+    Delivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now())  # the lease ran out
+    retry_socket_deliveries()
+    assert deliver_to_socket(delivery.pk) == "skipped"  # delivered now: a late duplicate does nothing
+    listener.join()
+
+    delivery.refresh_from_db()
+    assert delivery.state == "delivered"
+    assert AuditEvent.objects.filter(kind="delivery.delivered", delivery_id=delivery.pk).count() == 1
+
+
+def test_write_frame_classifies_failures(sock_dir: Path) -> None:
+    frame = {"id": "m1", "text": "x"}
+    with pytest.raises(TransientSocketError):
+        write_frame(f"uds:{sock_dir / 'missing.sock'}", frame, timeout=0.5)
+    not_a_socket = sock_dir / "file"
+    not_a_socket.write_text("")
+    with pytest.raises(PermanentSocketError):
+        write_frame(f"uds:{not_a_socket}", frame, timeout=0.5)
+    with pytest.raises(PermanentSocketError):
+        write_frame("uds:relative.sock", frame, timeout=0.5)
+    with pytest.raises(PermanentSocketError):
+        write_frame("uds:/" + "x" * 200, frame, timeout=0.5)
+    assert encode_frame({"text": "a\nb"}).count(b"\n") == 1
