@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 import uuid
 from typing import Any, Literal
@@ -30,6 +32,7 @@ from messaging.services.sessions import (
 )
 
 router = Router(tags=["messaging"])
+log = logging.getLogger(__name__)
 
 
 class RegisterIn(Schema):
@@ -209,9 +212,14 @@ async def inbox(request: HttpRequest, wait: float = 0, limit: int = 100, include
     if messages or wait <= 0:
         return {"messages": messages}
     layer = get_channel_layer()
-    channel = await layer.new_channel()
     group = session_group(session.id)
-    await layer.group_add(group, channel)
+    channel: str | None = None
+    try:
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+    except Exception:  # the layer (Redis) is down: the database is the truth, so poll it instead
+        log.warning("channel layer unavailable; the inbox long-poll falls back to polling", exc_info=True)
+        channel = None
     try:
         deadline = time.monotonic() + wait
         while True:
@@ -223,12 +231,20 @@ async def inbox(request: HttpRequest, wait: float = 0, limit: int = 100, include
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return {"messages": []}
+            if channel is None:
+                await asyncio.sleep(min(remaining, 0.5))
+                continue
             try:
                 await asyncio.wait_for(layer.receive(channel), timeout=min(remaining, 5.0))
             except TimeoutError:
                 continue
+            except Exception:  # lost the layer mid-wait: keep answering from the database
+                log.warning("channel layer failed; the inbox long-poll falls back to polling", exc_info=True)
+                channel = None
     finally:
-        await layer.group_discard(group, channel)
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                await layer.group_discard(group, channel)
 
 
 @router.post("/inbox/ack", response={200: dict, **ERRORS}, auth=AUTH)

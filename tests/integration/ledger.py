@@ -193,3 +193,87 @@ class InboxReader(threading.Thread):
                     if self.ledger.received[mid] == 0:
                         self.ledger.got(mid)
                 c.post("/api/v1/inbox/ack", json={"ids": ids}).raise_for_status()
+
+
+# Limits a load test lifts so that it measures delivery, not the anti-flood rules (which the
+# API suites test): per-pair and hub-wide rates, and the unread cap per recipient.
+LOAD_ENV = {
+    "SWITCHBOARD_RATE_PAIR": "10000000",
+    "SWITCHBOARD_RATE_HUB": "10000000",
+    "SWITCHBOARD_UNREAD_PER_RECIPIENT": "10000000",
+}
+
+
+class SendLoad(threading.Thread):
+    """A sender that sends unique texts with unique idempotency keys to `to`, recording each try.
+
+    `attempts` keeps (key, status or error, monotonic time) for every try; 2xx go to the ledger."""
+
+    def __init__(
+        self,
+        base_url: str,
+        sender: Registered,
+        to: str,
+        ledger: Ledger,
+        *,
+        count: int,
+        interval: float = 0.0,
+        tag: str = "",
+        deadline: float = 120,
+    ):
+        super().__init__(daemon=True, name=f"send-{sender.name}{tag}")
+        self.base_url, self.sender, self.to, self.ledger = base_url, sender, to, ledger
+        self.count, self.interval, self.tag = count, interval, tag or sender.name
+        self.stop_at = time.monotonic() + deadline
+        self.halt = threading.Event()
+        self.attempts: list[tuple[str, int | str, float]] = []
+
+    def body(self, i: int) -> dict[str, Any]:
+        return {"to": self.to, "message": f"load {self.tag} #{i}", "idempotency_key": f"{self.tag}-{i}"}
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.base_url, headers=self.sender.headers, timeout=30) as c:
+            for i in range(self.count):
+                if self.halt.is_set() or time.monotonic() > self.stop_at:
+                    return
+                self.send_one(c, i)
+                if self.interval:
+                    time.sleep(self.interval)
+
+    def send_one(self, c: httpx.Client, i: int) -> int | str:
+        body = self.body(i)
+        try:
+            r = c.post("/api/v1/messages", json=body)
+            outcome: int | str = r.status_code
+            if 200 <= r.status_code < 300:
+                self.ledger.sent(r.json()["id"], key=body["idempotency_key"], status=r.json()["status"])
+            else:
+                self.ledger.send_failed(key=body["idempotency_key"], status=r.status_code, body=r.text[:300])
+        except httpx.HTTPError as exc:
+            outcome = type(exc).__name__
+            self.ledger.send_failed(key=body["idempotency_key"], status=outcome)
+        self.attempts.append((body["idempotency_key"], outcome, time.monotonic()))
+        return outcome
+
+    def resend_failed(self, *, tries: int = 20) -> list[str]:
+        """Retry every key whose last try did not succeed (same key, same text) until it does;
+        return the keys that still failed after `tries` rounds."""
+        last: dict[str, int | str] = {}
+        index: dict[str, int] = {}
+        for key, outcome, _ in self.attempts:
+            last[key] = outcome
+            index[key] = int(key.rsplit("-", 1)[1])
+        pending = [k for k, o in last.items() if not (isinstance(o, int) and 200 <= o < 300)]
+        with httpx.Client(base_url=self.base_url, headers=self.sender.headers, timeout=30) as c:
+            for _ in range(tries):
+                if not pending:
+                    break
+                still = []
+                for key in pending:
+                    outcome = self.send_one(c, index[key])
+                    if not (isinstance(outcome, int) and 200 <= outcome < 300):
+                        still.append(key)
+                pending = still
+                if pending:
+                    time.sleep(0.5)
+        return pending

@@ -1,0 +1,252 @@
+"""Fault tests on the real topology. Each records every operation and then checks the books with
+`ledger_problems`: every accepted message in exactly one end state, none lost, none received twice
+without a recorded retry, and one audit event per change."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+
+from tests.integration.harness import VENV_BIN, database_create, wait_until
+from tests.integration.ledger import LOAD_ENV, InboxReader, Ledger, SendLoad, ledger_problems
+
+pytestmark = pytest.mark.integration
+
+
+def test_fifty_concurrent_sends_with_one_idempotency_key_make_one_message(hub):
+    # Given a sender and a recipient, and 50 clients ready to send the same request at once
+    alice = hub.register("alice-idem", web=0)
+    bob = hub.register("bob-idem", web=1)
+    barrier = threading.Barrier(50, timeout=30)
+    responses: list[httpx.Response] = []
+    lock = threading.Lock()
+
+    def send(i: int) -> None:
+        with hub.client(i % 2, headers=alice.headers) as c:
+            barrier.wait()
+            r = c.post(
+                "/api/v1/messages", json={"to": bob.ref, "message": "once only", "idempotency_key": "k-1"}
+            )
+        with lock:
+            responses.append(r)
+
+    # When all 50 send through both web processes at the same moment
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+
+    # Then every answer is a 201 naming the same message, exactly one of them the original
+    assert len(responses) == 50
+    assert Counter(r.status_code for r in responses) == {201: 50}, [
+        r.text for r in responses if r.status_code != 201
+    ]
+    assert len({r.json()["id"] for r in responses}) == 1
+    assert sum(not r.json()["duplicate"] for r in responses) == 1
+    # And the database holds one message, one delivery and one acceptance in the audit
+    (count,) = hub.sql(
+        "SELECT count(*) FROM messaging_message WHERE sender_id = %s AND idempotency_key = 'k-1'", alice.id
+    )[0]
+    assert count == 1
+    ledger = Ledger()
+    ledger.sent(responses[0].json()["id"])
+    reader = InboxReader(hub.web_urls[1], bob, ledger, wait=1, deadline=10)
+    reader.start()
+    wait_until(lambda: ledger.received, timeout=10, what="bob to receive the message")
+    time.sleep(1.5)  # long enough for a second copy to show up, if there were one
+    reader.stop()
+    reader.drain()
+    assert ledger_problems(hub, ledger, end_states={"read"}) == []
+
+
+def test_postgresql_stops_under_load_sends_get_503_never_2xx_and_the_hub_recovers(
+    postgres_cluster, private_redis, make_hub
+):
+    # Given a hub on a PostgreSQL cluster of its own, with senders and a reader running
+    db_url = database_create(postgres_cluster.url())
+    hub = make_hub(database_url=db_url, redis_url=private_redis.url(), extra_env=LOAD_ENV)
+    alice, carol = hub.register("alice-pg", web=0), hub.register("carol-pg", web=1)
+    bob = hub.register("bob-pg", web=1)
+    ledger = Ledger()
+    reader = InboxReader(hub.web_urls[1], bob, ledger, wait=2, deadline=120)
+    senders = [
+        SendLoad(hub.web_urls[0], alice, bob.ref, ledger, count=100_000, interval=0.01, deadline=60),
+        SendLoad(hub.web_urls[1], carol, bob.ref, ledger, count=100_000, interval=0.01, deadline=60),
+    ]
+    reader.start()
+    for s in senders:
+        s.start()
+    time.sleep(2)
+
+    # When PostgreSQL crashes (immediate stop), stays down for 3 s, and comes back
+    postgres_cluster.stop("immediate")
+    down_from = time.monotonic()
+    time.sleep(3)
+    down_until = time.monotonic()
+    postgres_cluster.start()
+    time.sleep(4)
+    for s in senders:
+        s.halt.set()
+        s.join(timeout=40)
+
+    # Then every answer while it was down was a 503 (never a 2xx, never another 5xx)
+    during = [o for s in senders for (_, o, at) in s.attempts if down_from + 0.2 < at < down_until]
+    assert during, "no send was even attempted while the database was down"
+    assert set(during) == {503}, Counter(during)
+    everything = Counter(o for s in senders for (_, o, _) in s.attempts)
+    assert set(everything) <= {201, 503}, everything
+    # And sends succeed again afterwards
+    after = [o for s in senders for (_, o, at) in s.attempts if at > down_until + 2]
+    assert 201 in after, Counter(after)
+    # And retrying each refused send with its idempotency key gets it accepted exactly once
+    for s in senders:
+        assert s.resend_failed() == []
+    keys = hub.sql(
+        "SELECT idempotency_key, count(*) FROM messaging_message GROUP BY idempotency_key HAVING count(*) > 1"
+    )
+    assert keys == []
+    sent_keys = {k for s in senders for (k, _, _) in s.attempts}
+    (stored,) = hub.sql("SELECT count(*) FROM messaging_message")[0]
+    assert stored == len(sent_keys)
+    wait_until(
+        lambda: len([m for m in ledger.accepted if ledger.received[m]]) == len(ledger.accepted),
+        timeout=30,
+        what="the reader to receive every accepted message",
+    )
+    reader.stop()
+    reader.drain()
+    assert reader.errors, "the reader should have seen the outage too"
+    assert ledger_problems(hub, ledger, end_states={"read"}) == []
+
+
+def test_redis_restarted_and_emptied_under_load_loses_nothing(private_redis, fresh_database, make_hub):
+    # Given a hub on its own Redis, with two senders and a reader on the other web process
+    hub = make_hub(database_url=fresh_database(), redis_url=private_redis.url(), extra_env=LOAD_ENV)
+    alice, carol = hub.register("alice-redis", web=0), hub.register("carol-redis", web=0)
+    bob = hub.register("bob-redis", web=1)
+    ledger = Ledger()
+    reader = InboxReader(hub.web_urls[1], bob, ledger, wait=2, deadline=120)
+    senders = [
+        SendLoad(hub.web_urls[0], alice, bob.ref, ledger, count=100_000, interval=0.01, deadline=60),
+        SendLoad(hub.web_urls[1], carol, bob.ref, ledger, count=100_000, interval=0.01, deadline=60),
+    ]
+    reader.start()
+    for s in senders:
+        s.start()
+    time.sleep(2)
+
+    # When Redis is emptied, and then killed and restarted empty, while they run
+    private_redis.flush()
+    time.sleep(1)
+    private_redis.restart(pause=1.0)
+    time.sleep(4)
+    for s in senders:
+        s.halt.set()
+        s.join(timeout=40)
+
+    # Then sends kept being accepted (the database is the truth; Redis only speeds delivery up)
+    outcomes = Counter(o for s in senders for (_, o, _) in s.attempts)
+    assert outcomes[201] > 0
+    for s in senders:
+        assert s.resend_failed() == []
+    # And the reader got every accepted message exactly once
+    wait_until(
+        lambda: all(ledger.received[m] for m in list(ledger.accepted)),
+        timeout=30,
+        what="the reader to receive every accepted message after Redis came back",
+    )
+    reader.stop()
+    reader.drain()
+    # And the reader's long-polls kept working without Redis (answered from the database, no 5xx)
+    assert not [e for e in reader.errors if e.startswith("5")], reader.errors
+    assert ledger_problems(hub, ledger, end_states={"read"}) == []
+
+
+def _log_times(log: str) -> list[datetime]:
+    return [
+        datetime.strptime(m, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+        for m in re.findall(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+", log)
+    ]
+
+
+SKEWED_CELERY = [
+    str(VENV_BIN / "python"),
+    "-c",
+    # A worker whose clock runs two hours ahead (time-machine moves time.time and datetime.now).
+    "import datetime, sys, time_machine;"
+    "time_machine.travel(datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=2), tick=True).start();"
+    "from celery.__main__ import main; sys.argv[0] = 'celery'; sys.exit(main())",
+]
+
+
+def test_expiry_under_a_skewed_worker_clock_is_never_early_and_expired_is_never_delivered(
+    private_redis, fresh_database, make_hub
+):
+    # Given a hub whose only worker's clock runs 2 hours fast, and holds for stopped sessions last 6 s
+    hub = make_hub(
+        database_url=fresh_database(),
+        redis_url=private_redis.url(),
+        worker=False,
+        extra_env={**LOAD_ENV, "SWITCHBOARD_STOPPED_HOLD_SECONDS": "6"},
+    )
+    hub.start_worker(argv_prefix=SKEWED_CELERY)
+    skew = max(_log_times(hub.worker.log())) - datetime.now(UTC)
+    assert 7000 < skew.total_seconds() < 7400, f"the worker's clock is not skewed: {skew}"
+    alice = hub.register("alice-skew", web=0)
+    bob = hub.register("bob-skew", web=1, status="stopped")
+    ledger = Ledger()
+
+    # When alice sends 20 messages to bob while he is stopped (held for him for 6 s)
+    early = SendLoad(hub.web_urls[0], alice, bob.ref, ledger, count=20, tag="early")
+    early.run()
+    assert set(Counter(o for (_, o, _) in early.attempts)) == {201}
+    assert {v["status"] for v in ledger.accepted.values()} == {"held"}
+    sent_at = time.monotonic()
+    held_ids = list(ledger.accepted)
+
+    # Then for the next 4 s the fast-clocked worker sweeps every second and expires none of them
+    sweeps_before = hub.worker.log().count("sweep_due_deliveries")
+    while time.monotonic() - sent_at < 4:
+        states = Counter(s for (s,) in hub.sql("SELECT state FROM messaging_delivery"))
+        assert states == {"held": 20}, states
+        time.sleep(0.25)
+    assert hub.worker.log().count("sweep_due_deliveries") > sweeps_before, "the skewed worker never swept"
+
+    # And once their deadline passes (database clock) they all expire, none before its deadline
+    wait_until(
+        lambda: hub.sql("SELECT count(*) FROM messaging_delivery WHERE state = 'expired'")[0][0] == 20,
+        timeout=30,
+        what="the holds to expire",
+    )
+    early_rows = hub.sql(
+        "SELECT count(*) FROM messaging_delivery WHERE state = 'expired' AND final_at < expires_at"
+    )
+    assert early_rows == [(0,)]
+
+    # When bob starts again and alice sends 5 more, and bob reads his inbox
+    with hub.client(1, headers=bob.headers) as c:
+        assert c.patch("/api/v1/sessions/me", json={"status": "idle"}).status_code == 200
+    later = SendLoad(hub.web_urls[0], alice, bob.ref, ledger, count=5, tag="later")
+    later.run()
+    reader = InboxReader(hub.web_urls[1], bob, ledger, wait=1, deadline=20)
+    reader.start()
+    wait_until(
+        lambda: sum(ledger.received.values()) >= 5, timeout=20, what="bob to receive the later messages"
+    )
+    time.sleep(1.5)
+    reader.stop()
+    reader.drain()
+
+    # Then he got the 5 later messages and none of the expired ones
+    assert not any(ledger.received[m] for m in held_ids)
+    later_ids = [m for m in ledger.accepted if m not in held_ids]
+    assert len(later_ids) == 5 and all(ledger.received[m] == 1 for m in later_ids)
+    problems = ledger_problems(hub, ledger, end_states={"expired", "read"}, expect_received=False)
+    assert problems == []
