@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
 
+from federation.api import router as federation_router
 from messaging.api import router as messaging_router
 from messaging.api_holds import router as holds_router
 from messaging.errors import SwitchboardError
@@ -21,6 +22,7 @@ api = NinjaAPI(
     docs_url="/docs",
 )
 api.add_router("/v1/", messaging_router)
+api.add_router("/v1/", federation_router)
 api.add_router("/v1/", holds_router)
 api.add_router("/v1/", teams_router)
 

@@ -10,7 +10,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 app = Celery("switchboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["messaging", "teams"])
+app.autodiscover_tasks(["messaging", "teams", "federation"])
 
 
 @app.on_after_finalize.connect

@@ -60,7 +60,21 @@ def frame_for_recipient(delivery: Delivery) -> dict[str, Any]:
     message = delivery.message
     sender = message.sender
     marker = marker_line(delivery)
+    from federation.services.files import files_of_message
+
+    files = files_of_message(message_id=message.id)
+    listing = ""
+    if files:
+        # FILES= counts the files handed over; one left out on the way is listed with its problem.
+        marker = marker[:-1] + f" FILES={sum(1 for f in files if not f.get('problem'))}]"
+        listing = "\n\nFiles (copied into your own folder):\n" + "\n".join(
+            f"- {f['name']}: {f['problem']}"
+            if f.get("problem")
+            else f"- {f['path']} ({f['name']}, sha256 {f['sha256']})"
+            for f in files
+        )
     return {
+        "files": files,
         "id": str(message.id),
         "delivery_id": delivery.pk,
         "kind": message.kind,
@@ -69,7 +83,7 @@ def frame_for_recipient(delivery: Delivery) -> dict[str, Any]:
         "summary": message.summary,
         "text": message.text,
         "marker": marker,
-        "framed": f"{marker}\n{label_for(delivery)}\n\n{message.text}",
+        "framed": f"{marker}\n{label_for(delivery)}\n\n{message.text}{listing}",
         "state": delivery.state,
         "priority": Priority(message.priority).label,
         "tier": message.tier,

@@ -12,8 +12,11 @@ from messaging.principals import Principal
 from messaging.services.sessions import session_summary
 
 
-def agents_list(*, include_exited: bool = False, name: str | None = None) -> list[dict[str, Any]]:
-    """Sessions a caller can address (or could, once they start again)."""
+def agents_list(
+    *, include_exited: bool = False, name: str | None = None, include_remote: bool = True
+) -> list[dict[str, Any]]:
+    """Sessions a caller can address (or could, once they start again); with `include_remote`,
+    also the agents other hubs host, each with the tier (channel, lan, relay) it is reached on."""
     qs: QuerySet[AgentSession] = AgentSession.objects.all().order_by("name_key", "created_at")
     if not include_exited:
         qs = qs.exclude(status=SessionStatus.EXITED)
@@ -21,7 +24,12 @@ def agents_list(*, include_exited: bool = False, name: str | None = None) -> lis
         from messaging.names import normalize_name
 
         qs = qs.filter(name_key__startswith=normalize_name(name))
-    return [session_summary(s) for s in qs]
+    local = [dict(session_summary(s), tier="host") for s in qs.exclude(kind="remote")]
+    if not include_remote:
+        return local
+    from federation.services.discovery import remote_agents_list
+
+    return local + remote_agents_list(name=name)
 
 
 def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:

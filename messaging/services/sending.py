@@ -130,7 +130,15 @@ def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: 
     if state == S.EXPIRED:
         return f"{again}EXPIRED before it reached {who} ({delivery.decision_reason or 'hold expired'})."
     if state == S.RELAYED:
-        return f"{again}Handed to another hub for {who}; not yet confirmed delivered."
+        if delivery.tier == DeliveryTier.RELAY:
+            return (
+                f"{again}QUEUED for {who} at the relay: NOT yet delivered; their hub picks it up on its "
+                "next pull. Do not resend; check its state with GET /api/v1/messages/{id}."
+            )
+        return (
+            f"{again}Handed to {who}'s hub ({delivery.tier} tier); not yet confirmed delivered. "
+            "Do not resend; its state follows the other hub's receipts."
+        )
     return f"{again}{state} for {who}."
 
 
@@ -322,11 +330,16 @@ def message_send(
     trust: str = HOST_VERIFIED,
     signature_failed: bool = False,
     hub_made: bool = False,
+    files: list[dict[str, str]] | None = None,
+    remote: Any = None,
 ) -> SendOutcome:
     """Send `text` from `sender` to the session `to` names. See the module docstring for the steps.
 
     `hub_made` marks a message the hub writes on a session's behalf (an idle notification with a
-    final answer, a fired subscription): it skips the sender's rate limits so it is never lost."""
+    final answer, a fired subscription): it skips the sender's rate limits so it is never lost.
+    `files` attaches uploaded files ({sha256, name}); `remote` (a federation InboundContext) marks
+    a message another hub forwarded here. An address no local session takes is tried on the other
+    hubs (channel → LAN → relay, federation.services.forwarding) before it is `not_found`."""
     actor = actor or session_principal(sender)
     target = validate_address(to)
     summary = strip_invisible(summary or "")[0].strip()
@@ -343,7 +356,16 @@ def message_send(
         if earlier:
             return earlier
 
-    recipient, resolution = resolve_recipient(sender, target)
+    route = None
+    try:
+        recipient, resolution = resolve_recipient(sender, target)
+    except NotFound:
+        from federation.services.forwarding import route_for_send
+
+        route = None if remote is not None else route_for_send(sender=sender, target=target)
+        if route is None:
+            raise
+        recipient, resolution = route.recipient, route.resolution
     if recipient.id == sender.id:
         raise Invalid("self_target", "A session cannot message itself.")
     from teams.services.observers import observer_check_send
@@ -360,17 +382,23 @@ def message_send(
             return SendOutcome(message=original, delivery=delivery, recipient=recipient, duplicate=True)
     if not hub_made:
         limits_take(sender=sender, recipient=recipient)
-    decision = decide_inbound(
-        sender=sender,
-        recipient=recipient,
-        text=text,
-        kind=kind,
-        now=now,
-        trust=trust,
-        signature_failed=signature_failed,
-    )
+    if route is not None:
+        decision = route.decide(sender=sender, text=text, kind=kind, now=now)
+    else:
+        decision = decide_inbound(
+            sender=sender,
+            recipient=recipient,
+            text=text,
+            kind=kind,
+            now=now,
+            trust=trust,
+            signature_failed=signature_failed,
+        )
+    if remote is not None:
+        decision = remote.adjust(decision, recipient=recipient, now=now)
 
     message = Message(
+        **({"id": remote.message_id} if remote is not None else {}),
         sender=sender,
         kind=kind,
         frame_type=frame_type,
@@ -395,7 +423,7 @@ def message_send(
                 message=message,
                 recipient=recipient,
                 state=decision.state,
-                tier=DeliveryTier.HOST,
+                tier=route.tier if route else (remote.tier if remote is not None else DeliveryTier.HOST),
                 priority=message.priority,
                 hold_reason=decision.hold_reason,
                 escalate=decision.escalate,
@@ -404,7 +432,16 @@ def message_send(
                 queued_at=now if decision.state == S.QUEUED else None,
                 held_at=now if decision.state == S.HELD else None,
                 final_at=now if decision.state == S.REFUSED else None,
+                relayed_at=now if decision.state == S.RELAYED else None,
             )
+            if files:
+                from federation.services.files import files_attach, files_deliver
+
+                files_attach(message_id=message.id, files=files, tier=delivery.tier)
+                if route is None:
+                    files_deliver(message_id=message.id, recipient_id=recipient.id)
+            if route is not None:
+                route.attach(delivery)
             if resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead"):
                 Pin.objects.update_or_create(
                     sender=sender, name_key=resolution.pin_key, defaults={"recipient": recipient}

@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from messaging.credentials import SESSION_PREFIX, hash_token, new_token
-from messaging.errors import Invalid, Unauthorized
+from messaging.errors import Conflict, Invalid, Unauthorized
 from messaging.models import AgentSession, PermissionMode, SessionStatus
 from messaging.names import clean_name, name_problem, normalize_name
 from messaging.principals import Principal
@@ -58,6 +58,15 @@ def session_register(
     if peer_address and not peer_address.startswith(("uds:", "http://", "https://")):
         raise Invalid("bad_peer_address", "peer_address starts with `uds:`, `http://` or `https://`.")
 
+    from federation.services.registry import registry_conflict, registry_session_changed
+
+    elsewhere = registry_conflict(name_key=normalize_name(name), cwd=cwd)
+    if elsewhere is not None:
+        raise Conflict(
+            f"{name!r} (in {cwd or 'no folder'}) is already live in the hub {elsewhere.hub_name} on this "
+            "machine; an agent runs in one hub at a time. Stop it there, or register under another name.",
+            hub=elsewhere.hub_name,
+        )
     token, token_hash = new_token(SESSION_PREFIX)
     now = timezone.now()
     for _ in range(8):
@@ -84,6 +93,14 @@ def session_register(
                     detail={"kind": session.kind, "permission_mode": permission_mode},
                 )
                 announce("session.changed", session_summary(session), sessions=[session.id])
+                registry_session_changed(
+                    session_id=str(session.id),
+                    name=session.name,
+                    name_key=session.name_key,
+                    ref=session.ref,
+                    cwd=session.cwd,
+                    live=status != SessionStatus.STOPPED,
+                )
             return Registration(session=session, token=token)
         except IntegrityError:
             continue  # a ref collision: draw another
@@ -148,6 +165,17 @@ def session_set_status(
             deliveries_release_for_recipient(recipient=locked, actor=actor)
         if status == SessionStatus.EXITED:
             deliveries_retire_for_exit(recipient=locked, actor=actor)
+        if previous != status:
+            from federation.services.registry import registry_session_changed
+
+            registry_session_changed(
+                session_id=str(locked.id),
+                name=locked.name,
+                name_key=locked.name_key,
+                ref=locked.ref,
+                cwd=locked.cwd,
+                live=status in (SessionStatus.BUSY, SessionStatus.IDLE),
+            )
         from teams.services.liveness import on_session_status
 
         # Same transaction: the idle notification (with the final answer) commits with the status.

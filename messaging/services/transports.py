@@ -22,5 +22,8 @@ def schedule_push(delivery_id: int, recipient: AgentSession) -> None:
         sessions=[recipient.id],
         operators=False,
     )
+    if recipient.kind == "remote":  # an agent of another hub: an operator released a hold for it
+        enqueue("federation.tasks.forward_delivery", delivery_id)
+        return
     if recipient.peer_address.startswith(UDS_PREFIX):
         enqueue("messaging.tasks.deliver_to_socket", delivery_id)

@@ -1,0 +1,226 @@
+"""Hub-to-hub endpoints (`/api/v1/federation/...`), relay endpoints (`/api/v1/relay/...`) and the
+operator's peer controls. Hub calls are authenticated by a request signature (the caller's hub
+key), never by a session token; the body is read raw so large envelopes skip the JSON form limit."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import File, Router, Schema, Status
+from ninja.files import UploadedFile
+
+from federation.models import FederationTier
+from federation.services.files import file_store
+from federation.services.forwarding import hosts_answer, inbound_accept, local_agents_public
+from federation.services.identity import hub_identity
+from federation.services.peers import peer_pin, peer_restore, peer_revoke, peer_seen, peers_list
+from federation.services.receipts import receipts_from_hub
+from federation.services.relay import (
+    relay_agents,
+    relay_claim,
+    relay_claim_finish,
+    relay_lease_release,
+    relay_lease_take,
+    relay_lookup,
+    relay_store,
+    require_relay,
+)
+from federation.services.signatures import NAME_HEADER, URL_HEADER, request_verify
+from messaging.auth import AUTH, operator, principal
+from messaging.errors import Invalid, Unauthorized
+
+router = Router(tags=["federation"])
+
+
+def _signed(request: HttpRequest) -> tuple[str, Any]:
+    """The calling hub's key and the parsed JSON body, or Unauthorized."""
+    raw = request.read() if request.method not in ("GET", "HEAD") else b""
+    hub_key = request_verify(
+        method=request.method or "GET", path=request.get_full_path(), body=raw, headers=request.headers
+    )
+    if hub_key is None:
+        raise Unauthorized("Hub calls carry a fresh request signature by the calling hub's key.")
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError as exc:
+        raise Invalid("bad_json", "The body is not JSON.") from exc
+    return hub_key, body
+
+
+def _caller_name(request: HttpRequest) -> tuple[str, str]:
+    return request.headers.get(NAME_HEADER, "")[:128], request.headers.get(URL_HEADER, "")[:512]
+
+
+@router.get("/federation/hub", auth=None)
+def hub(request: HttpRequest) -> dict[str, Any]:
+    """This hub's name, public key and role (what another hub or an operator pins)."""
+    from django.conf import settings
+
+    me = hub_identity()
+    return {
+        "name": me.name,
+        "public_key": me.public_key,
+        "role": settings.SWITCHBOARD_ROLE,
+        "url": settings.SWITCHBOARD_PUBLIC_URL,
+    }
+
+
+@router.get("/federation/agents", auth=None)
+def agents(request: HttpRequest, to: str | None = None) -> dict[str, Any]:
+    """Another hub asks "do you host `to`?" (or, without `to`, for the list of live agents)."""
+    hub_key, _ = _signed(request)
+    name, url = _caller_name(request)
+    peer_seen(public_key=hub_key, name=name, url=url, tier=FederationTier.LAN)
+    if to:
+        return hosts_answer(target=to)
+    me = hub_identity()
+    return {"hub_key": me.public_key, "hub_name": me.name, "agents": local_agents_public()}
+
+
+@router.post("/federation/messages", auth=None, response={200: dict, 201: dict})
+def receive(request: HttpRequest) -> Status:
+    """Another hub forwards a signed message for one of this hub's agents."""
+    hub_key, body = _signed(request)
+    tier = (
+        body.get("tier")
+        if body.get("tier") in (FederationTier.CHANNEL, FederationTier.LAN)
+        else FederationTier.LAN
+    )
+    result = inbound_accept(envelope=body.get("envelope"), tier=tier, caller_key=hub_key)
+    return Status(
+        200 if result.duplicate else 201,
+        {
+            "message_id": result.message_id,
+            "status": result.state,
+            "duplicate": result.duplicate,
+            "trust": result.trust,
+        },
+    )
+
+
+@router.post("/federation/receipts", auth=None)
+def receipts(request: HttpRequest) -> dict[str, Any]:
+    """Another hub reports how far messages forwarded to it got."""
+    hub_key, body = _signed(request)
+    items = body.get("receipts") if isinstance(body.get("receipts"), list) else []
+    return {"applied": receipts_from_hub(hub_key=hub_key, receipts=items)}
+
+
+class PinIn(Schema):
+    public_key: str
+    name: str = ""
+    url: str = ""
+    tier: str = "lan"
+
+
+class RevokeIn(Schema):
+    mode: str = "refuse"
+
+
+@router.get("/federation/peers", auth=AUTH)
+def peers(request: HttpRequest) -> dict[str, Any]:
+    """Peer hubs this hub knows (operators)."""
+    operator(request)
+    return {"peers": peers_list()}
+
+
+@router.post("/federation/peers", auth=AUTH, response={200: dict, 201: dict})
+def pin(request: HttpRequest, body: PinIn) -> Status:
+    """Pin a peer hub's key (operators); with a URL it becomes a LAN peer."""
+    from federation.services.peers import peer_summary
+
+    peer = peer_pin(**body.dict(), actor=principal(request))
+    return Status(201, peer_summary(peer))
+
+
+@router.post("/federation/peers/{peer_id}/revoke", auth=AUTH)
+def revoke(request: HttpRequest, peer_id: int, body: RevokeIn) -> dict[str, Any]:
+    """Revoke a peer hub: its messages are refused, or held with escalate=required (operators)."""
+    from federation.services.peers import peer_summary
+
+    return peer_summary(peer_revoke(peer_id=peer_id, mode=body.mode, actor=principal(request)))
+
+
+@router.post("/federation/peers/{peer_id}/restore", auth=AUTH)
+def restore(request: HttpRequest, peer_id: int) -> dict[str, Any]:
+    """Lift a peer hub's revocation (operators)."""
+    from federation.services.peers import peer_summary
+
+    return peer_summary(peer_restore(peer_id=peer_id, actor=principal(request)))
+
+
+@router.post("/files", auth=AUTH, response={200: dict, 201: dict})
+def upload(request: HttpRequest, file: UploadedFile = File(...)) -> Status:  # noqa: B008
+    """Upload a file to attach to a message: answers its SHA-256 (name it in `files` when sending)."""
+    principal(request).require_session()
+    data = file.read()
+    attachment = file_store(data=data)
+    return Status(201, {"sha256": attachment.sha256, "size": attachment.size})
+
+
+# --- relay role -----------------------------------------------------------------------------------
+
+
+@router.get("/relay/agents", auth=None)
+def relay_agents_view(request: HttpRequest, to: str | None = None) -> dict[str, Any]:
+    """Which hub holds the lease on `to` (or the list of leased names)."""
+    require_relay()
+    _signed(request)
+    if to:
+        return relay_lookup(target=to)
+    return {"agents": relay_agents()}
+
+
+@router.post("/relay/leases", auth=None)
+def lease(request: HttpRequest) -> dict[str, Any]:
+    """Take or renew the lease on an agent name (409 while another hub holds it)."""
+    require_relay()
+    hub_key, body = _signed(request)
+    peer_seen(public_key=hub_key, name=_caller_name(request)[0], tier=FederationTier.RELAY)
+    row = relay_lease_take(hub_key=hub_key, agent=str(body.get("agent", "")))
+    return {"agent": row.agent_name, "expires_at": row.expires_at.isoformat()}
+
+
+@router.delete("/relay/leases/{agent}", auth=None)
+def lease_drop(request: HttpRequest, agent: str) -> dict[str, Any]:
+    require_relay()
+    hub_key, _ = _signed(request)
+    return {"released": relay_lease_release(hub_key=hub_key, agent=agent)}
+
+
+@router.post("/relay/messages", auth=None, response={200: dict, 201: dict})
+def relay_put(request: HttpRequest) -> Status:
+    """Store a sealed message (or receipt batch) for the hub that will pull it."""
+    require_relay()
+    hub_key, body = _signed(request)
+    peer_seen(public_key=hub_key, name=_caller_name(request)[0], tier=FederationTier.RELAY)
+    row, created = relay_store(
+        from_hub=hub_key,
+        kind=str(body.get("kind", "message")),
+        message_id=str(body.get("message_id", "")),
+        dest_hub=str(body.get("dest_hub", "")),
+        agent=str(body.get("agent", "")),
+        sealed=str(body.get("sealed", "")),
+        replace=bool(body.get("replace", False)),
+    )
+    return Status(201 if created else 200, {"id": str(row.id), "created": created})
+
+
+@router.post("/relay/claims", auth=None)
+def claims(request: HttpRequest) -> list[dict[str, Any]]:
+    """Claim waiting messages for an agent this hub holds the lease on (or receipts for this hub)."""
+    require_relay()
+    hub_key, body = _signed(request)
+    return relay_claim(
+        hub_key=hub_key, agent=str(body.get("agent", "")), kind=str(body.get("kind", "message"))
+    )
+
+
+@router.post("/relay/claims/{claim_id}/{outcome}", auth=None)
+def claim_finish(request: HttpRequest, claim_id: str, outcome: str) -> dict[str, Any]:
+    """`done` (delivered: the relay forgets it) or `release` (delivery failed: back for retry)."""
+    require_relay()
+    hub_key, _ = _signed(request)
+    return {"ok": relay_claim_finish(hub_key=hub_key, claim_id=claim_id, outcome=outcome)}

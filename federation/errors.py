@@ -1,0 +1,38 @@
+"""Federation's domain errors: the same family as messaging's, with their own codes."""
+
+from __future__ import annotations
+
+from messaging.errors import SwitchboardError
+
+
+class HopLimit(SwitchboardError):
+    code = "hop_limit"
+    status = 400
+
+
+class PeerRevoked(SwitchboardError):
+    code = "peer_revoked"
+    status = 403
+
+
+class LeaseHeld(SwitchboardError):
+    code = "lease_held"
+    status = 409
+
+
+class NotRelay(SwitchboardError):
+    code = "not_relay"
+    status = 404
+
+
+class TransientError(Exception):
+    """A hub could not be reached or answered 5xx/429: try again later."""
+
+
+class PermanentError(Exception):
+    """A hub answered in a way that retrying won't change (4xx). `status` and `body` say how."""
+
+    def __init__(self, status: int, body: object) -> None:
+        super().__init__(f"HTTP {status}: {body!r}"[:400])
+        self.status = status
+        self.body = body

@@ -1,0 +1,184 @@
+"""Other hubs and what travels between them: peers, remote sessions, forwarded and inbound
+messages, relay storage (ciphertext only), relay leases, and content-addressed attachments."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+
+class FederationTier(models.TextChoices):
+    CHANNEL = "channel"
+    LAN = "lan"
+    RELAY = "relay"
+
+
+class RevocationMode(models.TextChoices):
+    REFUSE = "refuse"
+    HOLD = "hold"
+
+
+class Peer(models.Model):
+    """Another hub, known by its Ed25519 public key. First contact records the key (trust on first
+    use) unless an operator pinned it; a revoked peer's messages are refused or held."""
+
+    public_key = models.CharField(max_length=64, unique=True, help_text="Ed25519, base64")
+    name = models.CharField(max_length=128, blank=True, default="")
+    url = models.CharField(max_length=512, blank=True, default="")
+    tier = models.CharField(max_length=8, choices=FederationTier.choices, default=FederationTier.LAN)
+    pinned = models.BooleanField(default=False, help_text="an operator vouched for this key")
+    revoked = models.BooleanField(default=False)
+    revocation_mode = models.CharField(
+        max_length=8, choices=RevocationMode.choices, default=RevocationMode.REFUSE
+    )
+    first_seen = models.DateTimeField(auto_now_add=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"peer {self.name or self.public_key[:12]}"
+
+
+class RemoteSession(models.Model):
+    """A local stand-in (an exited, token-less AgentSession) for an agent on another hub, so a
+    message and its delivery can name it. Never resolvable as a local recipient."""
+
+    session = models.OneToOneField("messaging.AgentSession", on_delete=models.CASCADE, related_name="+")
+    hub_key = models.CharField(max_length=64)
+    hub_name = models.CharField(max_length=128, blank=True, default="")
+    remote_id = models.CharField(max_length=64)
+    remote_name = models.CharField(max_length=64)
+    remote_ref = models.CharField(max_length=12, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["hub_key", "remote_id"], name="remote_session_once_per_hub")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.remote_name} @ {self.hub_name or self.hub_key[:12]}"
+
+
+class SessionIsolation(models.Model):
+    """An operator's mark on one session: hold every message it sends off this machine."""
+
+    session_id = models.UUIDField(unique=True)
+    set_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"isolated {self.session_id}"
+
+
+class RemoteDelivery(models.Model):
+    """The far side of a `messaging.Delivery` handed to another hub: where it went and how far."""
+
+    delivery_id = models.BigIntegerField(unique=True)
+    message_id = models.UUIDField(db_index=True)
+    tier = models.CharField(max_length=8, choices=FederationTier.choices)
+    target = models.CharField(max_length=300)
+    hub_key = models.CharField(max_length=64, blank=True, default="")
+    url = models.CharField(max_length=512, blank=True, default="")
+    remote_state = models.CharField(max_length=16, blank=True, default="pending")
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    next_attempt_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    tried_hubs = models.TextField(blank=True, default="", help_text="hub keys already tried, comma-separated")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"remote delivery {self.delivery_id} via {self.tier}"
+
+
+class InboundMessage(models.Model):
+    """A message another hub forwarded here: once per (origin hub, message id), whatever the retries.
+    `reported_state` is the last state sent back to the origin as a receipt."""
+
+    origin_hub = models.CharField(max_length=64)
+    message_id = models.UUIDField()
+    delivery_id = models.BigIntegerField(null=True, blank=True)
+    tier = models.CharField(max_length=8, choices=FederationTier.choices)
+    trust = models.CharField(max_length=24)
+    reply_url = models.CharField(max_length=512, blank=True, default="")
+    reported_state = models.CharField(max_length=16, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["origin_hub", "message_id"], name="inbound_once_per_origin")
+        ]
+
+    def __str__(self) -> str:
+        return f"inbound {self.message_id} from {self.origin_hub[:12]}"
+
+
+class RelayMessage(models.Model):
+    """What a relay keeps for a hub that will pull it: routing metadata and a sealed box it
+    cannot open. `kind` is `message` (pulled under the agent's lease) or `receipt`."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=8, default="message")
+    message_id = models.UUIDField()
+    dest_hub = models.CharField(max_length=64, db_index=True)
+    agent_key = models.CharField(max_length=256, blank=True, default="")
+    from_hub = models.CharField(max_length=64)
+    sealed = models.BinaryField()
+    size = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+    claimed_by = models.CharField(max_length=64, blank=True, default="")
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    done = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "message_id", "dest_hub"], name="relay_message_once")
+        ]
+        indexes = [models.Index(fields=["dest_hub", "agent_key", "done"], name="relay_pull")]
+
+    def __str__(self) -> str:
+        return f"relay {self.kind} {self.message_id}"
+
+
+class RelayLease(models.Model):
+    """Which hub may pull an agent's messages from this relay, until when."""
+
+    agent_key = models.CharField(max_length=256, unique=True)
+    agent_name = models.CharField(max_length=64)
+    hub_key = models.CharField(max_length=64)
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"lease {self.agent_key} -> {self.hub_key[:12]}"
+
+
+class Attachment(models.Model):
+    """A file stored once under its SHA-256 (never under a client-supplied name)."""
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    size = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"attachment {self.sha256[:12]}"
+
+
+class MessageAttachment(models.Model):
+    """One file of one message, in order, with the display name it was sent under."""
+
+    message_id = models.UUIDField(db_index=True)
+    attachment = models.ForeignKey(Attachment, on_delete=models.PROTECT, related_name="uses")
+    position = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=255)
+    delivered_path = models.CharField(max_length=1024, blank=True, default="")
+    problem = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["message_id", "position"], name="attachment_once_per_position")
+        ]
+
+    def __str__(self) -> str:
+        return f"file {self.position} of {self.message_id}"

@@ -1,0 +1,81 @@
+"""Discovery across hubs: the agents other hubs host, with the tier each is reached on."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+
+from federation.errors import PermanentError, TransientError
+from federation.services.registry import registry_entries
+from federation.transport import hub_call
+from messaging.names import normalize_name
+
+_list_cache: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+
+
+def _remote_row(*, tier: str, hub: str, id: str, name: str, ref: str, cwd: str = "") -> dict[str, Any]:
+    return {
+        "id": id,
+        "name": name,
+        "ref": ref,
+        "cwd": cwd,
+        "kind": "remote",
+        "status": "idle",
+        "permission_mode": "default",
+        "inbound_policy": None,
+        "peer_address": "",
+        "addressable": True,
+        "last_seen": None,
+        "tier": tier,
+        "hub": hub,
+    }
+
+
+def _cached_call(key: str, url: str, path: str) -> list[dict[str, Any]]:
+    now = time.monotonic()
+    hit = _list_cache.get(key)
+    if hit and hit[0] > now:
+        return hit[1]
+    try:
+        answer = hub_call("GET", url, path, timeout=1.5) or {}
+        rows = answer.get("agents") or []
+        hub_name = answer.get("hub_name", "")
+        rows = [dict(r, hub=r.get("hub", hub_name)) for r in rows if isinstance(r, dict)]
+    except (TransientError, PermanentError):
+        rows = []
+    _list_cache[key] = (now + settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, rows)
+    return rows
+
+
+def remote_agents_list(*, name: str | None = None) -> list[dict[str, Any]]:
+    """Agents live in other hubs: channel (this machine's registry), LAN peers, relay leases."""
+    from federation.services.forwarding import lan_peer_urls
+
+    rows = [
+        _remote_row(tier="channel", hub=e.hub_name, id=e.session_id, name=e.name, ref=e.ref, cwd=e.cwd)
+        for e in registry_entries()
+    ]
+    for url in lan_peer_urls():
+        for r in _cached_call(f"lan:{url}", url, "/federation/agents"):
+            rows.append(
+                _remote_row(
+                    tier="lan",
+                    hub=str(r.get("hub", "")),
+                    id=str(r.get("id", "")),
+                    name=str(r.get("name", "")),
+                    ref=str(r.get("ref", "")),
+                )
+            )
+    if settings.SWITCHBOARD_RELAY_URL:
+        for r in _cached_call("relay", settings.SWITCHBOARD_RELAY_URL, "/relay/agents"):
+            rows.append(_remote_row(tier="relay", hub="", id="", name=str(r.get("name", "")), ref=""))
+    if name:
+        key = normalize_name(name)
+        rows = [r for r in rows if normalize_name(r["name"]).startswith(key)]
+    return rows
+
+
+def discovery_cache_clear() -> None:
+    _list_cache.clear()

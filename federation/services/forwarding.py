@@ -1,0 +1,675 @@
+"""Routing a message to another hub, forwarding it there, and accepting what other hubs forward.
+
+Sending side: when no local session takes an address, `route_for_send` tries the channel tier
+(this machine's registry), then LAN peers (asked "do you host X?", answers cached), then the relay
+(which knows only which hub holds a lease on a name). The delivery is written `relayed` (or held,
+when the hub or the sender is isolated) and `forward_attempt` carries it over in the background:
+retried with backoff on transient errors, re-routed to the next tier when a hub says it no longer
+hosts the agent, failed when nothing takes it.
+
+Receiving side: `inbound_accept` checks the hop count and the sending hub's signature, records
+the peer, and runs the ordinary send pipeline for the local recipient with the trust the check
+earned (`<tier>-verified`, or `unverified` + sensitive). A message id is accepted once per origin
+hub, so a retried forward never delivers twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from nacl.public import PublicKey, SealedBox
+
+from federation.errors import HopLimit, PermanentError, TransientError
+from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
+from federation.services.files import files_for_envelope, files_limits_check
+from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
+from federation.services.peers import peer_seen
+from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
+from federation.services.signatures import envelope_sign, envelope_verify
+from federation.transport import hub_call
+from messaging.addressing import Candidate, Resolution, normalize_name, resolve
+from messaging.credentials import hash_token
+from messaging.errors import Invalid, NotFound
+from messaging.jobs import enqueue
+from messaging.models import AgentSession, Delivery, Message, Priority, SessionStatus
+from messaging.principals import HUB
+from messaging.services.audit import audit_event
+from messaging.services.delivery import delivery_transition
+from messaging.states import DeliveryState
+
+log = logging.getLogger(__name__)
+S = DeliveryState
+REMOTE_KIND = "remote"
+TIER_ORDER = (FederationTier.CHANNEL, FederationTier.LAN, FederationTier.RELAY)
+MAX_FORWARD_ATTEMPTS = 8
+MAX_REROUTES = 4
+_hosts_cache: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
+
+
+@dataclass(frozen=True)
+class RemoteRoute:
+    """Where another hub hosts the addressed agent, and on which tier we reach it."""
+
+    tier: str
+    hub_key: str
+    hub_name: str
+    url: str  # the hub's URL (channel, LAN) or the relay's (relay)
+    remote_id: str
+    name: str
+    ref: str
+
+
+@dataclass
+class SendRoute:
+    """What `message_send` needs to write a delivery to a remote agent."""
+
+    route: RemoteRoute
+    recipient: AgentSession
+    resolution: Resolution
+    target: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tier(self) -> str:
+        return self.route.tier
+
+    def decide(self, *, sender: AgentSession, text: str, kind: str, now: Any) -> Any:
+        """Relayed, or held for an operator when messages may not leave this machine."""
+        from messaging.sensitivity import classify
+        from messaging.services.holds import hold_expiry_for
+        from messaging.services.sending import Decision
+
+        tier = classify(text, kind=kind).tier
+        if isolation_applies(sender=sender, route=self.route):
+            return Decision(
+                state=S.HELD,
+                hold_reason="isolation",
+                expires_at=hold_expiry_for(self.recipient, now),
+                tier=tier,
+                reason="this hub holds every message leaving the machine for an operator",
+            )
+        return Decision(state=S.RELAYED, tier=tier)
+
+    def attach(self, delivery: Delivery) -> None:
+        """Record where the delivery goes; start forwarding once the transaction commits."""
+        RemoteDelivery.objects.create(
+            delivery_id=delivery.pk,
+            message_id=delivery.message_id,
+            tier=self.route.tier,
+            target=self.target,
+            hub_key=self.route.hub_key,
+            url=self.route.url,
+            remote_state="pending",
+        )
+        if delivery.state == S.RELAYED:
+            enqueue("federation.tasks.forward_delivery", delivery.pk)
+
+
+@dataclass(frozen=True)
+class InboundContext:
+    """What `message_send` needs to write a message another hub forwarded here."""
+
+    message_id: uuid.UUID
+    tier: str
+    trust: str
+    hold_reason: str = ""  # "peer_revoked": hold for an operator with escalate=required
+
+    def adjust(self, decision: Any, *, recipient: AgentSession, now: Any) -> Any:
+        from messaging.services.holds import hold_expiry_for
+
+        if self.hold_reason and decision.state != S.REFUSED:
+            decision.state = S.HELD
+            decision.hold_reason = self.hold_reason
+            decision.escalate = "required"
+            decision.expires_at = hold_expiry_for(recipient, now)
+        return decision
+
+
+# --- where is it? ---------------------------------------------------------------------------------
+
+
+def isolation_applies(*, sender: AgentSession, route: RemoteRoute) -> bool:
+    """Isolation holds what leaves the machine (LAN and relay, not the channel tier): everything
+    when the hub is isolated, or what a session marked isolated (`SessionIsolation`) sends."""
+    if route.tier == FederationTier.CHANNEL:
+        return False  # the channel tier stays on this machine
+    if settings.SWITCHBOARD_ISOLATED:
+        return True
+    from federation.models import SessionIsolation
+
+    return SessionIsolation.objects.filter(session_id=sender.id).exists()
+
+
+def _channel_route(target: str, exclude: set[str]) -> RemoteRoute | None:
+    entries = [e for e in registry_entries() if e.hub_key not in exclude]
+    if not entries:
+        return None
+    by_id = {e.session_id: e for e in entries}
+    try:
+        found = resolve(
+            target, [Candidate(e.session_id, e.ref, e.name, e.name_key, e.cwd) for e in entries]
+        ).candidate
+    except NotFound:
+        return None
+    e = by_id[found.id]
+    return RemoteRoute(FederationTier.CHANNEL, e.hub_key, e.hub_name, e.url, e.session_id, e.name, e.ref)
+
+
+def lan_peer_urls() -> list[str]:
+    from federation.models import Peer
+
+    urls = list(settings.SWITCHBOARD_LAN_PEERS)
+    for url in (
+        Peer.objects.filter(tier=FederationTier.LAN, revoked=False)
+        .exclude(url="")
+        .values_list("url", flat=True)
+    ):
+        if url not in urls:
+            urls.append(url)
+    return urls
+
+
+def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
+    """Ask the hub at `url` whether it hosts `target` (answers cached SWITCHBOARD_HOSTS_CACHE_SECONDS)."""
+    key = (url, normalize_name(target))
+    now = time.monotonic()
+    cached = _hosts_cache.get(key)
+    if cached and cached[0] > now:
+        return cached[1]
+    from urllib.parse import quote
+
+    try:
+        answer = hub_call("GET", url, f"/federation/agents?to={quote(target)}", timeout=1.5)
+    except (TransientError, PermanentError) as exc:
+        log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
+        answer = None
+    found = answer if isinstance(answer, dict) and answer.get("hosted") else None
+    _hosts_cache[key] = (now + settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, found)
+    return found
+
+
+def hosts_cache_clear() -> None:
+    _hosts_cache.clear()
+
+
+def _lan_route(target: str, exclude: set[str]) -> RemoteRoute | None:
+    me = hub_identity().public_key
+    for url in lan_peer_urls():
+        found = hosts_lookup(url, target)
+        if not found or found.get("hub_key") in exclude or found.get("hub_key") == me:
+            continue
+        return RemoteRoute(
+            FederationTier.LAN,
+            str(found["hub_key"]),
+            str(found.get("hub_name", "")),
+            url,
+            str(found.get("id", "")),
+            str(found.get("name", target)),
+            str(found.get("ref", "")),
+        )
+    return None
+
+
+def _relay_route(target: str, exclude: set[str]) -> RemoteRoute | None:
+    relay = settings.SWITCHBOARD_RELAY_URL
+    if not relay:
+        return None
+    found = hosts_lookup_relay(relay, target)
+    if not found or found.get("hub_key") in exclude or found.get("hub_key") == hub_identity().public_key:
+        return None
+    return RemoteRoute(
+        FederationTier.RELAY,
+        str(found["hub_key"]),
+        str(found.get("hub_name", "")),
+        relay,
+        f"name:{normalize_name(str(found.get('name', target)))}",
+        str(found.get("name", target)),
+        "",
+    )
+
+
+def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
+    from urllib.parse import quote
+
+    try:
+        answer = hub_call("GET", relay, f"/relay/agents?to={quote(target)}", timeout=1.5)
+    except (TransientError, PermanentError) as exc:
+        log.info("relay %s did not answer for %r: %s", relay, target, exc)
+        return None
+    return answer if isinstance(answer, dict) and answer.get("hosted") else None
+
+
+def route_find(
+    *, target: str, exclude: set[str] | None = None, tiers: tuple[str, ...] = TIER_ORDER
+) -> RemoteRoute | None:
+    """The first tier (channel → LAN → relay) on which some other hub hosts `target`, or None."""
+    exclude = set(exclude or ())
+    finders = {
+        FederationTier.CHANNEL: _channel_route,
+        FederationTier.LAN: _lan_route,
+        FederationTier.RELAY: _relay_route,
+    }
+    for tier in tiers:
+        route = finders[tier](target, exclude)
+        if route is not None:
+            return route
+    return None
+
+
+def remote_session_for(*, hub_key: str, hub_name: str, remote_id: str, name: str, ref: str) -> AgentSession:
+    """The local stand-in for an agent of another hub (created once per hub and remote id)."""
+    link = (
+        RemoteSession.objects.filter(hub_key=hub_key, remote_id=remote_id).select_related("session").first()
+    )
+    if link is not None:
+        session = link.session
+        if session.name != name and name:
+            AgentSession.objects.filter(pk=session.pk).update(name=name, name_key=normalize_name(name))
+            session.name, session.name_key = name, normalize_name(name)
+        return session
+    from messaging.services.sessions import _new_ref
+
+    now = timezone.now()
+    for attempt in range(8):
+        wanted_ref = ref.lower() if (ref and attempt == 0) else _new_ref()
+        try:
+            with transaction.atomic():
+                session = AgentSession.objects.create(
+                    name=name[:64] or "remote",
+                    name_key=normalize_name(name[:64] or "remote"),
+                    ref=wanted_ref[:12],
+                    kind=REMOTE_KIND,
+                    status=SessionStatus.EXITED,  # never a local recipient, never authenticates
+                    peer_address=f"hub:{key_fingerprint(hub_key)}",
+                    token_hash=hash_token(f"remote:{uuid.uuid4()}"),
+                    last_seen=now,
+                    status_changed_at=now,
+                )
+                RemoteSession.objects.create(
+                    session=session,
+                    hub_key=hub_key,
+                    hub_name=hub_name[:128],
+                    remote_id=remote_id[:64],
+                    remote_name=name[:64],
+                    remote_ref=ref[:12],
+                )
+            return session
+        except IntegrityError:
+            link = RemoteSession.objects.filter(hub_key=hub_key, remote_id=remote_id).first()
+            if link is not None:
+                return link.session
+    raise RuntimeError("could not create a stand-in session for a remote agent")
+
+
+def remote_session_for_route(route: RemoteRoute) -> AgentSession:
+    return remote_session_for(
+        hub_key=route.hub_key,
+        hub_name=route.hub_name,
+        remote_id=route.remote_id,
+        name=route.name,
+        ref=route.ref,
+    )
+
+
+def route_for_send(*, sender: AgentSession, target: str) -> SendRoute | None:
+    """Called by `message_send` when no local session takes `target`: the remote route, or None."""
+    if sender.kind == REMOTE_KIND or settings.SWITCHBOARD_ROLE == "relay":
+        return None
+    route = route_find(target=target)
+    if route is None:
+        return None
+    recipient = remote_session_for_route(route)
+    candidate = Candidate(str(recipient.id), recipient.ref, recipient.name, recipient.name_key)
+    return SendRoute(
+        route=route, recipient=recipient, resolution=Resolution(candidate, "remote", None), target=target
+    )
+
+
+# --- carrying it over -----------------------------------------------------------------------------
+
+
+def envelope_build(*, message: Message, target: str, hops: int = 1) -> dict[str, Any]:
+    """The signed, self-contained description of a message that travels between hubs."""
+    me = hub_identity()
+    sender = message.sender
+    envelope = {
+        "v": 1,
+        "id": str(message.id),
+        "from": {
+            "hub": me.public_key,
+            "hub_name": me.name,
+            "url": settings.SWITCHBOARD_PUBLIC_URL,
+            "id": str(sender.id) if sender else "",
+            "name": sender.name if sender else "hub",
+            "ref": sender.ref if sender else "",
+        },
+        "to": target,
+        "text": message.text,
+        "summary": message.summary,
+        "kind": message.kind,
+        "priority": Priority(message.priority).label,
+        "created_at": message.created_at.isoformat(),
+        "hops": hops,
+        "files": files_for_envelope(message_id=message.id),
+    }
+    return envelope_sign(envelope)
+
+
+def seal_for_hub(*, hub_key: str, payload: bytes) -> bytes:
+    """Encrypt `payload` so only the hub holding `hub_key`'s private key can read it."""
+    curve = verify_key_from(hub_key).to_curve25519_public_key()
+    return SealedBox(PublicKey(bytes(curve))).encrypt(payload)
+
+
+def unseal(sealed: bytes) -> bytes:
+    """Open a sealed box addressed to this hub (nacl CryptoError when it was not)."""
+    return SealedBox(hub_identity().signing_key.to_curve25519_private_key()).decrypt(sealed)
+
+
+def _backoff(attempts: int) -> timedelta:
+    return timedelta(seconds=min(300, 2 ** min(attempts, 8)))
+
+
+def forward_attempt(*, delivery_id: int) -> str:
+    """Carry one remote delivery to its hub (or the relay). Idempotent: a delivery already handed
+    over is left alone, and the receiving hub accepts a message id only once anyway."""
+    from federation.services.receipts import receipt_apply_local
+
+    rd = RemoteDelivery.objects.filter(delivery_id=delivery_id).first()
+    if rd is None:
+        return "unknown"
+    delivery = Delivery.objects.select_related("message", "message__sender").filter(pk=delivery_id).first()
+    if delivery is None or delivery.state not in (S.RELAYED, S.QUEUED):
+        return "not-forwardable"
+    if rd.remote_state not in ("pending", "retry"):
+        return "already-forwarded"
+    for _ in range(MAX_REROUTES):
+        files_limits_check(message_id=delivery.message_id, tier=rd.tier)
+        envelope = envelope_build(message=delivery.message, target=rd.target)
+        try:
+            if rd.tier == FederationTier.RELAY:
+                sealed = seal_for_hub(hub_key=rd.hub_key, payload=_json_bytes(envelope))
+                hub_call(
+                    "POST",
+                    rd.url,
+                    "/relay/messages",
+                    {
+                        "message_id": envelope["id"],
+                        "dest_hub": rd.hub_key,
+                        "agent": rd.target,
+                        "sealed": base64.b64encode(sealed).decode("ascii"),
+                    },
+                )
+                answer: dict[str, Any] = {"status": "at_relay"}
+            else:
+                answer = hub_call(
+                    "POST", rd.url, "/federation/messages", {"tier": rd.tier, "envelope": envelope}
+                )
+        except TransientError as exc:
+            if rd.tier == FederationTier.CHANNEL:
+                registry_drop_hub(hub_key=rd.hub_key)  # its entry said live; it no longer answers
+                if _reroute(rd, delivery, reason=str(exc)):
+                    continue
+            return _retry_later(rd, delivery, error=str(exc))
+        except PermanentError as exc:
+            if exc.status in (403, 404) and _reroute(rd, delivery, reason=str(exc)):
+                continue
+            _fail(rd, delivery, reason=f"the other hub refused it: {_detail(exc.body)}")
+            return "failed"
+        remote_state = str((answer or {}).get("status", "accepted"))
+        RemoteDelivery.objects.filter(pk=rd.pk).update(
+            remote_state=remote_state, attempts=rd.attempts + 1, last_error="", next_attempt_at=None
+        )
+        audit_event(
+            "federation.forwarded",
+            actor="hub",
+            target=rd.hub_key,
+            message=delivery.message,
+            delivery_id=delivery.pk,
+            detail={"tier": rd.tier, "remote_state": remote_state},
+        )
+        receipt_apply_local(delivery_id=delivery.pk, state=remote_state, reason="answered by the other hub")
+        return remote_state
+    _fail(rd, delivery, reason="no hub took it after re-routing")
+    return "failed"
+
+
+def _detail(body: Any) -> str:
+    if isinstance(body, dict):
+        return str(body.get("detail") or body.get("error") or body)[:300]
+    return str(body)[:300]
+
+
+def _json_bytes(data: Any) -> bytes:
+    import json
+
+    return json.dumps(data, separators=(",", ":")).encode("utf-8")
+
+
+def _reroute(rd: RemoteDelivery, delivery: Delivery, *, reason: str) -> bool:
+    """Point the delivery at the next hub that hosts the target; False when none does."""
+    tried = {k for k in rd.tried_hubs.split(",") if k} | {rd.hub_key}
+    route = route_find(target=rd.target, exclude=tried)
+    if route is None:
+        return False
+    recipient = remote_session_for_route(route)
+    with transaction.atomic():
+        Delivery.objects.filter(pk=delivery.pk).update(tier=route.tier, recipient=recipient)
+        rd.tried_hubs = ",".join(sorted(tried))
+        rd.tier, rd.hub_key, rd.url = route.tier, route.hub_key, route.url
+        rd.save(update_fields=["tier", "hub_key", "url", "tried_hubs", "updated_at"])
+        audit_event(
+            "federation.rerouted",
+            actor="hub",
+            target=route.hub_key,
+            delivery_id=delivery.pk,
+            detail={"tier": route.tier, "because": reason[:200], "message_id": str(delivery.message_id)},
+        )
+    return True
+
+
+def _retry_later(rd: RemoteDelivery, delivery: Delivery, *, error: str) -> str:
+    attempts = rd.attempts + 1
+    if attempts >= MAX_FORWARD_ATTEMPTS:
+        _fail(rd, delivery, reason=f"the other hub stayed unreachable ({error[:200]})")
+        return "failed"
+    RemoteDelivery.objects.filter(pk=rd.pk).update(
+        remote_state="retry",
+        attempts=attempts,
+        last_error=error[:500],
+        next_attempt_at=timezone.now() + _backoff(attempts),
+    )
+    return "retry"
+
+
+def _fail(rd: RemoteDelivery, delivery: Delivery, *, reason: str) -> None:
+    with transaction.atomic():
+        RemoteDelivery.objects.filter(pk=rd.pk).update(remote_state="failed", last_error=reason[:500])
+        delivery_transition(
+            Delivery.objects.filter(pk=delivery.pk), to=S.FAILED, actor=HUB, reason=reason[:300]
+        )
+
+
+def forwards_due(*, now: Any = None, batch: int = 100) -> list[int]:
+    """Remote deliveries whose retry time has come."""
+    now = now or timezone.now()
+    return list(
+        RemoteDelivery.objects.filter(remote_state="retry", next_attempt_at__lte=now)
+        .order_by("next_attempt_at")
+        .values_list("delivery_id", flat=True)[:batch]
+    )
+
+
+# --- receiving ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InboundResult:
+    message_id: str
+    state: str
+    duplicate: bool
+    trust: str
+    delivery_id: int | None
+
+
+def _check_envelope(envelope: Any) -> dict[str, Any]:
+    if not isinstance(envelope, dict):
+        raise Invalid("bad_envelope", "The forwarded message is not an object.")
+    sender = envelope.get("from")
+    if not isinstance(sender, dict) or not isinstance(sender.get("hub"), str):
+        raise Invalid("bad_envelope", "The forwarded message does not name its hub.")
+    for key in ("to", "text"):
+        if not isinstance(envelope.get(key), str):
+            raise Invalid("bad_envelope", f"The forwarded message has no `{key}`.")
+    try:
+        uuid.UUID(str(envelope.get("id")))
+    except ValueError as exc:
+        raise Invalid("bad_envelope", "The forwarded message id is not a UUID.") from exc
+    return envelope
+
+
+def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_url: str = "") -> InboundResult:
+    """Take a message another hub forwarded (directly, or pulled from the relay) for a local agent."""
+    from messaging.services.sending import message_send
+
+    envelope = _check_envelope(envelope)
+    if tier not in FederationTier.values:
+        raise Invalid("bad_tier", "tier is channel, lan or relay.")
+    hops = envelope.get("hops", 1)
+    if not isinstance(hops, int) or hops < 1 or hops > settings.SWITCHBOARD_MAX_HOPS:
+        raise HopLimit(
+            f"This message has been forwarded {hops} times; hubs forward a message at most "
+            f"{settings.SWITCHBOARD_MAX_HOPS} times.",
+        )
+    origin = envelope["from"]
+    origin_hub = origin["hub"]
+    message_id = uuid.UUID(str(envelope["id"]))
+    signed_ok = envelope_verify(envelope) and (caller_key is None or caller_key == origin_hub)
+    standing = peer_seen(
+        public_key=origin_hub,
+        name=str(origin.get("hub_name", "")),
+        url=str(origin.get("url", "")) if tier != FederationTier.RELAY else "",
+        tier=tier,
+        vouched=tier == FederationTier.CHANNEL and origin_hub in registry_hub_keys().values(),
+    )
+    earlier = _inbound_earlier(origin_hub, message_id)
+    if earlier is not None:
+        return earlier
+    trust = f"{tier}-verified" if signed_ok else "unverified"
+    if not signed_ok:
+        audit_event(
+            "federation.signature_failed",
+            actor="hub",
+            target=origin_hub,
+            detail={"message_id": str(message_id), "tier": tier},
+        )
+    sender = remote_session_for(
+        hub_key=origin_hub,
+        hub_name=str(origin.get("hub_name", "")),
+        remote_id=str(origin.get("id", ""))[:64] or f"name:{origin.get('name', '')}",
+        name=str(origin.get("name", "remote"))[:64],
+        ref=str(origin.get("ref", ""))[:12],
+    )
+    priority = envelope.get("priority") if envelope.get("priority") in ("normal", "urgent") else "normal"
+    try:
+        with transaction.atomic():
+            outcome = message_send(
+                sender=sender,
+                to=envelope["to"],
+                text=envelope["text"],
+                summary=str(envelope.get("summary", ""))[:200],
+                priority=priority,
+                actor=HUB,
+                trust=trust,
+                signature_failed=not signed_ok,
+                remote=InboundContext(
+                    message_id=message_id,
+                    tier=tier,
+                    trust=trust,
+                    hold_reason="peer_revoked" if standing.hold else "",
+                ),
+            )
+            from federation.services.files import files_receive
+
+            files_receive(
+                envelope=envelope,
+                message_id=outcome.message.id,
+                recipient=outcome.recipient,
+                trust=trust,
+            )
+            InboundMessage.objects.create(
+                origin_hub=origin_hub,
+                message_id=message_id,
+                delivery_id=outcome.delivery.pk,
+                tier=tier,
+                trust=trust,
+                reply_url=str(origin.get("url", "")) if tier != FederationTier.RELAY else "",
+                reported_state=outcome.delivery.state,
+            )
+    except IntegrityError:
+        earlier = _inbound_earlier(origin_hub, message_id)
+        if earlier is not None:
+            return earlier
+        raise
+    return InboundResult(
+        message_id=str(message_id),
+        state=outcome.delivery.state,
+        duplicate=outcome.duplicate,
+        trust=trust,
+        delivery_id=outcome.delivery.pk,
+    )
+
+
+def _inbound_earlier(origin_hub: str, message_id: uuid.UUID) -> InboundResult | None:
+    row = InboundMessage.objects.filter(origin_hub=origin_hub, message_id=message_id).first()
+    if row is None:
+        return None
+    state = Delivery.objects.filter(pk=row.delivery_id).values_list("state", flat=True).first() or "unknown"
+    return InboundResult(
+        message_id=str(message_id), state=state, duplicate=True, trust=row.trust, delivery_id=row.delivery_id
+    )
+
+
+def hosts_answer(*, target: str) -> dict[str, Any]:
+    """Answer another hub's "do you host `target`?" from this hub's live sessions only."""
+    from messaging.services.sending import find_candidates
+
+    me = hub_identity()
+    live = [
+        c
+        for c in find_candidates(None, target)  # type: ignore[arg-type]
+        if AgentSession.objects.filter(pk=c.id, status__in=(SessionStatus.BUSY, SessionStatus.IDLE))
+        .exclude(kind=REMOTE_KIND)
+        .exists()
+    ]
+    try:
+        found = resolve(target, live).candidate
+    except NotFound:
+        return {"hosted": False, "hub_key": me.public_key, "hub_name": me.name}
+    return {
+        "hosted": True,
+        "hub_key": me.public_key,
+        "hub_name": me.name,
+        "id": found.id,
+        "name": found.name,
+        "ref": found.ref,
+    }
+
+
+def local_agents_public() -> list[dict[str, Any]]:
+    """This hub's live agents, as another hub's discovery shows them."""
+    rows = (
+        AgentSession.objects.filter(status__in=(SessionStatus.BUSY, SessionStatus.IDLE))
+        .exclude(kind=REMOTE_KIND)
+        .order_by("name_key")
+    )
+    return [{"id": str(s.id), "name": s.name, "ref": s.ref, "status": s.status} for s in rows[:1000]]

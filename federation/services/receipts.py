@@ -1,0 +1,188 @@
+"""Receipts: the receiving hub tells the sending hub how far a forwarded message got, so the
+sender sees delivered / read (or refused, expired) across hubs.
+
+The receiving hub compares each inbound message's delivery state with the state it last reported
+and sends the changes: straight back to the origin hub's URL (channel, LAN), or through the relay,
+sealed to the origin hub and signed. The sending hub moves its own `relayed` delivery accordingly.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections import defaultdict
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from federation.errors import PermanentError, TransientError
+from federation.models import FederationTier, InboundMessage, RemoteDelivery
+from federation.services.signatures import sign_bytes, verify_bytes
+from federation.transport import hub_call
+from messaging.models import Delivery
+from messaging.principals import HUB
+from messaging.services.audit import audit_event
+from messaging.services.delivery import delivery_transition
+from messaging.states import DeliveryState
+
+log = logging.getLogger(__name__)
+S = DeliveryState
+# What a remote state means for the sender's own delivery (states absent here only get recorded).
+RECEIPT_MOVES = {
+    S.DELIVERED: S.DELIVERED,
+    S.READ: S.READ,
+    S.REFUSED: S.FAILED,
+    S.DENIED: S.FAILED,
+    S.EXPIRED: S.FAILED,
+    S.FAILED: S.FAILED,
+}
+FINAL_REMOTE = frozenset({S.READ, S.REFUSED, S.DENIED, S.EXPIRED, S.FAILED})
+
+
+def receipt_apply_local(*, delivery_id: int, state: str, reason: str = "") -> bool:
+    """Record that the far side reached `state`; move the local delivery when that means something.
+    Returns True when the local delivery moved."""
+    with transaction.atomic():
+        RemoteDelivery.objects.filter(delivery_id=delivery_id).exclude(remote_state__in=FINAL_REMOTE).update(
+            remote_state=state
+        )
+        target = RECEIPT_MOVES.get(state)
+        if target is None:
+            return False
+        moved = delivery_transition(
+            Delivery.objects.filter(pk=delivery_id),
+            to=target,
+            actor=HUB,
+            reason=f"the other hub reports {state}"
+            + (f" ({reason})" if reason and target == S.FAILED else ""),
+        )
+        if not moved and target == S.READ:
+            # relayed → read is legal; delivered → read too; anything else stays as it is.
+            return False
+        return bool(moved)
+
+
+def receipts_from_hub(*, hub_key: str, receipts: list[dict[str, Any]]) -> int:
+    """Apply receipts sent by the hub holding `hub_key` (only for messages forwarded to it)."""
+    applied = 0
+    for receipt in receipts[:1000]:
+        if not isinstance(receipt, dict):
+            continue
+        rd = (
+            RemoteDelivery.objects.filter(
+                message_id=str(receipt.get("message_id", "")), hub_key=hub_key
+            ).first()
+            if _is_uuid(receipt.get("message_id"))
+            else None
+        )
+        if rd is None:
+            continue
+        state = str(receipt.get("state", ""))
+        if state == S.READ:
+            # A message may be read before we heard it was delivered: pass through delivered.
+            receipt_apply_local(delivery_id=rd.delivery_id, state=S.DELIVERED)
+        if receipt_apply_local(
+            delivery_id=rd.delivery_id, state=state, reason=str(receipt.get("reason", ""))[:200]
+        ):
+            applied += 1
+    return applied
+
+
+def _is_uuid(value: Any) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(str(value))
+        return True
+    except ValueError:
+        return False
+
+
+def receipts_pending(*, batch: int = 500) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Inbound messages whose delivery state changed since the last receipt, by (origin, route)."""
+    rows = list(InboundMessage.objects.exclude(reported_state__in=FINAL_REMOTE).order_by("id")[: batch * 4])
+    states = dict(
+        Delivery.objects.filter(pk__in=[r.delivery_id for r in rows if r.delivery_id]).values_list(
+            "id", "state"
+        )
+    )
+    out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        state = states.get(row.delivery_id)
+        if state is None or state == row.reported_state:
+            continue
+        route = row.reply_url if row.tier != FederationTier.RELAY and row.reply_url else "relay"
+        out[(row.origin_hub, route)].append(
+            {"message_id": str(row.message_id), "state": state, "_row": row.pk}
+        )
+        if sum(len(v) for v in out.values()) >= batch:
+            break
+    return out
+
+
+def receipts_flush() -> int:
+    """Send every pending receipt; a receipt that could not be sent is tried again next time."""
+    from federation.services.forwarding import seal_for_hub
+
+    sent = 0
+    for (origin_hub, route), items in receipts_pending().items():
+        body = [{k: v for k, v in item.items() if k != "_row"} for item in items]
+        try:
+            if route == "relay":
+                if not settings.SWITCHBOARD_RELAY_URL:
+                    continue
+                signed = json.dumps({"receipts": body}, separators=(",", ":")).encode("utf-8")
+                payload = json.dumps(
+                    {"hub": _me(), "receipts": body, "signature": sign_bytes(signed)}, separators=(",", ":")
+                ).encode("utf-8")
+                for item in body:
+                    hub_call(
+                        "POST",
+                        settings.SWITCHBOARD_RELAY_URL,
+                        "/relay/messages",
+                        {
+                            "kind": "receipt",
+                            "message_id": item["message_id"],
+                            "dest_hub": origin_hub,
+                            "agent": "",
+                            "sealed": base64.b64encode(
+                                seal_for_hub(hub_key=origin_hub, payload=payload)
+                            ).decode("ascii"),
+                            "replace": True,
+                        },
+                    )
+                    break  # one sealed batch carries every receipt for this origin
+            else:
+                hub_call("POST", route, "/federation/receipts", {"receipts": body})
+        except (TransientError, PermanentError) as exc:
+            log.info("receipts to %s not sent yet: %s", route, exc)
+            continue
+        for item in items:
+            InboundMessage.objects.filter(pk=item["_row"]).update(reported_state=item["state"])
+        sent += len(items)
+    return sent
+
+
+def _me() -> str:
+    from federation.services.identity import hub_identity
+
+    return hub_identity().public_key
+
+
+def receipts_open_relayed(*, payload: bytes) -> int:
+    """Apply a receipt batch pulled from the relay (after unsealing): check who signed it first."""
+    try:
+        data = json.loads(payload)
+        hub_key = str(data["hub"])
+        receipts = data["receipts"]
+        signed = json.dumps({"receipts": receipts}, separators=(",", ":")).encode("utf-8")
+    except (ValueError, KeyError, TypeError):
+        return 0
+    if not verify_bytes(public_key=hub_key, data=signed, signature=str(data.get("signature", ""))):
+        audit_event(
+            "federation.receipt_rejected", actor="hub", target=hub_key, detail={"why": "bad signature"}
+        )
+        return 0
+    return receipts_from_hub(hub_key=hub_key, receipts=receipts)

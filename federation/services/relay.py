@@ -1,0 +1,288 @@
+"""The relay tier, both sides.
+
+Relay role (`switchboard serve --role relay`): store sealed messages for hubs that pull them.
+A hub takes a lease on an agent name before it pulls that agent's messages; while it holds the
+lease (renewed on every pull cycle) other hubs' leases and pulls are refused (409). Claims are
+conditional updates, so two pulling hubs never both get one message; a claim that is released
+(local delivery failed) or runs out goes back for another try. Messages expire (default 24 h).
+The relay keeps routing metadata only: the payload is a sealed box to the destination hub.
+
+Hub side: `relay_pull_once` renews leases for this hub's live agents, claims and opens what waits
+for them, hands each to `inbound_accept`, and acknowledges (done) or releases it.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from federation.errors import LeaseHeld, NotRelay, PermanentError, TransientError
+from federation.models import FederationTier, RelayLease, RelayMessage
+from federation.transport import hub_call
+from messaging.errors import Invalid, NotFound, SwitchboardError
+from messaging.names import normalize_name
+from messaging.services.audit import audit_event
+
+log = logging.getLogger(__name__)
+MAX_SEALED_BYTES = 80 * 1024 * 1024  # 50 MB of files, base64, plus the text
+
+
+def require_relay() -> None:
+    if settings.SWITCHBOARD_ROLE != "relay":
+        raise NotRelay("This hub does not run in relay role (`switchboard serve --role relay`).")
+
+
+# --- relay role -----------------------------------------------------------------------------------
+
+
+def relay_lease_take(*, hub_key: str, agent: str, now: Any = None) -> RelayLease:
+    """Give `hub_key` the lease on `agent` (or renew it). LeaseHeld when another hub holds it."""
+    require_relay()
+    key = normalize_name(agent)
+    if not key or len(key) > 256:
+        raise Invalid("bad_agent", "Name the agent the lease is for.")
+    now = now or timezone.now()
+    until = now + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS)
+    with transaction.atomic():
+        taken = (
+            RelayLease.objects.filter(agent_key=key)
+            .filter(Q(hub_key=hub_key) | Q(expires_at__lte=now))
+            .update(hub_key=hub_key, expires_at=until, agent_name=agent[:64])
+        )
+        if taken:
+            return RelayLease.objects.get(agent_key=key)
+        try:
+            with transaction.atomic():
+                lease = RelayLease.objects.create(
+                    agent_key=key, agent_name=agent[:64], hub_key=hub_key, expires_at=until
+                )
+        except IntegrityError:
+            raise LeaseHeld(
+                f"Another hub holds the lease on {agent!r}; it is live there. Stop this copy or wait for "
+                "the lease to lapse.",
+            ) from None
+        audit_event("relay.lease_taken", actor="hub", target=hub_key, detail={"agent": key})
+        return lease
+
+
+def relay_lease_release(*, hub_key: str, agent: str) -> bool:
+    require_relay()
+    deleted, _ = RelayLease.objects.filter(agent_key=normalize_name(agent), hub_key=hub_key).delete()
+    return bool(deleted)
+
+
+def relay_lookup(*, target: str, now: Any = None) -> dict[str, Any]:
+    """Which hub (if any) holds a live lease on `target`: what a sender seals to."""
+    require_relay()
+    now = now or timezone.now()
+    lease = RelayLease.objects.filter(agent_key=normalize_name(target), expires_at__gt=now).first()
+    if lease is None:
+        return {"hosted": False}
+    return {"hosted": True, "hub_key": lease.hub_key, "name": lease.agent_name}
+
+
+def relay_agents(*, now: Any = None) -> list[dict[str, Any]]:
+    require_relay()
+    now = now or timezone.now()
+    return [
+        {"name": lease.agent_name, "hub_key": lease.hub_key}
+        for lease in RelayLease.objects.filter(expires_at__gt=now).order_by("agent_key")[:1000]
+    ]
+
+
+def relay_store(
+    *,
+    from_hub: str,
+    kind: str,
+    message_id: str,
+    dest_hub: str,
+    agent: str,
+    sealed: str,
+    replace: bool = False,
+) -> tuple[RelayMessage, bool]:
+    """Keep a sealed message (or receipt batch) for `dest_hub`. Storing the same id twice is a no-op
+    (returns created=False), except that a receipt batch replaces the earlier one."""
+    require_relay()
+    if kind not in ("message", "receipt"):
+        raise Invalid("bad_kind", "kind is `message` or `receipt`.")
+    try:
+        mid = uuid.UUID(str(message_id))
+        blob = base64.b64decode(sealed, validate=True)
+    except ValueError as exc:
+        raise Invalid("bad_relay_message", "message_id is a UUID and sealed is base64.") from exc
+    if len(blob) > MAX_SEALED_BYTES:
+        from messaging.errors import TooLarge
+
+        raise TooLarge(
+            "The sealed payload is larger than the relay keeps.", size=len(blob), limit=MAX_SEALED_BYTES
+        )
+    if kind == "message" and not relay_lookup(target=agent)["hosted"]:
+        raise NotFound(
+            f"No hub has registered {agent!r} with this relay; nothing is queued for a name nobody hosts."
+        )
+    now = timezone.now()
+    fields = {
+        "agent_key": normalize_name(agent) if kind == "message" else "",
+        "from_hub": from_hub,
+        "sealed": blob,
+        "size": len(blob),
+        "expires_at": now + timedelta(seconds=settings.SWITCHBOARD_RELAY_EXPIRY_SECONDS),
+    }
+    try:
+        with transaction.atomic():
+            row = RelayMessage.objects.create(kind=kind, message_id=mid, dest_hub=dest_hub, **fields)
+        return row, True
+    except IntegrityError:
+        row = RelayMessage.objects.get(kind=kind, message_id=mid, dest_hub=dest_hub)
+        if replace and kind == "receipt":
+            RelayMessage.objects.filter(pk=row.pk).update(
+                done=False, claimed_by="", claimed_until=None, **fields
+            )
+        return row, False
+
+
+def relay_claim(
+    *, hub_key: str, agent: str = "", kind: str = "message", limit: int = 20, now: Any = None
+) -> list[dict[str, Any]]:
+    """Claim up to `limit` waiting items for `hub_key`. Messages need the agent's lease (LeaseHeld
+    otherwise); each claim is a conditional update, so no item goes to two callers at once."""
+    require_relay()
+    now = now or timezone.now()
+    qs = RelayMessage.objects.filter(kind=kind, dest_hub=hub_key, done=False, expires_at__gt=now)
+    if kind == "message":
+        key = normalize_name(agent)
+        lease = RelayLease.objects.filter(agent_key=key).first()
+        if lease is None or lease.hub_key != hub_key or lease.expires_at <= now:
+            raise LeaseHeld(
+                f"Take the lease on {agent!r} before pulling its messages; another hub may hold it."
+            )
+        qs = qs.filter(agent_key=key)
+    qs = qs.filter(Q(claimed_by="") | Q(claimed_until__lte=now)).order_by("created_at")
+    until = now + timedelta(seconds=settings.SWITCHBOARD_RELAY_CLAIM_SECONDS)
+    claimed = []
+    for row_id in list(qs.values_list("id", flat=True)[: max(1, min(limit, 100))]):
+        with transaction.atomic():
+            won = (
+                RelayMessage.objects.filter(pk=row_id, done=False)
+                .filter(Q(claimed_by="") | Q(claimed_until__lte=now))
+                .update(claimed_by=hub_key, claimed_until=until)
+            )
+        if won:
+            row = RelayMessage.objects.get(pk=row_id)
+            claimed.append(
+                {
+                    "id": str(row.id),
+                    "message_id": str(row.message_id),
+                    "from_hub": row.from_hub,
+                    "sealed": base64.b64encode(bytes(row.sealed)).decode("ascii"),
+                }
+            )
+    return claimed
+
+
+def relay_claim_finish(*, hub_key: str, claim_id: str, outcome: str) -> bool:
+    """`done`: delivered, forget the ciphertext. `release`: local delivery failed, let it go back."""
+    require_relay()
+    if outcome not in ("done", "release"):
+        raise Invalid("bad_outcome", "outcome is `done` or `release`.")
+    qs = RelayMessage.objects.filter(pk=claim_id, claimed_by=hub_key, done=False)
+    if outcome == "done":
+        return bool(qs.update(done=True, sealed=b"", claimed_until=None))
+    return bool(qs.update(claimed_by="", claimed_until=None))
+
+
+def relay_expire(*, now: Any = None) -> int:
+    """Drop expired messages and delivered ones, and lapsed leases."""
+    now = now or timezone.now()
+    deleted, _ = RelayMessage.objects.filter(Q(expires_at__lte=now) | Q(done=True)).delete()
+    RelayLease.objects.filter(expires_at__lte=now - timedelta(hours=1)).delete()
+    return deleted
+
+
+# --- hub side -------------------------------------------------------------------------------------
+
+
+def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str, int]:
+    """One pull cycle against SWITCHBOARD_RELAY_URL: leases, messages, receipts."""
+    from federation.services.forwarding import inbound_accept, unseal
+    from federation.services.receipts import receipts_open_relayed
+
+    relay = settings.SWITCHBOARD_RELAY_URL
+    counts = {"delivered": 0, "released": 0, "refused_leases": 0, "receipts": 0}
+    if not relay or settings.SWITCHBOARD_ROLE == "relay":
+        return counts
+    if sessions is None:
+        sessions = live_session_names()
+    for name in sorted({s["name"] for s in sessions}):
+        try:
+            hub_call("POST", relay, "/relay/leases", {"agent": name})
+            items = hub_call("POST", relay, "/relay/claims", {"agent": name, "kind": "message"}) or []
+        except PermanentError as exc:
+            if exc.status == 409:
+                counts["refused_leases"] += 1
+                log.info("relay: another hub holds the lease on %r", name)
+                continue
+            log.warning("relay refused a pull for %r: %s", name, exc)
+            continue
+        except TransientError as exc:
+            log.info("relay unreachable: %s", exc)
+            return counts
+        for item in items:
+            outcome = "release"
+            try:
+                envelope = __import__("json").loads(unseal(base64.b64decode(item["sealed"])))
+                inbound_accept(envelope=envelope, tier=FederationTier.RELAY, caller_key=None)
+                outcome = "done"
+            except SwitchboardError as exc:
+                # Not deliverable here (unknown agent, revoked peer, hop limit): a retry can't help.
+                log.info("relay message %s refused here: %s", item.get("message_id"), exc.detail)
+                outcome = "done" if exc.status in (400, 403) else "release"
+            except Exception:
+                log.exception("relay message %s failed to deliver; releasing it", item.get("message_id"))
+            try:
+                hub_call("POST", relay, f"/relay/claims/{item['id']}/{outcome}", {})
+            except (TransientError, PermanentError) as exc:
+                log.info("relay: could not finish claim %s: %s", item["id"], exc)
+            counts["delivered" if outcome == "done" else "released"] += 1
+    try:
+        for item in hub_call("POST", relay, "/relay/claims", {"kind": "receipt"}) or []:
+            try:
+                counts["receipts"] += receipts_open_relayed(payload=unseal(base64.b64decode(item["sealed"])))
+            except Exception:
+                log.exception("relay receipt %s could not be opened", item.get("id"))
+            hub_call("POST", relay, f"/relay/claims/{item['id']}/done", {})
+    except (TransientError, PermanentError) as exc:
+        log.info("relay receipts not pulled: %s", exc)
+    return counts
+
+
+def relay_lease_drop(*, name: str) -> None:
+    """Give up this hub's lease on `name` (its session left)."""
+    relay = settings.SWITCHBOARD_RELAY_URL
+    if not relay:
+        return
+    from urllib.parse import quote
+
+    try:
+        hub_call("DELETE", relay, f"/relay/leases/{quote(name)}")
+    except (TransientError, PermanentError) as exc:
+        log.info("relay lease on %r not released: %s", name, exc)
+
+
+def live_session_names() -> list[dict[str, str]]:
+    from messaging.models import AgentSession, SessionStatus
+
+    return [
+        {"id": str(s.id), "name": s.name, "name_key": s.name_key, "ref": s.ref, "cwd": s.cwd}
+        for s in AgentSession.objects.filter(status__in=(SessionStatus.BUSY, SessionStatus.IDLE)).exclude(
+            kind="remote"
+        )
+    ]

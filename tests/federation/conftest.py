@@ -1,0 +1,103 @@
+"""Fixtures for federation tests: another hub's key, signed calls through the test client."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from nacl.encoding import Base64Encoder
+from nacl.signing import SigningKey
+
+
+@pytest.fixture(autouse=True)
+def _federation_dirs(settings: Any, tmp_path: Path) -> None:
+    """Registry and files in the test's own folders; caches empty; this hub not a relay."""
+    from federation.services.discovery import discovery_cache_clear
+    from federation.services.forwarding import hosts_cache_clear
+
+    settings.SWITCHBOARD_REGISTRY_DIR = tmp_path / "registry"
+    settings.SWITCHBOARD_FILES_DIR = tmp_path / "files"
+    settings.SWITCHBOARD_PUBLIC_URL = ""
+    settings.SWITCHBOARD_RELAY_URL = ""
+    settings.SWITCHBOARD_LAN_PEERS = []
+    settings.SWITCHBOARD_ROLE = "hub"
+    hosts_cache_clear()
+    discovery_cache_clear()
+
+
+@dataclass
+class OtherHub:
+    """A hub that is not this one: its own key, able to sign envelopes and requests."""
+
+    key: SigningKey
+    name: str = "other-hub"
+
+    @property
+    def public_key(self) -> str:
+        return self.key.verify_key.encode(Base64Encoder).decode("ascii")
+
+    def envelope(
+        self, *, to: str, text: str, sender_name: str = "alice", hops: int = 1, **extra: Any
+    ) -> dict[str, Any]:
+        from federation.services.signatures import envelope_sign
+
+        envelope = {
+            "v": 1,
+            "id": str(uuid.uuid4()),
+            "from": {
+                "hub": self.public_key,
+                "hub_name": self.name,
+                "url": "",
+                "id": str(uuid.uuid4()),
+                "name": sender_name,
+                "ref": "abc234",
+            },
+            "to": to,
+            "text": text,
+            "summary": "",
+            "priority": "normal",
+            "hops": hops,
+            "files": [],
+            **extra,
+        }
+        return envelope_sign(envelope, key=self.key)
+
+    def call(self, client: Client, method: str, path: str, body: Any = None) -> Any:
+        from federation.services.signatures import request_headers
+
+        raw = b"" if body is None else json.dumps(body).encode()
+        headers = request_headers(method=method, path=path, body=raw, key=self.key, name=self.name)
+        meta = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+        fn = getattr(client, method.lower())
+        if method == "GET":
+            response = fn(path, **meta)
+        else:
+            response = fn(path, data=raw, content_type="application/json", **meta)
+        response.json_body = response.json() if response.content else None
+        return response
+
+
+@pytest.fixture
+def other_hub() -> OtherHub:
+    return OtherHub(SigningKey.generate())
+
+
+@pytest.fixture
+def hub_client(db: None) -> Client:
+    return Client()
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def make_hub() -> Callable[[str], OtherHub]:
+    return lambda name: OtherHub(SigningKey.generate(), name=name)

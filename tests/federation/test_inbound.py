@@ -1,0 +1,147 @@
+"""Receiving a forwarded message: trust from the signature, idempotency, hop cap, revocation, files."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from federation.models import InboundMessage, Peer
+
+URL = "/api/v1/federation/messages"
+
+
+def _forward(client, hub, envelope, tier="channel"):
+    return hub.call(client, "POST", URL, {"tier": tier, "envelope": envelope})
+
+
+def test_a_signed_forward_is_queued_for_the_local_agent_as_verified(hub_client, register, api, other_hub):
+    bob = register("bob")
+    sent = _forward(hub_client, other_hub, other_hub.envelope(to="bob", text="hello from afar"))
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["status"] == "queued"
+    assert sent.json_body["trust"] == "channel-verified"
+    [frame] = api.get("inbox", bob.token).json_body["messages"]
+    assert frame["text"] == "hello from afar"
+    assert frame["trust"] == "channel-verified"
+    assert frame["delivery_tier"] == "channel"
+    assert "DELIVERY=channel" in frame["marker"] and 'FROM="alice"' in frame["marker"]
+    assert Peer.objects.filter(public_key=other_hub.public_key).exists()
+
+
+def test_a_failed_signature_is_unverified_and_sensitive_with_escalation(
+    hub_client, register, other_hub, make_hub
+):
+    register("bob")
+    envelope = other_hub.envelope(to="bob", text="just a normal note")
+    envelope["text"] = "just a normal note, changed on the way"
+    sent = _forward(hub_client, other_hub, envelope, tier="lan")
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["trust"] == "unverified"
+    assert sent.json_body["status"] == "held"
+    from messaging.models import Message
+
+    message = Message.objects.get(pk=sent.json_body["message_id"])
+    assert message.tier == "sensitive"
+    assert message.deliveries.get().escalate == "required"
+
+
+def test_a_message_signed_by_a_hub_other_than_the_caller_is_unverified(
+    hub_client, register, other_hub, make_hub
+):
+    register("bob")
+    mallory = make_hub("mallory")
+    sent = _forward(hub_client, mallory, other_hub.envelope(to="bob", text="relayed by someone else"))
+    assert sent.json_body["trust"] == "unverified"
+
+
+def test_the_same_forward_twice_is_delivered_once(hub_client, register, api, other_hub):
+    bob = register("bob")
+    envelope = other_hub.envelope(to="bob", text="only once please")
+    first = _forward(hub_client, other_hub, envelope)
+    second = _forward(hub_client, other_hub, envelope)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert second.json_body["duplicate"] is True
+    assert len(api.get("inbox", bob.token).json_body["messages"]) == 1
+    assert InboundMessage.objects.count() == 1
+
+
+def test_too_many_hops_is_refused(hub_client, register, other_hub, settings):
+    register("bob")
+    sent = _forward(
+        hub_client,
+        other_hub,
+        other_hub.envelope(to="bob", text="around", hops=settings.SWITCHBOARD_MAX_HOPS + 1),
+    )
+    assert sent.status_code == 400
+    assert sent.json_body["error"] == "hop_limit"
+
+
+def test_an_unknown_agent_is_not_found(hub_client, register, other_hub):
+    sent = _forward(hub_client, other_hub, other_hub.envelope(to="nobody-here", text="hi"))
+    assert sent.status_code == 404
+
+
+def test_unsigned_calls_are_refused(hub_client, db):
+    response = hub_client.post(URL, data="{}", content_type="application/json")
+    assert response.status_code == 401
+
+
+def test_a_revoked_peer_is_refused_or_held_as_the_operator_chose(
+    hub_client, register, api, other_hub, operator_token
+):
+    register("bob")
+    _forward(hub_client, other_hub, other_hub.envelope(to="bob", text="before"))
+    peer = Peer.objects.get(public_key=other_hub.public_key)
+    assert (
+        api.post(f"federation/peers/{peer.pk}/revoke", operator_token, {"mode": "refuse"}).status_code == 200
+    )
+    refused = _forward(hub_client, other_hub, other_hub.envelope(to="bob", text="after revoke"))
+    assert refused.status_code == 403 and refused.json_body["error"] == "peer_revoked"
+    api.post(f"federation/peers/{peer.pk}/revoke", operator_token, {"mode": "hold"})
+    held = _forward(hub_client, other_hub, other_hub.envelope(to="bob", text="held please"))
+    assert held.status_code == 201 and held.json_body["status"] == "held"
+    from messaging.models import Delivery
+
+    assert Delivery.objects.get(message_id=held.json_body["message_id"]).escalate == "required"
+
+
+def test_a_session_token_cannot_revoke_a_peer(hub_client, register, api, other_hub):
+    bob = register("bob")
+    _forward(hub_client, other_hub, other_hub.envelope(to="bob", text="x"))
+    peer = Peer.objects.get(public_key=other_hub.public_key)
+    assert api.post(f"federation/peers/{peer.pk}/revoke", bob.token, {"mode": "refuse"}).status_code == 403
+
+
+def _file(data: bytes, name: str = "notes.txt", sha: str | None = None) -> dict:
+    return {
+        "name": name,
+        "size": len(data),
+        "sha256": sha or hashlib.sha256(data).hexdigest(),
+        "data": base64.b64encode(data).decode(),
+    }
+
+
+def test_files_arrive_in_the_recipients_folder_and_a_changed_one_is_left_out(
+    hub_client, register, api, other_hub
+):
+    bob = register("bob")
+    good = _file(b"the report", "../../etc/report.txt")
+    bad = _file(b"tampered bytes", "evil.sh", sha=hashlib.sha256(b"original bytes").hexdigest())
+    sent = _forward(hub_client, other_hub, other_hub.envelope(to="bob", text="two files", files=[good, bad]))
+    assert sent.status_code == 201, sent.json_body
+    [frame] = api.get("inbox", bob.token).json_body["messages"]
+    assert "FILES=1" in frame["marker"]
+    kept, dropped = frame["files"]
+    assert kept["name"] == "report.txt" and kept["path"].endswith(".txt") and "/etc/" not in kept["path"]
+    assert bob.id in kept["path"]
+    with open(kept["path"], "rb") as handle:
+        assert handle.read() == b"the report"
+    assert "SHA-256 mismatch" in dropped["problem"]
+
+
+def test_hosts_lookup_answers_for_live_local_agents_only(hub_client, register, api, other_hub):
+    register("bob")
+    yes = other_hub.call(hub_client, "GET", "/api/v1/federation/agents?to=bob")
+    assert yes.json_body["hosted"] is True and yes.json_body["name"] == "bob"
+    no = other_hub.call(hub_client, "GET", "/api/v1/federation/agents?to=carol")
+    assert no.json_body["hosted"] is False
