@@ -198,3 +198,54 @@ class HubClient:
 
     def message_status(self, message_id: str) -> dict[str, Any]:
         return self.call("GET", f"messages/{message_id}")
+
+    # --- teams and tasks (the teams REST API) --------------------------------------------------
+    def my_team(self) -> dict[str, Any]:
+        """`{"team": ..., "member": ...}` for the live team this session is on (nulls when none)."""
+        return self.call("GET", "teams/mine")
+
+    def team_create(self, *, name: str = "") -> dict[str, Any]:
+        return self.call("POST", "teams", body={"name": name})
+
+    def team_add_member(self, *, team_id: str, session: str, name: str | None = None) -> dict[str, Any]:
+        return self.call("POST", f"teams/{team_id}/members", body={"session": session, "name": name or None})
+
+    def tasks(self, *, team_id: str, status: str | None = None) -> list[dict[str, Any]]:
+        return self.call("GET", f"teams/{team_id}/tasks", params={"status": status})["tasks"]
+
+    def task(self, task_id: int) -> dict[str, Any]:
+        return self.call("GET", f"tasks/{task_id}")
+
+    def task_create(
+        self, *, team_id: str, title: str, description: str = "", blocked_by: list[int] | None = None
+    ) -> dict[str, Any]:
+        body = {"title": title, "description": description, "blocked_by": blocked_by or []}
+        return self.call("POST", f"teams/{team_id}/tasks", body=body)
+
+    def task_claim(self, task_id: int, *, expected_revision: int | None = None) -> dict[str, Any]:
+        return self.call("POST", f"tasks/{task_id}/claim", body={"expected_revision": expected_revision})
+
+    def task_claim_next(self) -> dict[str, Any] | None:
+        return self.call("POST", "tasks/claim-next")["task"]
+
+    def task_complete(self, task_id: int, *, result: str = "") -> dict[str, Any]:
+        return self.call("POST", f"tasks/{task_id}/complete", body={"result": result})
+
+    def task_release(self, task_id: int) -> dict[str, Any]:
+        return self.call("POST", f"tasks/{task_id}/release")
+
+    def task_link(self, task_id: int, *, add: list[int], remove: list[int]) -> dict[str, Any]:
+        body = {"add_blocked_by": add, "remove_blocked_by": remove}
+        return self.call("PATCH", f"tasks/{task_id}", body=body)
+
+    def shutdown_request(self, *, team_id: str, member_id: str, reason: str = "") -> dict[str, Any]:
+        return self.call("POST", f"teams/{team_id}/members/{member_id}/shutdown", body={"reason": reason})
+
+    def shutdown_respond(
+        self, *, team_id: str, request_id: str, approve: bool, reason: str = ""
+    ) -> dict[str, Any]:
+        body = {"approve": approve, "reason": reason}
+        return self.call("POST", f"teams/{team_id}/shutdown/{request_id}", body=body)
+
+    def notify_when_idle(self, *, target: str) -> dict[str, Any]:
+        return self.call("POST", "teams/subscriptions", body={"target": target})

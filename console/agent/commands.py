@@ -311,4 +311,5 @@ def add_agent_commands(sub: Any) -> None:
 
     from console.agent.team_commands import add_task_commands
 
-    add_task_commands(add)
+    tasks = sub.add_parser("tasks", help="your team's task board: list, create, claim, done, release")
+    add_task_commands(tasks, common, _client, _guard)

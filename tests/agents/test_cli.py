@@ -1,0 +1,122 @@
+"""The agent-side `switchboard` commands against an in-process hub: output and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.agent.client import HubClient
+from console.agent.install import hooks_settings, install, merge_hooks
+from console.cli import main
+from messaging.models import Delivery
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWITCHBOARD_TOKEN", raising=False)
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+
+
+def test_a_script_registers_sends_pulls_and_acks(inprocess_hub: str, register, send, capsys) -> None:
+    bob = register("bob")
+
+    code, out, _ = run(capsys, "register", "--name", "ci-bot", "--save", "ci", "--json")
+    assert code == 0
+    saved = Path(os.environ["SWITCHBOARD_HOME"]) / "sessions" / "ci.json"
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+    me = json.loads(out)
+
+    code, out, _ = run(capsys, "agents", "--session", "ci", "--json")
+    assert code == 0 and {a["name"] for a in json.loads(out)} == {"bob", "ci-bot"}
+
+    code, out, _ = run(capsys, "send", "bob", "build 512 is green", "--session", "ci", "--summary", "ci")
+    assert code == 0 and out.startswith(f"Queued for bob [{bob.ref}]")
+
+    code, out, err = run(capsys, "inbox", "--session", "ci")
+    assert (code, out) == (1, "") and "No messages waiting" in err  # nothing to do
+
+    message_id = send(bob, "ci-bot", "thanks").json_body["id"]
+    code, out, _ = run(capsys, "inbox", "--session", "ci", "--json")
+    assert code == 0 and [m["id"] for m in json.loads(out)] == [message_id]
+
+    code, out, _ = run(capsys, "ack", message_id, "--session", "ci")
+    assert code == 0 and out.startswith("acked 1")
+    assert Delivery.objects.get(message_id=message_id).state == "read"
+    code, _, _ = run(capsys, "ack", message_id, "--session", "ci")
+    assert code == 1  # already read: nothing to do
+
+    code, out, _ = run(capsys, "status", "--set", "idle", "--final-answer", "done", "--session", "ci")
+    assert code == 0 and out.strip() == f"ci-bot [{me['ref']}] is idle"
+
+
+def test_exit_codes_tell_usage_hub_and_unreachable_apart(
+    inprocess_hub: str, register, capsys, monkeypatch
+) -> None:
+    code, _, err = run(capsys, "inbox")
+    assert code == 2 and "SWITCHBOARD_TOKEN" in err  # no identity: usage
+    code, _, _ = run(capsys, "send")
+    assert code == 2  # missing arguments: usage
+
+    monkeypatch.setenv("SWITCHBOARD_TOKEN", register("alice").token)
+    code, _, err = run(capsys, "send", "nobody-here", "hi")
+    assert code == 3 and "[not_found]" in err  # the hub refused
+
+    monkeypatch.setattr(HubClient, "default_transport", None)  # real network, to a closed port
+    code, _, err = run(capsys, "agents", "--url", "http://127.0.0.1:9")
+    assert code == 4 and "Retry later" in err  # the hub is unreachable
+
+
+def test_tasks_commands_work_the_board(inprocess_hub: str, register, api, capsys, monkeypatch) -> None:
+    lead = register("lead-1")
+    team = api.post("teams", lead.token, {"name": "core"}).json_body
+    monkeypatch.setenv("SWITCHBOARD_TOKEN", lead.token)
+
+    code, out, _ = run(capsys, "tasks", "create", "Write the changelog", "--json")
+    assert code == 0
+    task = json.loads(out)[0]
+    code, out, _ = run(capsys, "tasks", "claim", str(task["id"]))
+    assert code == 0 and "in_progress" in out
+    code, out, _ = run(capsys, "tasks", "done", str(task["id"]), "--result", "written")
+    assert code == 0 and "completed" in out
+    code, out, _ = run(capsys, "tasks", "list", "--status", "pending")
+    assert code == 1  # nothing pending
+    assert team["id"]
+
+
+def test_install_hooks_prints_then_merges_without_clobbering(tmp_path: Path, capsys) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    existing: dict[str, Any] = {
+        "model": "x",
+        "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]},
+    }
+    settings.write_text(json.dumps(existing))
+
+    code, out, _ = run(capsys, "install-hooks", "--project-dir", str(tmp_path))
+    assert code == 0 and "Nothing was written" in out
+    assert json.loads(settings.read_text()) == existing
+
+    install(scope="project", project_dir=tmp_path, write=True)
+    install(scope="project", project_dir=tmp_path, write=True)  # twice: still one entry per event
+    merged = json.loads(settings.read_text())
+    assert merged["model"] == "x"
+    assert set(merged["hooks"]) == {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd"}
+    assert [h["command"] for g in merged["hooks"]["Stop"] for h in g["hooks"]][0] == "say done"
+    assert sum(h["command"].endswith(" hook") for g in merged["hooks"]["Stop"] for h in g["hooks"]) == 1
+    mcp = json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["switchboard"]
+    assert mcp["args"][-1] == "mcp" and mcp["env"]["SWITCHBOARD_ATTACH"] == "hooks"
+    assert merge_hooks(merged, hooks_settings()) == merged

@@ -1,0 +1,113 @@
+"""The MCP server's tools, driven by the official `mcp` client in-process against an in-process hub.
+(tests/e2e/test_mcp_stdio.py drives the same server over stdio against a real hub process.)"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from console.agent.identity import Identity
+from console.agent.mcp_server import build_server, tool_schema_size
+from messaging.models import AgentSession, Delivery
+
+pytestmark = pytest.mark.django_db(transaction=True)  # tools run in worker threads
+
+
+def text(result: Any) -> str:
+    return "\n".join(block.text for block in result.content)
+
+
+def test_the_tool_schemas_stay_small() -> None:
+    server = build_server(Identity(token="sbs_unused"))
+
+    size = anyio.run(tool_schema_size, server)
+    tools = anyio.run(server.list_tools)
+
+    print(f"\nMCP tool schemas: {len(tools)} tools, {size:,} characters in total")
+    assert size < 10_000
+    assert {t.name for t in tools} >= {
+        "list_agents", "send_message", "check_inbox", "ack", "message_status", "set_status",
+        "notify_when_idle", "create_team", "add_member", "create_task", "list_tasks", "claim_task",
+        "update_task", "shutdown_request", "shutdown_response",
+    }  # fmt: skip
+    assert all(len(t.description or "") <= 200 for t in tools)
+
+
+def test_an_agent_lists_sends_receives_acks_and_works_the_task_board(
+    inprocess_hub: str, register, send, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SWITCHBOARD_NAME", "alice")
+    bob = register("bob")
+    identity = Identity(cwd="/work/alice")
+    server = build_server(identity)
+    seen: dict[str, str] = {}
+
+    async def session() -> None:
+        async with Client(server) as client:
+            agents = text(await client.call_tool("list_agents", {}))
+            seen["agents"] = agents
+
+            sent = await client.call_tool("send_message", {"to": "bob", "message": "review PR 7?"})
+            seen["sent"] = text(sent)
+
+            reply = await anyio.to_thread.run_sync(lambda: send(bob, "alice", "Approved, merge it."))
+            seen["reply_id"] = reply.json_body["id"]
+            seen["inbox"] = text(await client.call_tool("check_inbox", {}))
+            seen["ack"] = text(await client.call_tool("ack", {"ids": [seen["reply_id"]]}))
+            sent_id = json.loads(seen["sent"].split("\n", 1)[1])["id"]
+            seen["status"] = text(await client.call_tool("message_status", {"id": sent_id}))
+
+            seen["team"] = text(await client.call_tool("create_team", {"name": "billing"}))
+            seen["member"] = text(await client.call_tool("add_member", {"session": "bob"}))
+            seen["task"] = text(await client.call_tool("create_task", {"title": "Fix rounding"}))
+            seen["claim"] = text(await client.call_tool("claim_task", {"task_id": 0}))
+            task_id = json.loads(seen["claim"].split("\n", 1)[1])["id"]
+            done = await client.call_tool(
+                "update_task", {"task_id": task_id, "status": "completed", "result": "ok"}
+            )
+            seen["done"] = text(done)
+            seen["board"] = text(await client.call_tool("list_tasks", {"status": "completed"}))
+
+            missing = await client.call_tool("send_message", {"to": "nobody-here", "message": "hi"})
+            assert missing.is_error
+            seen["missing"] = text(missing)
+            seen["idle"] = text(
+                await client.call_tool("set_status", {"status": "idle", "final_answer": "done"})
+            )
+
+    anyio.run(session)
+
+    assert '"name":"bob"' in seen["agents"] and '"name":"alice"' not in seen["agents"]
+    assert seen["sent"].startswith(f"Queued for bob [{bob.ref}]")
+    assert '[SWITCHBOARD FROM="bob"' in seen["inbox"] and "Approved, merge it." in seen["inbox"]
+    assert seen["ack"].startswith("1 of 1 message(s) are now marked read.")
+    assert Delivery.objects.get(message_id=seen["reply_id"]).state == "read"
+    assert seen["status"].startswith("Message ") and "is queued." in seen["status"].split("\n")[0]
+    assert seen["member"].startswith("bob joined your team.")
+    assert seen["claim"].startswith("You own task")
+    assert seen["done"].startswith(
+        f"Task {json.loads(seen['claim'].split(chr(10), 1)[1])['id']} is completed"
+    )
+    assert '"title":"Fix rounding"' in seen["board"]
+    assert "[not_found]" in seen["missing"] and "do not retry unchanged" in seen["missing"]
+    assert seen["idle"].startswith("Your status on the hub is now idle.")
+    alice = AgentSession.objects.get(name="alice")
+    assert (alice.kind, alice.status) == ("mcp", "exited")  # registered on start, deregistered on exit
+
+
+def test_a_hub_that_is_down_gives_a_retry_sentence(db, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", "k")
+    server = build_server(Identity(url="http://127.0.0.1:9", cwd="/work/x"))
+
+    async def call() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("list_agents", {})
+
+    result = anyio.run(call)
+
+    assert result.is_error
+    assert "retry in a few seconds" in text(result)
