@@ -1,0 +1,216 @@
+"""Loop protection: dedupe, the per-pair and hub-wide buckets, the unread cap, loop detection,
+and a measured two-agent reply loop that the hub stops."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from messaging.models import Delivery
+from messaging.services.limits import MemoryBuckets, RedisBuckets, gcra
+
+
+@pytest.fixture(autouse=True)
+def _own_limit_keys(settings):
+    """Each test gets its own key space, so the hub-wide bucket starts full."""
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-limits-{uuid.uuid4().hex}"
+
+
+def test_identical_text_within_the_window_returns_the_original(api, register, send):
+    alice, bob, carol = register("alice"), register("bob"), register("carol")
+    start = timezone.now()
+    with time_machine.travel(start, tick=False):
+        first = send(alice, "bob", "build is green").json_body
+    with time_machine.travel(start + timedelta(seconds=59), tick=False):
+        again = send(alice, "bob", "build is green")
+        assert again.status_code == 201
+        assert again.json_body["id"] == first["id"] and again.json_body["duplicate"] is True
+        assert again.json_body["status"] == "queued"
+        # Same text to someone else, or from someone else, is a new message.
+        assert send(alice, "carol", "build is green").json_body["duplicate"] is False
+        assert send(carol, "bob", "build is green").json_body["duplicate"] is False
+    with time_machine.travel(start + timedelta(seconds=61), tick=False):
+        later = send(alice, "bob", "build is green").json_body
+    assert later["id"] != first["id"] and later["duplicate"] is False
+    assert Delivery.objects.filter(recipient_id=bob.id).count() == 3
+
+
+def test_a_duplicate_reports_the_originals_current_state(api, register, send):
+    alice, bob = register("alice"), register("bob")
+    mid = send(alice, "bob", "done").json_body["id"]
+    api.get("inbox", bob.token)
+    api.post("inbox/ack", bob.token, {"ids": [mid]})
+    again = send(alice, "bob", "done").json_body
+    assert (again["id"], again["status"], again["duplicate"]) == (mid, "read", True)
+
+
+def test_pair_bucket_allows_a_burst_then_one_per_interval(api, register, send, settings):
+    settings.SWITCHBOARD_RATE_PAIR, settings.SWITCHBOARD_RATE_PAIR_SECONDS = 10, 10
+    alice, bob, carol = register("alice"), register("bob"), register("carol")
+    start = timezone.now()
+    with time_machine.travel(start, tick=False):
+        assert all(send(alice, "bob", f"m{i}").status_code == 201 for i in range(10))
+        r = send(alice, "bob", "m10")
+        assert r.status_code == 429
+        assert (r.json_body["error"], r.json_body["reason"]) == ("rate_limited", "pair_rate")
+        assert r.json_body["retry_after"] == 1 and "wait 1 s" in r.json_body["detail"]
+        assert send(carol, "bob", "other pair").status_code == 201  # keyed by sender→recipient
+        assert send(bob, "alice", "reverse pair").status_code == 201
+    with time_machine.travel(start + timedelta(seconds=1.01), tick=False):
+        assert send(alice, "bob", "m11").status_code == 201
+        assert send(alice, "bob", "m12").status_code == 429
+
+
+def test_hub_wide_bucket(api, register, send, settings):
+    settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS = 3, 10
+    alice, bob, carol = register("alice"), register("bob"), register("carol")
+    with time_machine.travel(timezone.now(), tick=False):
+        assert send(alice, "bob", "1").status_code == 201
+        assert send(bob, "carol", "2").status_code == 201
+        assert send(carol, "alice", "3").status_code == 201
+        r = send(alice, "carol", "4")
+    assert r.status_code == 429 and r.json_body["reason"] == "hub_rate"
+
+
+def test_unread_cap_per_recipient_with_a_sentence(api, register, send, settings):
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 5
+    alice, carol, bob = register("alice"), register("carol"), register("bob")
+    for i in range(3):
+        send(alice, "bob", f"a{i}")
+    for i in range(2):
+        send(carol, "bob", f"c{i}")
+    r = send(alice, "bob", "one more")
+    assert r.status_code == 429 and r.json_body["reason"] == "recipient_queue_full"
+    assert "5 unread" in r.json_body["detail"] and "Wait" in r.json_body["detail"]
+    # Pulled but not acknowledged is still unread; acknowledged makes room.
+    pulled = api.get("inbox", bob.token).json_body["messages"]
+    assert send(alice, "bob", "still full").status_code == 429
+    api.post("inbox/ack", bob.token, {"ids": [pulled[0]["id"]]})
+    assert send(alice, "bob", "now it fits").status_code == 201
+
+
+def test_a_reply_loop_is_held_for_an_operator(api, register, send, settings, operator_token):
+    settings.SWITCHBOARD_LOOP_EXCHANGES = 3
+    alice, bob = register("alice"), register("bob")
+    for i in range(3):
+        assert send(alice, "bob", f"ping {i}").json_body["status"] == "queued"
+        assert send(bob, "alice", f"pong {i}").json_body["status"] == "queued"
+    r = send(alice, "bob", "ping 3")
+    assert r.json_body["status"] == "held"
+    [hold] = api.get("holds", operator_token).json_body["holds"]
+    assert hold["hold_reason"] == "loop_suspected"
+    assert send(bob, "alice", "pong 3").json_body["status"] == "held"
+    # A one-way stream is not a loop.
+    carol = register("carol")
+    assert all(send(carol, "bob", f"report {i}").json_body["status"] == "queued" for i in range(5))
+
+
+def test_gcra_is_a_token_bucket():
+    tat, wait = None, 0.0
+    for _ in range(10):
+        tat, wait = gcra(tat, 10, 10.0, 100.0)
+        assert wait == 0
+    _, wait = gcra(tat, 10, 10.0, 100.0)
+    assert wait == pytest.approx(1.0)
+    _, wait = gcra(tat, 10, 10.0, 101.0)
+    assert wait == 0
+    # Idle long enough and the whole burst is back.
+    tat2, _ = gcra(tat, 10, 10.0, 200.0)
+    assert tat2 == pytest.approx(201.0)
+
+
+def test_memory_buckets_are_keyed_independently():
+    store = MemoryBuckets()
+    assert [store.take("a", 2, 10, 0.0) for _ in range(3)] == [0, 0, pytest.approx(5.0)]
+    assert store.take("b", 2, 10, 0.0) == 0
+
+
+def _redis_url() -> str | None:
+    url = os.environ.get("REDIS_URL") or os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+    except Exception:
+        return None
+    return url
+
+
+def test_redis_buckets_are_shared_between_processes():
+    """Two stores with their own connections (as two web processes have) spend one bucket."""
+    url = _redis_url()
+    if url is None:
+        pytest.skip("no Redis on the standard local port")
+    key = f"test-limits:{uuid.uuid4().hex}"
+    one, two = RedisBuckets(url), RedisBuckets(url)
+    assert one.take(key, 2, 10, 1000.0) == 0
+    assert two.take(key, 2, 10, 1000.0) == 0
+    assert one.take(key, 2, 10, 1000.0) == pytest.approx(5.0)
+    assert two.take(key, 2, 10, 1005.0) == 0
+
+
+def run_reply_loop(api, alice, bob, *, turn_seconds: float, virtual_seconds: float):
+    """Two sessions answer every message from the other as soon as they see it, retrying a
+    refused send on their next turn. Returns what the hub let through and when it stopped them."""
+    start = timezone.now()
+    clock = 0.0
+    through = {"alice": 0, "bob": 0}
+    rate_limited = 0
+    stopped_at = None
+    pending = {"alice": 1, "bob": 1}  # each opens with one message
+    sent_n = 0
+    with time_machine.travel(start, tick=False) as traveller:
+        while clock < virtual_seconds:
+            for me, peer in ((alice, bob), (bob, alice)):
+                got = api.get("inbox", me.token).json_body["messages"]
+                texts = [m for m in got if m["kind"] == "text"]
+                if got:
+                    api.post("inbox/ack", me.token, {"ids": [m["id"] for m in got]})
+                pending[me.name] += len(texts)
+                if pending[me.name]:
+                    sent_n += 1
+                    r = api.post(
+                        "messages", me.token, {"to": peer.ref, "message": f"{me.name} reply {sent_n}"}
+                    )
+                    if r.status_code == 429:
+                        rate_limited += 1
+                        continue
+                    assert r.status_code == 201, r.json_body
+                    pending[me.name] -= 1
+                    if r.json_body["status"] == "queued":
+                        through[me.name] += 1
+                    elif stopped_at is None:
+                        stopped_at = clock
+            clock += turn_seconds
+            traveller.move_to(start + timedelta(seconds=clock))
+    return {"through": through, "rate_limited": rate_limited, "stopped_at": stopped_at}
+
+
+@pytest.mark.parametrize(
+    ("label", "turn_seconds"), [("scripted, as fast as possible", 0.05), ("model-paced", 5.0)]
+)
+def test_two_agents_in_a_reply_loop_are_slowed_then_stopped(api, register, settings, label, turn_seconds):
+    """The measured figure for the closing note: how many messages got through before the hub
+    stopped a two-agent reply loop, with the default limits."""
+    settings.SWITCHBOARD_RATE_PAIR, settings.SWITCHBOARD_RATE_PAIR_SECONDS = 10, 10
+    settings.SWITCHBOARD_LOOP_EXCHANGES, settings.SWITCHBOARD_LOOP_WINDOW_SECONDS = 20, 300
+    alice, bob = register("alice"), register("bob")
+    result = run_reply_loop(api, alice, bob, turn_seconds=turn_seconds, virtual_seconds=400)
+    total = sum(result["through"].values())
+    print(
+        f"\nreply loop ({label}, {turn_seconds} s per turn): {total} messages got through "
+        f"(alice {result['through']['alice']}, bob {result['through']['bob']}), "
+        f"{result['rate_limited']} sends refused with 429, stopped after {result['stopped_at']:.1f} s of loop time"
+    )
+    assert result["stopped_at"] is not None
+    # Stopped for good: nothing reached either inbox after the stop, though both kept answering.
+    assert total <= 2 * settings.SWITCHBOARD_LOOP_EXCHANGES
+    queued_after = Delivery.objects.filter(
+        message__sender__isnull=False, state__in=["queued", "delivered", "read"]
+    ).count()
+    assert queued_after == total
