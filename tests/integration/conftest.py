@@ -6,7 +6,8 @@ benchmarks use it too); these fixtures scope and clean it up:
 - `redis_server` (session): a private redis-server on a free port; flushing or restarting it
   touches nobody else's data (the shared Redis on 6379 is never used by this suite).
 - `fresh_database` (function): a factory; each call creates a database `sb_prod_<hex>` on the
-  shared PostgreSQL and returns its URL; every database made is dropped at teardown.
+  shared PostgreSQL, already migrated (a copy of a template migrated once per run), and returns
+  its URL; every database made is dropped at teardown. Pass `migrate=False` to `make_hub` for it.
 - `hub` (session): one production topology shared by the tests that only drive it: a fresh
   database, `manage.py migrate`, two daphne web processes, a Celery worker and Celery beat.
   `hub.web_urls[0]` / `[1]` are the two web processes; `hub.register(name, web=i)` registers a
@@ -34,8 +35,8 @@ from tests.integration.harness import (
     Hub,
     PostgresCluster,
     RedisServer,
-    database_create,
     database_drop,
+    database_migrated,
     hub_start,
 )
 
@@ -56,11 +57,11 @@ def redis_server(prod_workdir: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def fresh_database() -> Iterator[Callable[[], str]]:
-    """Factory: a new empty database `sb_prod_<hex>` on the shared PostgreSQL; dropped afterwards."""
+    """Factory: a new migrated database `sb_prod_<hex>` on the shared PostgreSQL; dropped afterwards."""
     made: list[str] = []
 
     def _make() -> str:
-        url = database_create()
+        url = database_migrated()
         made.append(url)
         return url
 
@@ -72,11 +73,14 @@ def fresh_database() -> Iterator[Callable[[], str]]:
 @pytest.fixture(scope="session")
 def hub(prod_workdir: Path, redis_server: RedisServer) -> Iterator[Hub]:
     """Two daphne web processes, a Celery worker and beat on a fresh database and a private Redis."""
-    url = database_create()
+    url = database_migrated()
     running = None
     try:
         running = hub_start(
-            database_url=url, redis_url=redis_server.url(), workdir=_mkdir(prod_workdir / "hub")
+            database_url=url,
+            redis_url=redis_server.url(),
+            workdir=_mkdir(prod_workdir / "hub"),
+            migrate=False,
         )
         yield running
     finally:

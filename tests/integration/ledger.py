@@ -13,6 +13,7 @@ list of sentences, one per broken promise (empty = the hub kept its word):
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -277,3 +278,111 @@ class SendLoad(threading.Thread):
                 if pending:
                     time.sleep(0.5)
         return pending
+
+
+class SocketReceiver(threading.Thread):
+    """A session's local socket listener (the `uds:` transport): reads one JSON frame per
+    connection, records its id and answers `{"ack": id}`. With `stall=True` it accepts connections
+    and never reads them (a receiver that stopped reading)."""
+
+    def __init__(self, path: str, ledger: Ledger, *, stall: bool = False):
+        super().__init__(daemon=True, name=f"uds-{path}")
+        import socket as socket_module
+
+        self.path, self.ledger, self.stall = path, ledger, stall
+        self.server = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+        self.server.bind(path)
+        self.server.listen(512)
+        self.server.settimeout(0.2)
+        self.halt = threading.Event()
+        self.frames: list[dict[str, Any]] = []
+        self.stalled: list[Any] = []
+
+    @property
+    def address(self) -> str:
+        return f"uds:{self.path}"
+
+    def run(self) -> None:
+        import json
+
+        while not self.halt.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if self.stall:
+                self.stalled.append(conn)  # keep it open, never read
+                continue
+            try:
+                conn.settimeout(5)
+                data = b""
+                while not data.endswith(b"\n") and len(data) < 32 * 1024 * 1024:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                frame = json.loads(data)
+                self.frames.append(frame)
+                self.ledger.got(frame["id"])
+                conn.sendall(json.dumps({"ack": frame["id"]}).encode() + b"\n")
+            except (OSError, ValueError):
+                pass
+            finally:
+                conn.close()
+
+    def stop(self) -> None:
+        import os
+
+        self.halt.set()
+        self.join(timeout=5)
+        self.server.close()
+        for conn in self.stalled:
+            conn.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class WebSocketAgent(threading.Thread):
+    """An agent on the agent WebSocket `/ws/agent/`: records each pushed message and acks it."""
+
+    def __init__(self, base_url: str, agent: Registered, ledger: Ledger, *, deadline: float = 120):
+        super().__init__(daemon=True, name=f"ws-{agent.name}")
+        self.url = base_url.replace("http://", "ws://") + "/ws/agent/"
+        self.agent, self.ledger = agent, ledger
+        self.stop_at = time.monotonic() + deadline
+        self.halt = threading.Event()
+        self.ready = threading.Event()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        import json
+
+        from websockets.sync.client import connect
+
+        try:
+            with connect(self.url, additional_headers=self.agent.headers, open_timeout=10) as ws:
+                while not self.halt.is_set() and time.monotonic() < self.stop_at:
+                    try:
+                        raw = ws.recv(timeout=0.2)
+                    except TimeoutError:
+                        continue
+                    frame = json.loads(raw)
+                    if frame["type"] == "hello":
+                        self.ready.set()
+                    elif frame["type"] == "messages":
+                        ids = [m["id"] for m in frame["messages"]]
+                        for mid in ids:
+                            self.ledger.got(mid)
+                        ws.send(json.dumps({"type": "ack", "ids": ids}))
+                    elif frame["type"] == "error":
+                        self.errors.append(str(frame))
+        except Exception as exc:  # recorded for the test to assert on
+            self.errors.append(repr(exc))
+        finally:
+            self.ready.set()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=10)

@@ -128,7 +128,9 @@ def test_postgresql_stops_under_load_sends_get_503_never_2xx_and_the_hub_recover
 
 def test_redis_restarted_and_emptied_under_load_loses_nothing(private_redis, fresh_database, make_hub):
     # Given a hub on its own Redis, with two senders and a reader on the other web process
-    hub = make_hub(database_url=fresh_database(), redis_url=private_redis.url(), extra_env=LOAD_ENV)
+    hub = make_hub(
+        database_url=fresh_database(), redis_url=private_redis.url(), extra_env=LOAD_ENV, migrate=False
+    )
     alice, carol = hub.register("alice-redis", web=0), hub.register("carol-redis", web=0)
     bob = hub.register("bob-redis", web=1)
     ledger = Ledger()
@@ -193,6 +195,7 @@ def test_expiry_under_a_skewed_worker_clock_is_never_early_and_expired_is_never_
     hub = make_hub(
         database_url=fresh_database(),
         redis_url=private_redis.url(),
+        migrate=False,
         worker=False,
         extra_env={**LOAD_ENV, "SWITCHBOARD_STOPPED_HOLD_SECONDS": "6"},
     )

@@ -67,3 +67,70 @@ def test_beat_and_worker_run_the_periodic_sweep(hub):
         time.sleep(0.2)
     else:
         pytest.fail("the worker never ran the sweep that beat schedules:\n" + hub.worker.log()[-2000:])
+
+
+def test_a_message_sent_through_one_web_process_is_pushed_to_an_agent_websocket_on_the_other(hub):
+    from tests.integration.ledger import Ledger, WebSocketAgent, ledger_problems
+
+    # Given bob connected to the agent WebSocket of web 1, idle for longer than redis-py's old
+    # 5 s default socket timeout (which used to kill idle consumers)
+    alice = hub.register("alice-ws", web=0)
+    bob = hub.register("bob-ws", web=1)
+    ledger = Ledger()
+    agent = WebSocketAgent(hub.web_urls[1], bob, ledger, deadline=60)
+    agent.start()
+    assert agent.ready.wait(15) and not agent.errors, agent.errors
+    time.sleep(6)
+
+    # When alice sends three messages through web 0
+    with hub.client(0, headers=alice.headers) as c:
+        for i in range(3):
+            r = c.post("/api/v1/messages", json={"to": bob.ref, "message": f"over the socket {i}"})
+            assert r.status_code == 201, r.text
+            ledger.sent(r.json()["id"])
+
+    # Then web 1 pushes each to bob's socket, once, and his acks make them read
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(ledger.received) < 3:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    agent.stop()
+    assert not agent.errors, agent.errors
+    assert ledger_problems(hub, ledger, end_states={"read"}) == []
+
+
+def test_a_session_with_a_local_socket_gets_its_messages_written_by_the_worker(hub, tmp_path):
+    from tests.integration.ledger import Ledger, SocketReceiver, ledger_problems
+
+    # Given bob listening on a Unix socket registered as his peer address
+    ledger = Ledger()
+    receiver = SocketReceiver(f"/tmp/sbp-{tmp_path.name[-12:]}.sock", ledger)
+    receiver.start()
+    try:
+        alice = hub.register("alice-uds", web=0)
+        bob = hub.register("bob-uds", web=1, peer_address=receiver.address)
+
+        # When alice sends him five messages
+        with hub.client(0, headers=alice.headers) as c:
+            for i in range(5):
+                r = c.post("/api/v1/messages", json={"to": bob.ref, "message": f"by socket {i}"})
+                assert r.status_code == 201, r.text
+                ledger.sent(r.json()["id"])
+
+        # Then the Celery worker writes each to his socket, once, and they become delivered
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            states = {
+                s
+                for (s,) in hub.sql(
+                    "SELECT d.state FROM messaging_delivery d WHERE d.message_id = ANY(%s::uuid[])",
+                    list(ledger.accepted),
+                )
+            }
+            if states == {"delivered"}:
+                break
+            time.sleep(0.1)
+        assert ledger_problems(hub, ledger, end_states={"delivered"}) == []
+        assert all(f["marker"].startswith('[SWITCHBOARD FROM="alice-uds"') for f in receiver.frames)
+    finally:
+        receiver.stop()
