@@ -20,6 +20,11 @@ def _django_setup() -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Apply migrations, then serve HTTP + WebSocket in this process, with background jobs in-process."""
+    os.environ["SWITCHBOARD_ROLE"] = args.role
+    if not os.environ.get("SWITCHBOARD_PUBLIC_URL"):
+        shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
+        shown = f"[{shown}]" if ":" in shown else shown
+        os.environ["SWITCHBOARD_PUBLIC_URL"] = f"http://{shown}:{args.port}"
     _django_setup()
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server
@@ -31,6 +36,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     call_command("migrate", interactive=False, verbosity=0)
     enrollment_key()  # generated on first start, into $SWITCHBOARD_HOME/enroll.key (0600)
+    from federation.services.startup import federation_start
+
+    federation_start()  # hub key, registry: stale entries out, this hub and its live agents in
     scheduler = None
     if settings.SWITCHBOARD_JOBS != "celery":
         scheduler = EmbeddedScheduler()
@@ -74,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the hub and console in this process")
     serve.add_argument("--host", default=os.environ.get("SWITCHBOARD_HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("SWITCHBOARD_PORT", "8765")))
+    serve.add_argument(
+        "--role",
+        choices=["hub", "relay"],
+        default=os.environ.get("SWITCHBOARD_ROLE", "hub") or "hub",
+        help="relay: store sealed messages for other hubs to pull (see README, Federation)",
+    )
     serve.set_defaults(func=cmd_serve)
     from console.agent.commands import add_agent_commands
 

@@ -59,6 +59,8 @@ class SessionOut(Schema):
     last_seen: str | None
     dead: bool = False
     liveness: str = ""
+    tier: str = Field("host", description="host (this hub), or channel / lan / relay for another hub's agent")
+    hub: str | None = None
 
 
 class RegisteredOut(SessionOut):
@@ -74,6 +76,11 @@ class SessionPatch(Schema):
     final_answer: str | None = Field(None, description="With status idle: the turn's final answer.")
 
 
+class FileRef(Schema):
+    sha256: str
+    name: str = ""
+
+
 class SendIn(Schema):
     to: str
     message: str
@@ -81,6 +88,9 @@ class SendIn(Schema):
     idempotency_key: str | None = None
     priority: Literal["normal", "urgent"] = "normal"
     in_reply_to: uuid.UUID | None = None
+    files: list[FileRef] = Field(
+        default_factory=list, description="Up to 10 uploaded files (POST /api/v1/files)."
+    )
 
 
 class Peer(Schema):
@@ -171,6 +181,7 @@ def send(request: HttpRequest, body: SendIn) -> Status:
         priority=body.priority,
         in_reply_to=str(body.in_reply_to) if body.in_reply_to else None,
         actor=caller,
+        files=[f.dict() for f in body.files] or None,
     )
     r = outcome.recipient
     return Status(

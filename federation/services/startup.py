@@ -1,0 +1,25 @@
+"""What a hub does about federation when it starts serving."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+
+from federation.services.identity import hub_identity
+from federation.services.registry import registry_refresh, registry_remove_stale
+from federation.services.relay import live_session_names
+
+log = logging.getLogger(__name__)
+
+
+def federation_start() -> None:
+    """Create the hub key if needed; clean the registry of stale entries and write this hub's own."""
+    me = hub_identity()
+    removed = registry_remove_stale()
+    registry_refresh(live_sessions=live_session_names())
+    print(
+        f"  hub: {me.name} ({settings.SWITCHBOARD_ROLE}); key {me.public_key}; "
+        f"registry: {settings.SWITCHBOARD_REGISTRY_DIR} ({removed} stale entries removed)",
+        flush=True,
+    )
