@@ -14,11 +14,16 @@ from django.test import Client
 
 @pytest.fixture(autouse=True)
 def _isolated_hub(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test gets its own SWITCHBOARD_HOME and runs background jobs inline after commit."""
+    """Each test gets its own SWITCHBOARD_HOME and machine-wide registry (so hubs started by other
+    tests, or the user's own, are never discovered), and runs background jobs inline after commit.
+    Child processes inherit both through the environment."""
     home = tmp_path / "hub-home"
     home.mkdir(mode=0o700)
+    registry = tmp_path / "hub-registry"
     monkeypatch.setenv("SWITCHBOARD_HOME", str(home))
+    monkeypatch.setenv("SWITCHBOARD_REGISTRY_DIR", str(registry))
     settings.SWITCHBOARD_HOME = home
+    settings.SWITCHBOARD_REGISTRY_DIR = registry
     settings.SWITCHBOARD_ENROLL_KEY = "test-enroll-key-" + "x" * 24
     settings.SWITCHBOARD_JOBS = "inline"
     yield
