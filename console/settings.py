@@ -207,9 +207,14 @@ SWITCHBOARD_HUB_NAME = os.environ.get("SWITCHBOARD_HUB_NAME", "").strip()
 SWITCHBOARD_ROLE = os.environ.get("SWITCHBOARD_ROLE", "").strip() or "hub"  # "hub" | "relay"
 # Where this hub answers other hubs; `switchboard serve` sets it. Empty: no channel registration.
 SWITCHBOARD_PUBLIC_URL = os.environ.get("SWITCHBOARD_PUBLIC_URL", "").strip().rstrip("/")
-SWITCHBOARD_REGISTRY_DIR = Path(
-    os.environ.get("SWITCHBOARD_REGISTRY_DIR", "").strip() or Path.home() / ".switchboard-registry"
-).expanduser()
+# The machine-wide registry (channel tier). A hub on the default home joins ~/.switchboard-registry;
+# a hub with its own SWITCHBOARD_HOME (a dev build, a test) joins only when this is set explicitly.
+_registry_dir = os.environ.get("SWITCHBOARD_REGISTRY_DIR", "").strip()
+SWITCHBOARD_REGISTRY_DIR: Path | None = (
+    Path(_registry_dir).expanduser()
+    if _registry_dir
+    else (None if os.environ.get("SWITCHBOARD_HOME") else Path.home() / ".switchboard-registry")
+)
 SWITCHBOARD_REGISTRY_STALE_SECONDS = _env_int("SWITCHBOARD_REGISTRY_STALE_SECONDS", 4 * 3600)
 SWITCHBOARD_LAN_PEERS = [
     u.strip().rstrip("/") for u in os.environ.get("SWITCHBOARD_LAN_PEERS", "").split(",") if u.strip()
@@ -224,7 +229,9 @@ SWITCHBOARD_FEDERATION_POLL_SECONDS = float(os.environ.get("SWITCHBOARD_FEDERATI
 SWITCHBOARD_RELAY_EXPIRY_SECONDS = _env_int("SWITCHBOARD_RELAY_EXPIRY_SECONDS", 24 * 3600)
 SWITCHBOARD_RELAY_LEASE_SECONDS = _env_int("SWITCHBOARD_RELAY_LEASE_SECONDS", 60)
 SWITCHBOARD_RELAY_CLAIM_SECONDS = _env_int("SWITCHBOARD_RELAY_CLAIM_SECONDS", 120)
-SWITCHBOARD_FILES_DIR = Path(os.environ.get("SWITCHBOARD_FILES_DIR", "").strip() or SWITCHBOARD_HOME / "files")
+SWITCHBOARD_FILES_DIR = Path(
+    os.environ.get("SWITCHBOARD_FILES_DIR", "").strip() or SWITCHBOARD_HOME / "files"
+)
 
 LOGGING = {
     "version": 1,

@@ -151,6 +151,23 @@ def restore(request: HttpRequest, peer_id: int) -> dict[str, Any]:
     return peer_summary(peer_restore(peer_id=peer_id, actor=principal(request)))
 
 
+class IsolationIn(Schema):
+    isolated: bool = True
+
+
+@router.put("/federation/isolation/{session_id}", auth=AUTH)
+def isolation(request: HttpRequest, session_id: str, body: IsolationIn) -> dict[str, Any]:
+    """Hold every message this session sends off the machine (LAN, relay) for an operator (operators)."""
+    from federation.services.peers import session_isolation_set
+
+    return {
+        "session_id": session_id,
+        "isolated": session_isolation_set(
+            session_id=session_id, isolated=body.isolated, actor=principal(request)
+        ),
+    }
+
+
 @router.post("/files", auth=AUTH, response={200: dict, 201: dict})
 def upload(request: HttpRequest, file: UploadedFile = File(...)) -> Status:  # noqa: B008
     """Upload a file to attach to a message: answers its SHA-256 (name it in `files` when sending)."""

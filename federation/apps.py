@@ -17,7 +17,7 @@ class FederationConfig(AppConfig):
             PeriodicJob("federation.tasks.retry_forwards", every),
             PeriodicJob("federation.tasks.send_receipts", every),
             PeriodicJob("federation.tasks.relay_pull", every),
-            PeriodicJob("federation.tasks.registry_refresh", 600),
+            PeriodicJob("federation.tasks.registry_refresh", 60),
             PeriodicJob("federation.tasks.relay_cleanup", 300),
         ):
             if job.task_name not in names:

@@ -29,6 +29,10 @@ class TransientError(Exception):
     """A hub could not be reached or answered 5xx/429: try again later."""
 
 
+class Unreachable(TransientError):
+    """Nothing answered at the hub's address (connection refused or no route)."""
+
+
 class PermanentError(Exception):
     """A hub answered in a way that retrying won't change (4xx). `status` and `body` say how."""
 

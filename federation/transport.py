@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 
-from federation.errors import PermanentError, TransientError
+from federation.errors import PermanentError, TransientError, Unreachable
 from federation.services.signatures import request_headers
 
 API_PREFIX = "/api/v1"
@@ -36,6 +36,8 @@ def hub_call(method: str, base_url: str, path: str, body: Any = None, *, timeout
             headers=headers,
             timeout=timeout or settings.SWITCHBOARD_FEDERATION_TIMEOUT,
         )
+    except httpx.ConnectError as exc:
+        raise Unreachable(f"{type(exc).__name__}: {exc}"[:300]) from exc
     except httpx.HTTPError as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}"[:300]) from exc
     try:

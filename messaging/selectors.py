@@ -49,6 +49,9 @@ def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:
 def message_status(message: Message) -> dict[str, Any]:
     """A message's current state per recipient and its full history, from the audit."""
     deliveries = list(message.deliveries.select_related("recipient").order_by("id"))
+    from federation.services.receipts import remote_progress
+
+    remote = remote_progress(delivery_ids=[d.pk for d in deliveries])
     history = [
         {
             "at": e.at.isoformat(),
@@ -88,6 +91,7 @@ def message_status(message: Message) -> dict[str, Any]:
                 "expires_at": d.expires_at.isoformat() if d.expires_at else None,
                 "decided_by": d.decided_by or None,
                 "decision_reason": d.decision_reason or None,
+                "remote": remote.get(d.pk),
                 "timestamps": {
                     k: getattr(d, f"{k}_at").isoformat() if getattr(d, f"{k}_at") else None
                     for k in ("queued", "held", "delivered", "read", "relayed", "final")

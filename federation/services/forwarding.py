@@ -28,7 +28,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from nacl.public import PublicKey, SealedBox
 
-from federation.errors import HopLimit, PermanentError, TransientError
+from federation.errors import HopLimit, PermanentError, TransientError, Unreachable
 from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
 from federation.services.files import files_for_envelope, files_limits_check
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
@@ -38,7 +38,7 @@ from federation.services.signatures import envelope_sign, envelope_verify
 from federation.transport import hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
-from messaging.errors import Invalid, NotFound
+from messaging.errors import Invalid, NotFound, TooLarge
 from messaging.jobs import enqueue
 from messaging.models import AgentSession, Delivery, Message, Priority, SessionStatus
 from messaging.principals import HUB
@@ -252,7 +252,9 @@ def route_find(
     *, target: str, exclude: set[str] | None = None, tiers: tuple[str, ...] = TIER_ORDER
 ) -> RemoteRoute | None:
     """The first tier (channel → LAN → relay) on which some other hub hosts `target`, or None."""
-    exclude = set(exclude or ())
+    from federation.models import Peer
+
+    exclude = set(exclude or ()) | set(Peer.objects.filter(revoked=True).values_list("public_key", flat=True))
     finders = {
         FederationTier.CHANNEL: _channel_route,
         FederationTier.LAN: _lan_route,
@@ -393,7 +395,11 @@ def forward_attempt(*, delivery_id: int) -> str:
     if rd.remote_state not in ("pending", "retry"):
         return "already-forwarded"
     for _ in range(MAX_REROUTES):
-        files_limits_check(message_id=delivery.message_id, tier=rd.tier)
+        try:
+            files_limits_check(message_id=delivery.message_id, tier=rd.tier)
+        except TooLarge as exc:
+            _fail(rd, delivery, reason=exc.detail)
+            return "failed"
         envelope = envelope_build(message=delivery.message, target=rd.target)
         try:
             if rd.tier == FederationTier.RELAY:
@@ -415,8 +421,8 @@ def forward_attempt(*, delivery_id: int) -> str:
                     "POST", rd.url, "/federation/messages", {"tier": rd.tier, "envelope": envelope}
                 )
         except TransientError as exc:
-            if rd.tier == FederationTier.CHANNEL:
-                registry_drop_hub(hub_key=rd.hub_key)  # its entry said live; it no longer answers
+            if rd.tier == FederationTier.CHANNEL and isinstance(exc, Unreachable):
+                registry_drop_hub(hub_key=rd.hub_key)  # its entry said live; nothing answers there
                 if _reroute(rd, delivery, reason=str(exc)):
                     continue
             return _retry_later(rd, delivery, error=str(exc))
@@ -612,7 +618,10 @@ def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_ur
                 delivery_id=outcome.delivery.pk,
                 tier=tier,
                 trust=trust,
-                reply_url=str(origin.get("url", "")) if tier != FederationTier.RELAY else "",
+                # Receipts go back only to a hub that proved it sent this (never to a claimed URL).
+                reply_url=str(origin.get("url", ""))[:512]
+                if tier != FederationTier.RELAY and signed_ok and caller_key == origin_hub
+                else "",
                 reported_state=outcome.delivery.state,
             )
     except IntegrityError:

@@ -145,3 +145,23 @@ def peers_list() -> list[dict[str, object]]:
 
 def peer_is_revoked(public_key: str) -> bool:
     return Peer.objects.filter(public_key=public_key, revoked=True).exists()
+
+
+def session_isolation_set(*, session_id: str, isolated: bool, actor: Principal) -> bool:
+    """An operator marks a session isolated (every message it sends off this machine is held for
+    an operator) or lifts the mark. Returns the new setting."""
+    from federation.models import SessionIsolation
+    from messaging.models import AgentSession
+
+    actor.require_operator()
+    if not AgentSession.objects.filter(pk=session_id).exclude(kind="remote").exists():
+        raise NotFound("No local session with that id.")
+    with transaction.atomic():
+        if isolated:
+            SessionIsolation.objects.get_or_create(session_id=session_id, defaults={"set_by": actor.actor})
+        else:
+            SessionIsolation.objects.filter(session_id=session_id).delete()
+        audit_event(
+            "session.isolation", actor=actor.actor, target=str(session_id), detail={"isolated": isolated}
+        )
+    return isolated

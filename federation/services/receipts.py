@@ -113,7 +113,11 @@ def receipts_pending(*, batch: int = 500) -> dict[tuple[str, str], list[dict[str
         state = states.get(row.delivery_id)
         if state is None or state == row.reported_state:
             continue
-        route = row.reply_url if row.tier != FederationTier.RELAY and row.reply_url else "relay"
+        if row.tier != FederationTier.RELAY and not row.reply_url:
+            # No proven way back (the signature failed): nobody to tell.
+            InboundMessage.objects.filter(pk=row.pk).update(reported_state=state)
+            continue
+        route = row.reply_url or "relay"
         out[(row.origin_hub, route)].append(
             {"message_id": str(row.message_id), "state": state, "_row": row.pk}
         )
@@ -186,3 +190,25 @@ def receipts_open_relayed(*, payload: bytes) -> int:
         )
         return 0
     return receipts_from_hub(hub_key=hub_key, receipts=receipts)
+
+
+def remote_progress(*, delivery_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """For deliveries handed to other hubs: the tier, the hub and what it last reported
+    (`pending`, `retry`, `at_relay`, `queued`, `held`, `delivered`, ...)."""
+    from federation.models import RemoteSession
+
+    rows = list(RemoteDelivery.objects.filter(delivery_id__in=delivery_ids))
+    names = dict(
+        RemoteSession.objects.filter(hub_key__in=[r.hub_key for r in rows]).values_list("hub_key", "hub_name")
+    )
+    return {
+        r.delivery_id: {
+            "tier": r.tier,
+            "hub": names.get(r.hub_key, ""),
+            "hub_key": r.hub_key,
+            "remote_state": r.remote_state,
+            "attempts": r.attempts,
+            "last_error": r.last_error or None,
+        }
+        for r in rows
+    }

@@ -1,7 +1,8 @@
 """The machine-wide registry behind the channel tier: a shared folder in which every hub on this
 machine writes its own address and its live agents, one 0600 file each.
 
-Layout under SWITCHBOARD_REGISTRY_DIR (default ~/.switchboard-registry, 0700):
+Layout under SWITCHBOARD_REGISTRY_DIR (0700; default ~/.switchboard-registry for a hub on the
+default home; a hub with its own SWITCHBOARD_HOME joins only when the setting names a folder):
   hubs/<hub fingerprint>.json                    {name, url, public_key, updated_at}
   agents/<hub fingerprint>--<session id>.json    {hub, hub_key, hub_name, url, id, name, name_key, ref, cwd, updated_at}
 Entries older than SWITCHBOARD_REGISTRY_STALE_SECONDS (4 h) are removed at start, and an entry is
@@ -40,11 +41,23 @@ class RegistryEntry:
 
 
 def registry_enabled() -> bool:
-    return bool(settings.SWITCHBOARD_PUBLIC_URL) and settings.SWITCHBOARD_ROLE != "relay"
+    """Whether this hub writes to the registry: it serves, is not a relay, and has a registry."""
+    return (
+        _registry_root() is not None
+        and bool(settings.SWITCHBOARD_PUBLIC_URL)
+        and settings.SWITCHBOARD_ROLE != "relay"
+    )
+
+
+def _registry_root() -> Path | None:
+    root = settings.SWITCHBOARD_REGISTRY_DIR
+    return Path(root) if root else None
 
 
 def _dir(sub: str) -> Path:
-    path = Path(settings.SWITCHBOARD_REGISTRY_DIR) / sub
+    root = _registry_root()
+    assert root is not None
+    path = root / sub
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 
@@ -115,7 +128,8 @@ def _stale(updated_at: Any, now: float) -> bool:
 
 def registry_entries(*, include_own: bool = False) -> list[RegistryEntry]:
     """Every fresh agent entry (other hubs' only, unless `include_own`)."""
-    if not Path(settings.SWITCHBOARD_REGISTRY_DIR).is_dir():
+    root = _registry_root()
+    if root is None or not root.is_dir():
         return []
     mine = hub_identity().fingerprint
     now = time.time()
@@ -148,7 +162,8 @@ def registry_entries(*, include_own: bool = False) -> list[RegistryEntry]:
 
 def registry_hub_keys() -> dict[str, str]:
     """Fingerprint → public key of every hub with a fresh entry (the keys the channel tier trusts)."""
-    if not Path(settings.SWITCHBOARD_REGISTRY_DIR).is_dir():
+    root = _registry_root()
+    if root is None or not root.is_dir():
         return {}
     now = time.time()
     keys = {}
@@ -162,8 +177,8 @@ def registry_hub_keys() -> dict[str, str]:
 def registry_remove_stale(*, hub_key: str | None = None) -> int:
     """Delete stale entries (all of one hub's, when `hub_key` names a hub a delivery just failed to
     reach and whose entries are stale or unreadable). Returns how many files went."""
-    root = Path(settings.SWITCHBOARD_REGISTRY_DIR)
-    if not root.is_dir():
+    root = _registry_root()
+    if root is None or not root.is_dir():
         return 0
     now = time.time()
     removed = 0
@@ -179,8 +194,8 @@ def registry_remove_stale(*, hub_key: str | None = None) -> int:
 
 def registry_drop_hub(*, hub_key: str) -> int:
     """Forget every entry of a hub that no longer answers (a delivery to it failed to connect)."""
-    root = Path(settings.SWITCHBOARD_REGISTRY_DIR)
-    if not root.is_dir():
+    root = _registry_root()
+    if root is None or not root.is_dir():
         return 0
     fp = key_fingerprint(hub_key)
     removed = 0

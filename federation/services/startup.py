@@ -20,6 +20,6 @@ def federation_start() -> None:
     registry_refresh(live_sessions=live_session_names())
     print(
         f"  hub: {me.name} ({settings.SWITCHBOARD_ROLE}); key {me.public_key}; "
-        f"registry: {settings.SWITCHBOARD_REGISTRY_DIR} ({removed} stale entries removed)",
+        f"registry: {settings.SWITCHBOARD_REGISTRY_DIR or 'off (set SWITCHBOARD_REGISTRY_DIR)'} ({removed} stale entries removed)",
         flush=True,
     )
