@@ -282,12 +282,25 @@ def delivery_socket_failed(*, delivery_id: int, error: str, retry_in: float | No
 
 
 def deliveries_due_for_socket(*, batch: int = 500) -> list[int]:
-    """Queued socket deliveries whose retry time (or a lost worker's lease) has passed."""
+    """Queued socket deliveries whose retry time (or a lost worker's lease) has passed, and those
+    whose first write never started a lease-length after they were queued: their task was lost
+    with the broker (Redis restarted empty, a worker killed with it prefetched). The database is
+    the truth, so they are driven again; the claim in `delivery_socket_claim` keeps it to one write."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.db.models import Q
+
+    now = timezone.now()
+    lease = timedelta(seconds=float(settings.SWITCHBOARD_SOCKET_TIMEOUT) * 2 + 5)
+    never_started = Q(attempts=0, next_attempt_at__isnull=True, queued_at__lte=now - lease)
     return list(
         Delivery.objects.filter(
-            state=S.QUEUED, next_attempt_at__lte=timezone.now(), recipient__peer_address__startswith="uds:"
+            Q(next_attempt_at__lte=now) | never_started,
+            state=S.QUEUED,
+            recipient__peer_address__startswith="uds:",
         )
-        .order_by("next_attempt_at")
+        .order_by("next_attempt_at", "id")
         .values_list("id", flat=True)[:batch]
     )
 

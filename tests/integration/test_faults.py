@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.integration.harness import VENV_BIN, database_create, wait_until
-from tests.integration.ledger import LOAD_ENV, InboxReader, Ledger, SendLoad, ledger_problems
+from tests.integration.ledger import LOAD_ENV, InboxReader, Ledger, SendLoad, SocketReceiver, ledger_problems
 
 pytestmark = pytest.mark.integration
 
@@ -126,25 +126,34 @@ def test_postgresql_stops_under_load_sends_get_503_never_2xx_and_the_hub_recover
     assert ledger_problems(hub, ledger, end_states={"read"}) == []
 
 
-def test_redis_restarted_and_emptied_under_load_loses_nothing(private_redis, fresh_database, make_hub):
-    # Given a hub on its own Redis, with two senders and a reader on the other web process
+def test_redis_restarted_and_emptied_under_load_loses_nothing(
+    private_redis, fresh_database, make_hub, tmp_path
+):
+    # Given a hub on its own Redis; bob long-polls on web 1, dave takes messages on a local socket
     hub = make_hub(
-        database_url=fresh_database(), redis_url=private_redis.url(), extra_env=LOAD_ENV, migrate=False
+        database_url=fresh_database(),
+        redis_url=private_redis.url(),
+        migrate=False,
+        extra_env={**LOAD_ENV, "SWITCHBOARD_SOCKET_TIMEOUT": "2"},
     )
+    ledger = Ledger()
+    receiver = SocketReceiver(f"/tmp/sbp-{tmp_path.name[-12:]}.sock", ledger)
+    receiver.start()
     alice, carol = hub.register("alice-redis", web=0), hub.register("carol-redis", web=0)
     bob = hub.register("bob-redis", web=1)
-    ledger = Ledger()
+    dave = hub.register("dave-redis", web=1, peer_address=receiver.address)
     reader = InboxReader(hub.web_urls[1], bob, ledger, wait=2, deadline=120)
     senders = [
         SendLoad(hub.web_urls[0], alice, bob.ref, ledger, count=100_000, interval=0.01, deadline=60),
-        SendLoad(hub.web_urls[1], carol, bob.ref, ledger, count=100_000, interval=0.01, deadline=60),
+        SendLoad(hub.web_urls[1], carol, dave.ref, ledger, count=100_000, interval=0.01, deadline=60),
     ]
     reader.start()
     for s in senders:
         s.start()
     time.sleep(2)
 
-    # When Redis is emptied, and then killed and restarted empty, while they run
+    # When Redis is emptied (queued socket-write tasks vanish with it), then killed and restarted
+    # empty, while they run
     private_redis.flush()
     time.sleep(1)
     private_redis.restart(pause=1.0)
@@ -158,17 +167,29 @@ def test_redis_restarted_and_emptied_under_load_loses_nothing(private_redis, fre
     assert outcomes[201] > 0
     for s in senders:
         assert s.resend_failed() == []
-    # And the reader got every accepted message exactly once
-    wait_until(
-        lambda: all(ledger.received[m] for m in list(ledger.accepted)),
-        timeout=30,
-        what="the reader to receive every accepted message after Redis came back",
-    )
-    reader.stop()
+    # And both recipients got every accepted message exactly once: bob by pull, dave by socket
+    # writes that the sweeper drove again when their tasks were lost
+    try:
+        wait_until(
+            lambda: all(ledger.received[m] for m in list(ledger.accepted)),
+            timeout=60,
+            what="every accepted message to arrive after Redis came back",
+        )
+    finally:
+        reader.stop()
+        receiver.stop()
     reader.drain()
     # And the reader's long-polls kept working without Redis (answered from the database, no 5xx)
     assert not [e for e in reader.errors if e.startswith("5")], reader.errors
-    assert ledger_problems(hub, ledger, end_states={"read"}) == []
+    to_dave = [m for m, info in ledger.accepted.items() if info["key"].startswith("carol")]
+    states = Counter(
+        s
+        for (s,) in hub.sql(
+            "SELECT state FROM messaging_delivery WHERE message_id = ANY(%s::uuid[])", to_dave
+        )
+    )
+    assert states == {"delivered": len(to_dave)}
+    assert ledger_problems(hub, ledger, end_states={"read", "delivered"}) == []
 
 
 def _log_times(log: str) -> list[datetime]:
@@ -253,3 +274,61 @@ def test_expiry_under_a_skewed_worker_clock_is_never_early_and_expired_is_never_
     assert len(later_ids) == 5 and all(ledger.received[m] == 1 for m in later_ids)
     problems = ledger_problems(hub, ledger, end_states={"expired", "read"}, expect_received=False)
     assert problems == []
+
+
+def test_worker_sigkilled_five_times_while_500_socket_deliveries_are_in_flight(
+    private_redis, fresh_database, make_hub, tmp_path
+):
+    # Given five sessions taking messages on local sockets, and a hub whose socket writes time out
+    # after 2 s (so a dead worker's lease runs out after 9 s)
+    hub = make_hub(
+        database_url=fresh_database(),
+        redis_url=private_redis.url(),
+        migrate=False,
+        webs=2,
+        extra_env={**LOAD_ENV, "SWITCHBOARD_SOCKET_TIMEOUT": "2"},
+    )
+    ledger = Ledger()
+    receivers = [SocketReceiver(f"/tmp/sbp-{tmp_path.name[-10:]}-{i}.sock", ledger) for i in range(5)]
+    for r in receivers:
+        r.start()
+    alice, carol = hub.register("alice-kill", web=0), hub.register("carol-kill", web=1)
+    bobs = [hub.register(f"bob-kill-{i}", web=i % 2, peer_address=r.address) for i, r in enumerate(receivers)]
+    senders = [
+        SendLoad(hub.web_urls[i % 2], [alice, carol][i % 2], bob.ref, ledger, count=100, tag=f"to{i}")
+        for i, bob in enumerate(bobs)
+    ]
+
+    # When 500 messages are sent and the worker is SIGKILLed five times while they are written
+    try:
+        for s in senders:
+            s.start()
+        kills = 0
+        while kills < 5:
+            time.sleep(0.7)
+            hub.worker.kill()
+            kills += 1
+            hub.start_worker()
+        for s in senders:
+            s.join(timeout=60)
+        assert Counter(o for s in senders for (_, o, _) in s.attempts) == {201: 500}
+
+        # Then every message is written and marked delivered (the sweeper re-drives what the dead
+        # workers held), each received once unless the hub recorded a second attempt
+        wait_until(
+            lambda: hub.sql("SELECT count(*) FROM messaging_delivery WHERE state = 'delivered'")[0][0] == 500,
+            timeout=90,
+            what="all 500 deliveries to be written",
+            interval=0.5,
+        )
+        time.sleep(1)
+    finally:
+        for r in receivers:
+            r.stop()
+    assert len(ledger.accepted) == 500
+    assert ledger_problems(hub, ledger, end_states={"delivered"}) == []
+    redriven = hub.sql("SELECT count(*) FROM messaging_delivery WHERE attempts > 1")[0][0]
+    twice = sum(1 for c in ledger.received.values() if c > 1)
+    print(
+        f"\n500 socket deliveries, 5 worker kills: {redriven} needed a second attempt, {twice} arrived twice"
+    )
