@@ -26,6 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from nacl.exceptions import CryptoError
 from nacl.public import PublicKey, SealedBox
 
 from federation.errors import HopLimit, PermanentError, TransientError, Unreachable
@@ -403,7 +404,11 @@ def forward_attempt(*, delivery_id: int) -> str:
         envelope = envelope_build(message=delivery.message, target=rd.target)
         try:
             if rd.tier == FederationTier.RELAY:
-                sealed = seal_for_hub(hub_key=rd.hub_key, payload=_json_bytes(envelope))
+                try:
+                    sealed = seal_for_hub(hub_key=rd.hub_key, payload=_json_bytes(envelope))
+                except (ValueError, CryptoError) as exc:
+                    _fail(rd, delivery, reason=f"the relay named an unusable hub key ({exc})")
+                    return "failed"
                 hub_call(
                     "POST",
                     rd.url,

@@ -1,0 +1,238 @@
+"""Sending to another hub's agent: routing, forwarding with retries and re-routing, receipts,
+isolation. The other hubs are stood in for by replacing `hub_call` (the HTTP transport)."""
+
+from __future__ import annotations
+
+import pytest
+from nacl.encoding import Base64Encoder
+from nacl.signing import SigningKey
+
+from federation.errors import PermanentError, TransientError, Unreachable
+from federation.models import RemoteDelivery
+from federation.services.forwarding import MAX_FORWARD_ATTEMPTS, RemoteRoute, forward_attempt
+from federation.services.receipts import receipts_from_hub
+from messaging.models import Delivery
+
+HUB_B = SigningKey.generate().verify_key.encode(Base64Encoder).decode()
+HUB_C = SigningKey.generate().verify_key.encode(Base64Encoder).decode()
+
+
+class FakeHubs:
+    """Records calls; answers from a queue of results (dicts, or exceptions to raise)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str, object]] = []
+        self.answers: list[object] = []
+
+    def __call__(self, method, base_url, path, body=None, **kw):
+        self.calls.append((method, base_url, path, body))
+        answer = self.answers.pop(0) if self.answers else {"status": "queued"}
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@pytest.fixture
+def hubs(monkeypatch):
+    fake = FakeHubs()
+    monkeypatch.setattr("federation.services.forwarding.hub_call", fake)
+    return fake
+
+
+@pytest.fixture
+def routes(monkeypatch):
+    """The routes `route_find` will answer, in order of the tiers; each call skips excluded hubs."""
+    table: list[RemoteRoute] = []
+
+    def find(*, target, exclude=None, tiers=None):
+        for route in table:
+            if route.hub_key not in (exclude or set()) and route.name == target:
+                return route
+        return None
+
+    monkeypatch.setattr("federation.services.forwarding.route_find", find)
+    return table
+
+
+def _route(tier="channel", hub=HUB_B, name="bob"):
+    return RemoteRoute(tier, hub, f"hub-{tier}", f"http://{tier}.invalid", f"id-{hub[:3]}", name, "bobref")
+
+
+def _send(api, sender, to, text, capture, **fields):
+    with capture(execute=True):
+        return api.post("messages", sender.token, {"to": to, "message": text, **fields})
+
+
+def test_an_unknown_name_with_no_hub_hosting_it_is_not_found(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    assert _send(api, alice, "bob", "hi", django_capture_on_commit_callbacks).status_code == 404
+    assert hubs.calls == []
+
+
+def test_a_remote_agent_gets_a_relayed_delivery_forwarded_signed(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    from federation.services.signatures import envelope_verify
+
+    alice = register("alice")
+    routes.append(_route())
+    sent = _send(api, alice, "bob", "over there", django_capture_on_commit_callbacks)
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["status"] == "relayed"
+    assert "channel tier" in sent.json_body["result"]
+    [(method, url, path, body)] = hubs.calls
+    assert (method, url, path) == ("POST", "http://channel.invalid", "/federation/messages")
+    assert body["envelope"]["text"] == "over there" and envelope_verify(body["envelope"])
+    rd = RemoteDelivery.objects.get()
+    assert rd.remote_state == "queued" and rd.tier == "channel"
+    assert Delivery.objects.get(pk=rd.delivery_id).state == "relayed"
+    status = api.get(f"messages/{sent.json_body['id']}", alice.token).json_body
+    assert status["deliveries"][0]["remote"]["remote_state"] == "queued"
+
+
+def test_remote_agents_are_never_local_recipients_or_listed_as_local(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.append(_route())
+    _send(api, alice, "bob", "first", django_capture_on_commit_callbacks)
+    listed = api.get("agents", alice.token).json_body["agents"]
+    assert [a["name"] for a in listed] == ["alice"]
+
+
+def test_transient_failures_are_retried_with_backoff_then_failed(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.append(_route(tier="lan"))
+    hubs.answers = [TransientError("503")] * (MAX_FORWARD_ATTEMPTS + 1)
+    _send(api, alice, "bob", "flaky", django_capture_on_commit_callbacks)
+    rd = RemoteDelivery.objects.get()
+    assert rd.remote_state == "retry" and rd.attempts == 1 and rd.next_attempt_at is not None
+    for _ in range(MAX_FORWARD_ATTEMPTS):
+        forward_attempt(delivery_id=rd.delivery_id)
+    rd.refresh_from_db()
+    assert rd.remote_state == "failed"
+    assert Delivery.objects.get(pk=rd.delivery_id).state == "failed"
+
+
+def test_a_hub_that_no_longer_hosts_the_agent_sends_it_to_the_next_tier(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.extend([_route("channel", HUB_B), _route("lan", HUB_C)])
+    hubs.answers = [PermanentError(404, {"error": "not_found"}), {"status": "queued"}]
+    _send(api, alice, "bob", "moved on", django_capture_on_commit_callbacks)
+    rd = RemoteDelivery.objects.get()
+    assert (rd.tier, rd.hub_key, rd.remote_state) == ("lan", HUB_C, "queued")
+    assert Delivery.objects.get(pk=rd.delivery_id).tier == "lan"
+    assert [c[1] for c in hubs.calls] == ["http://channel.invalid", "http://lan.invalid"]
+
+
+def test_an_unreachable_channel_hub_falls_through_to_the_next(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.extend([_route("channel", HUB_B), _route("relay", HUB_C)])
+    hubs.answers = [Unreachable("refused"), {"id": "x"}]
+    _send(api, alice, "bob", "via relay then", django_capture_on_commit_callbacks)
+    rd = RemoteDelivery.objects.get()
+    assert (rd.tier, rd.remote_state) == ("relay", "at_relay")
+    relay_call = hubs.calls[-1]
+    assert relay_call[2] == "/relay/messages"
+    assert "via relay then" not in str(relay_call[3])  # sealed: the relay never sees the text
+
+
+def test_receipts_move_the_senders_delivery(api, register, routes, hubs, django_capture_on_commit_callbacks):
+    alice = register("alice")
+    routes.append(_route())
+    sent = _send(api, alice, "bob", "tell me when read", django_capture_on_commit_callbacks)
+    message_id = sent.json_body["id"]
+    assert (
+        receipts_from_hub(hub_key=HUB_C, receipts=[{"message_id": message_id, "state": "read"}]) == 0
+    )  # wrong hub
+    assert receipts_from_hub(hub_key=HUB_B, receipts=[{"message_id": message_id, "state": "read"}]) == 1
+    status = api.get(f"messages/{message_id}", alice.token).json_body
+    assert status["status"] == "read"
+    assert [h["state"] for h in status["history"] if h["state"]][-2:] == ["delivered", "read"]
+
+
+def test_a_refusal_at_the_other_hub_fails_the_delivery(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.append(_route())
+    hubs.answers = [{"status": "refused"}]
+    sent = _send(api, alice, "bob", "no thanks", django_capture_on_commit_callbacks)
+    assert api.get(f"messages/{sent.json_body['id']}", alice.token).json_body["status"] == "failed"
+
+
+def test_isolation_holds_what_leaves_the_machine_until_an_operator_approves(
+    api, register, routes, hubs, settings, operator_token, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.append(_route(tier="lan"))
+    settings.SWITCHBOARD_ISOLATED = True
+    sent = _send(api, alice, "bob", "leaving?", django_capture_on_commit_callbacks)
+    assert sent.json_body["status"] == "held"
+    assert hubs.calls == []
+    delivery = Delivery.objects.get(message_id=sent.json_body["id"])
+    assert delivery.hold_reason == "isolation"
+    from messaging.principals import operator_principal
+    from messaging.services.holds import holds_decide
+
+    with django_capture_on_commit_callbacks(execute=True):
+        holds_decide(delivery_ids=[delivery.pk], approve=True, actor=operator_principal("op"))
+    assert len(hubs.calls) == 1
+    assert RemoteDelivery.objects.get().remote_state == "queued"
+
+
+def test_isolation_leaves_the_channel_tier_alone(
+    api, register, routes, hubs, settings, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.append(_route(tier="channel"))
+    settings.SWITCHBOARD_ISOLATED = True
+    assert (
+        _send(api, alice, "bob", "same machine", django_capture_on_commit_callbacks).json_body["status"]
+        == "relayed"
+    )
+
+
+def test_a_session_can_be_isolated_by_an_operator_only(
+    api, register, routes, hubs, operator_token, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.append(_route(tier="relay"))
+    assert (
+        api.call("PUT", f"federation/isolation/{alice.id}", alice.token, {"isolated": True}).status_code
+        == 403
+    )
+    assert (
+        api.call("PUT", f"federation/isolation/{alice.id}", operator_token, {"isolated": True}).status_code
+        == 200
+    )
+    assert _send(api, alice, "bob", "held?", django_capture_on_commit_callbacks).json_body["status"] == "held"
+
+
+def test_files_too_large_for_the_tier_are_refused_before_anything_is_kept(
+    api, register, routes, hubs, monkeypatch, django_capture_on_commit_callbacks
+):
+    from federation.services import files
+
+    monkeypatch.setitem(files.TIER_LIMITS, "relay", (10, 20))
+    alice = register("alice")
+    routes.append(_route(tier="relay"))
+    stored = files.file_store(data=b"x" * 11)
+    sent = _send(
+        api,
+        alice,
+        "bob",
+        "big",
+        django_capture_on_commit_callbacks,
+        files=[{"sha256": stored.sha256, "name": "big.bin"}],
+    )
+    assert sent.status_code == 413, sent.json_body
+    assert not Delivery.objects.exists()
