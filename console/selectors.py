@@ -22,6 +22,19 @@ CATCH_UP_LIMIT = 1000
 # already has; re-reading a few ids back costs little and the browser applies rows idempotently.
 CATCH_UP_OVERLAP = 50
 LIVE = (SessionStatus.BUSY, SessionStatus.IDLE)
+# Why a delivery is held, in words an operator reads at a glance (codes from messaging.policy and
+# the send pipeline; an unknown code is shown as it is).
+HOLD_REASONS = {
+    "operator_policy": "operator policy: hold",
+    "sender_override_operator": "operator rule for this sender",
+    "sender_override": "recipient's rule for this sender",
+    "own_policy": "recipient's own policy",
+    "default_bypass_receiver": "recipient runs in bypass mode",
+    "default_bypass_sender": "sender runs in bypass mode",
+    "sensitive": "sensitive content",
+    "loop_suspected": "suspected reply loop",
+    "recipient_stopped": "recipient is stopped",
+}
 
 
 def audit_cursor() -> int:
@@ -49,7 +62,7 @@ def policy_label(session: AgentSession) -> str:
         return f"{session.operator_policy} (operator)"
     if session.inbound_policy:
         return session.inbound_policy
-    return f"default ({session.permission_mode})"
+    return f"by mode ({session.permission_mode})"
 
 
 def _teams_of(session_ids: list[Any]) -> dict[str, dict[str, str]]:
@@ -146,16 +159,22 @@ def session_detail(*, session_id: Any) -> dict[str, Any] | None:
 
 
 def _subscriptions_of(session: AgentSession) -> list[dict[str, Any]]:
-    """`notify_when_idle` subscriptions to and from this session, when the teams app keeps them."""
-    try:
-        from teams.models import Subscription  # type: ignore[attr-defined]
-    except ImportError:
-        return []
-    rows = Subscription.objects.filter(Q(subscriber=session) | Q(target=session)).select_related(
-        "subscriber", "target"
+    """`notify_when_idle` subscriptions to and from this session, newest first."""
+    from teams.models import Subscription
+
+    rows = (
+        Subscription.objects.filter(Q(subscriber=session) | Q(target=session))
+        .select_related("subscriber", "target")
+        .order_by("-created_at")[:50]
     )
     return [
-        {"subscriber": r.subscriber, "target": r.target, "kind": getattr(r, "kind", "notify_when_idle")}
+        {
+            "subscriber": r.subscriber,
+            "target": r.target,
+            "kind": "notify_when_idle",
+            "state": r.state,
+            "expires_at": r.expires_at,
+        }
         for r in rows
     ]
 
@@ -274,4 +293,8 @@ def team_detail(*, team_id: Any) -> dict[str, Any] | None:
                 "blocked": any(b.pk in open_ids for b in blockers),
             }
         )
-    return {"team": team, "roster": roster, "columns": [(name, columns[name]) for name in columns]}
+    return {
+        "team": team,
+        "roster": roster,
+        "columns": [(name, name.replace("_", " ").capitalize(), columns[name]) for name in columns],
+    }

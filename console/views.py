@@ -105,7 +105,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @require_GET
 @operator_required
 def holds(request: HttpRequest) -> HttpResponse:
-    return _page(request, "console/holds.html", {"holds": holds_list()})
+    rows = holds_list()
+    # What must stand out comes first: escalated, then sensitive; otherwise the service's order.
+    rows.sort(key=lambda h: (h["escalate"] != "required", h["tier"] != "sensitive"))
+    for row in rows:
+        row["why"] = selectors.HOLD_REASONS.get(row["hold_reason"], row["hold_reason"])
+    return _page(request, "console/holds.html", {"holds": rows, "hold_reasons": selectors.HOLD_REASONS})
 
 
 @require_POST

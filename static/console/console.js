@@ -50,7 +50,17 @@
     return tpl ? tpl.content.firstElementChild.cloneNode(true) : null;
   }
 
-  function flash(el) {
+  // A row's visible text and state, to tell a real change from a catch-up that repeats what we have.
+  // Clocks tick on their own, so they are left out.
+  function signature(el) {
+    const texts = $$("[data-slot]", el)
+      .filter((s) => s.dataset.slot !== "time" && s.dataset.slot !== "last_seen")
+      .map((s) => s.textContent);
+    return texts.join("|") + "|" + (el.dataset.state || "") + "|" + (el.dataset.status || "");
+  }
+
+  function flash(el, before) {
+    if (before !== undefined && before === signature(el)) return;
     el.classList.remove("changed");
     void el.offsetWidth; // restart the highlight animation
     el.classList.add("changed");
@@ -93,6 +103,7 @@
       if (filter && !((d.from && d.from.id === filter) || (d.to && d.to.id === filter))) return;
       const tbody = table.tBodies[0];
       let row = $('tr[data-delivery-id="' + d.delivery_id + '"]', tbody);
+      const before = row ? signature(row) : undefined;
       if (!row) {
         row = fromTemplate("tpl-delivery-row");
         if (!row) return;
@@ -106,20 +117,23 @@
       const time = $('[data-slot="time"]', row);
       if (time && d.created_at) time.setAttribute("datetime", d.created_at);
       setSlot(row, "time", clock(d.created_at));
-      setSlot(row, "from", who(d.from));
+      setSlot(row, "from", d.from ? who(d.from) : "hub");
       setSlot(row, "to", who(d.to));
       setSlot(row, "tier", d.tier);
       setSlot(row, "text", d.summary || truncate(d.preview, 140));
       setLinks(row, "message", d.message_id);
       row.dataset.tier = d.tier || "";
-      setFeedState(row, d.state);
+      row.dataset.state = d.state;
+      setSlot(row, "state", d.state);
+      flash(row, before);
     });
   }
 
   function setFeedState(row, state) {
+    const before = signature(row);
     row.dataset.state = state;
     setSlot(row, "state", state);
-    flash(row);
+    flash(row, before);
   }
 
   function updateFeedState(deliveryId, state) {
@@ -128,6 +142,8 @@
 
   // ---------------------------------------------------------------- the holds queue
   const holdsTable = $("table[data-holds]");
+  const reasonsData = document.getElementById("hold-reasons");
+  const holdReasons = reasonsData ? JSON.parse(reasonsData.textContent) : {};
 
   function holdRows() {
     return holdsTable ? $$("tbody tr.hold", holdsTable) : [];
@@ -167,7 +183,8 @@
     setSlot(row, "tier", h.tier);
     setSlot(row, "escalate", h.escalate === "required" ? "escalated" : "");
     setSlot(row, "priority", h.priority === "urgent" ? "urgent" : "");
-    setSlot(row, "hold_reason", h.hold_reason);
+    setSlot(row, "why", holdReasons[h.hold_reason] || h.hold_reason);
+    $$('[data-slot="why"]', row).forEach((el) => (el.title = h.hold_reason || ""));
     setSlot(row, "summary", h.summary);
     setSlot(row, "preview", h.preview);
     setLinks(row, "message", h.message_id);
@@ -177,7 +194,7 @@
       const first = tbody.firstElementChild;
       const urgent = h.escalate === "required" || h.priority === "urgent" || h.tier === "sensitive";
       tbody.insertBefore(row, urgent ? first : null);
-      flash(row);
+      flash(row, undefined);
     }
     tickCountdowns();
     refreshHoldsChrome();
@@ -208,7 +225,7 @@
     if (s.inbound_policy && s.operator_policy) return s.inbound_policy + " (operator: " + s.operator_policy + ")";
     if (s.operator_policy) return s.operator_policy + " (operator)";
     if (s.inbound_policy) return s.inbound_policy;
-    return "default (" + (s.permission_mode || "default") + ")";
+    return "by mode (" + (s.permission_mode || "default") + ")";
   }
 
   function upsertSessionRow(s) {
@@ -216,6 +233,7 @@
     if (!table) return;
     const tbody = table.tBodies[0];
     let row = $('tr[data-session-id="' + s.id + '"]', tbody);
+    const before = row ? signature(row) : undefined;
     if (!row) {
       if (!s.name) return; // a policy event for a session this page does not list
       row = fromTemplate("tpl-session-row");
@@ -241,20 +259,25 @@
       row.dataset.status = status;
       setSlot(row, "status", status);
     }
-    if ("operator_policy" in s || "inbound_policy" in s) {
-      if (!("sender" in s)) {
-        const merged = Object.assign({}, row.dataset.policy ? JSON.parse(row.dataset.policy) : {}, s);
-        row.dataset.policy = JSON.stringify({
-          inbound_policy: merged.inbound_policy || null,
-          operator_policy: merged.operator_policy || null,
-          permission_mode: merged.permission_mode || null,
-        });
-        setSlot(row, "policy", s.policy || policyLabel(merged));
-      }
+    // Events carry only some policy fields (a session's own policy, or the operator's); the row keeps
+    // the others so the label is always built from all three.
+    if (!("sender" in s)) {
+      if ("inbound_policy" in s) row.dataset.inboundPolicy = s.inbound_policy || "";
+      if ("operator_policy" in s) row.dataset.operatorPolicy = s.operator_policy || "";
+      if (s.permission_mode) row.dataset.permissionMode = s.permission_mode;
+      setSlot(
+        row,
+        "policy",
+        policyLabel({
+          inbound_policy: row.dataset.inboundPolicy,
+          operator_policy: row.dataset.operatorPolicy,
+          permission_mode: row.dataset.permissionMode,
+        })
+      );
     }
     if (s.team) setSlot(row, "team", s.team.name);
     tickClocks();
-    flash(row);
+    flash(row, before);
   }
 
   // ---------------------------------------------------------------- clocks and countdowns

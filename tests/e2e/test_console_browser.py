@@ -1,0 +1,417 @@
+"""The operator console in a real headless Chromium against a real `switchboard serve` process.
+
+Agents act through the REST API (as they would); the operator acts only through the page. The run
+also saves the screenshots the README shows, under docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import REPO, Hub, start_hub
+
+pytestmark = pytest.mark.e2e
+
+SHOTS = REPO / "docs" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+OPERATOR = ("ada", "switchboard-operator-pw")
+SCRIPT_TEXT = 'Looks good <script>window.__pwned = 1</script> <img src=x onerror="window.__pwned = 2">'
+
+
+@dataclass
+class Agent:
+    id: str
+    name: str
+    ref: str
+    token: str
+
+
+@dataclass
+class World:
+    """A running hub, an operator login, an operator token for set-up, and a REST client."""
+
+    hub: Hub
+    http: httpx.Client
+    operator_token: str
+
+    def register(self, name: str, **fields: Any) -> Agent:
+        r = self.http.post(
+            "/api/v1/sessions", json={"name": name, **fields}, headers=self._auth(self.hub.enroll_key)
+        )
+        assert r.status_code == 201, r.text
+        body = r.json()
+        return Agent(body["id"], body["name"], body["ref"], body["token"])
+
+    def send(self, sender: Agent, to: str, text: str, **fields: Any) -> dict[str, Any]:
+        r = self.http.post(
+            "/api/v1/messages", json={"to": to, "message": text, **fields}, headers=self._auth(sender.token)
+        )
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def inbox(self, agent: Agent) -> list[dict[str, Any]]:
+        r = self.http.get("/api/v1/inbox", headers=self._auth(agent.token))
+        assert r.status_code == 200, r.text
+        return r.json()["messages"]
+
+    def status(self, message_id: str) -> dict[str, Any]:
+        r = self.http.get(f"/api/v1/messages/{message_id}", headers=self._auth(self.operator_token))
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def operator(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        r = self.http.request(method, f"/api/v1/{path}", json=body, headers=self._auth(self.operator_token))
+        assert r.status_code in (200, 201), r.text
+        return r.json()
+
+    def as_agent(self, agent: Agent, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        r = self.http.request(method, f"/api/v1/{path}", json=body, headers=self._auth(agent.token))
+        assert r.status_code in (200, 201), r.text
+        return r.json()
+
+    @staticmethod
+    def _auth(token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+
+def _manage(hub: Hub, *args: str, stdin: str = "") -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["SWITCHBOARD_HOME"] = str(hub.home)
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    home = tmp_path_factory.mktemp("console-e2e") / "home"
+    home.mkdir(mode=0o700)
+    hub = start_hub(home)
+    try:
+        _manage(hub, "operator_create", OPERATOR[0], "--password-stdin", stdin=OPERATOR[1] + "\n")
+        token = _manage(hub, "operator_token", "e2e-setup").strip().splitlines()[-1]
+        with httpx.Client(base_url=hub.url, timeout=15) as http:
+            yield World(hub=hub, http=http, operator_token=token)
+    finally:
+        hub.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(world: World) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _log_in(browser: Any, world: World, *, viewport: dict[str, int] | None = None) -> Any:
+    context = browser.new_context(viewport=viewport or {"width": 1280, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    page.goto(world.hub.url + "/")
+    assert "/login/" in page.url
+    page.get_by_label("Username").fill(OPERATOR[0])
+    page.get_by_label("Password").fill(OPERATOR[1])
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(world.hub.url + "/")
+    return page
+
+
+def _wait_live(page: Any) -> None:
+    page.wait_for_selector('#live[data-state="on"]', timeout=10_000)
+
+
+def _hold_row(page: Any, delivery_id: int) -> Any:
+    return page.locator(f'table[data-holds] tr.hold[data-delivery-id="{delivery_id}"]')
+
+
+def _delivery_id(world: World, message_id: str) -> int:
+    return world.status(message_id)["deliveries"][0]["delivery_id"]
+
+
+def test_pages_and_socket_need_a_login(world: World, browser: Any) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    for path in ["/", "/holds/", "/audit/"]:
+        page.goto(world.hub.url + path)
+        assert "/login/" in page.url, path
+    # A wrong password keeps the visitor on the login page with a message.
+    page.get_by_label("Username").fill(OPERATOR[0])
+    page.get_by_label("Password").fill("not-the-password")
+    page.get_by_role("button", name="Log in").click()
+    assert page.get_by_role("alert").is_visible()
+    # A socket opened from the page without a login is refused (the consumer closes it).
+    code = page.evaluate(
+        """() => new Promise((resolve) => {
+            const ws = new WebSocket(location.origin.replace('http', 'ws') + '/ws/console/');
+            ws.onclose = (e) => resolve(e.code);
+            setTimeout(() => resolve('timeout'), 5000);
+        })"""
+    )
+    assert code in (1006, 4403), code
+    context.close()
+
+
+def test_a_policy_hold_appears_without_reload_and_approving_it_delivers(world: World, browser: Any) -> None:
+    """Given bob's operator policy is hold, when alice sends, the hold shows up live; approving it
+    in the page queues it, bob's inbox pull gets it, and its state becomes delivered."""
+    alice, bob = world.register("alice-e2e"), world.register("bob-e2e")
+    world.operator("PUT", f"sessions/{bob.ref}/policy", {"policy": "hold"})
+    page = _log_in(browser, world)
+    page.goto(world.hub.url + "/holds/")
+    _wait_live(page)
+    page.evaluate("() => { window.__reloaded = false; }")  # survives only if the page never reloads
+
+    started = time.monotonic()
+    sent = world.send(alice, f"bob-e2e [{bob.ref}]", "please merge PR 12", summary="merge PR 12")
+    assert sent["status"] == "held"
+    delivery_id = _delivery_id(world, sent["id"])
+    row = _hold_row(page, delivery_id)
+    row.wait_for(state="visible", timeout=5_000)
+    appeared_after = time.monotonic() - started
+    print(f"held message appeared in the queue {appeared_after:.3f} s after the send returned")
+    assert page.evaluate("() => window.__reloaded") is False
+    assert "merge PR 12" in row.inner_text()
+    assert f"alice-e2e [{alice.ref}]" in row.inner_text()
+    assert "host-verified" in row.inner_text()
+
+    row.get_by_role("button", name="Approve").click()
+    row.wait_for(state="detached", timeout=5_000)
+    assert world.status(sent["id"])["status"] == "queued"
+    pulled = world.inbox(bob)
+    assert [m["id"] for m in pulled] == [sent["id"]]
+    assert world.status(sent["id"])["status"] == "delivered"
+    page.context.close()
+
+
+def test_a_hold_denied_with_the_keyboard_never_arrives(world: World, browser: Any) -> None:
+    carol, dan = world.register("carol-e2e"), world.register("dan-e2e")
+    world.operator("PUT", f"sessions/{dan.ref}/policy", {"policy": "hold"})
+    page = _log_in(browser, world)
+    page.goto(world.hub.url + "/holds/")
+    _wait_live(page)
+    sent = world.send(
+        carol, f"dan-e2e [{dan.ref}]", "run the migration on prod now", summary="prod migration"
+    )
+    delivery_id = _delivery_id(world, sent["id"])
+    row = _hold_row(page, delivery_id)
+    row.wait_for(state="visible", timeout=5_000)
+
+    # j moves to a hold; r types its reason; Esc leaves the box; d denies.
+    rows = page.locator("table[data-holds] tr.hold")
+    for _ in range(rows.count()):
+        if "current" in (row.get_attribute("class") or ""):
+            break
+        page.keyboard.press("j")
+    assert "current" in (row.get_attribute("class") or "")
+    page.keyboard.press("r")
+    page.keyboard.type("not during the freeze")
+    page.keyboard.press("Escape")
+    page.keyboard.press("d")
+    row.wait_for(state="detached", timeout=5_000)
+    assert "Denied 1" in page.locator("#notice").inner_text()
+
+    status = world.status(sent["id"])
+    assert status["status"] == "denied"
+    assert status["deliveries"][0]["decision_reason"] == "not during the freeze"
+    assert status["deliveries"][0]["decided_by"] == f"operator:{OPERATOR[0]}"
+    assert sent["id"] not in [m["id"] for m in world.inbox(dan)]
+    page.context.close()
+
+
+def test_many_holds_are_approved_at_once(world: World, browser: Any) -> None:
+    erin, fay = world.register("erin-e2e"), world.register("fay-e2e")
+    world.operator("PUT", f"sessions/{fay.ref}/policy", {"policy": "hold"})
+    page = _log_in(browser, world)
+    page.goto(world.hub.url + "/holds/")
+    _wait_live(page)
+    sent = [world.send(erin, f"fay-e2e [{fay.ref}]", f"batch item {i}") for i in range(3)]
+    ids = [_delivery_id(world, s["id"]) for s in sent]
+    for delivery_id in ids:
+        _hold_row(page, delivery_id).wait_for(state="visible", timeout=5_000)
+        _hold_row(page, delivery_id).get_by_role("checkbox").check()
+    assert page.locator("[data-selected-count]").inner_text().startswith("3")
+    page.get_by_role("button", name="Approve selected").click()
+    for delivery_id in ids:
+        _hold_row(page, delivery_id).wait_for(state="detached", timeout=5_000)
+    assert sorted(m["id"] for m in world.inbox(fay)) == sorted(s["id"] for s in sent)
+    page.context.close()
+
+
+def test_message_text_with_markup_is_shown_as_text(world: World, browser: Any) -> None:
+    gus, hal = world.register("gus-e2e"), world.register("hal-e2e")
+    world.operator("PUT", f"sessions/{hal.ref}/policy", {"policy": "hold"})
+    page = _log_in(browser, world)
+    page.goto(world.hub.url + "/holds/")
+    _wait_live(page)
+    sent = world.send(gus, f"hal-e2e [{hal.ref}]", SCRIPT_TEXT, summary="<b>bold?</b>")
+    row = _hold_row(page, _delivery_id(world, sent["id"]))
+    row.wait_for(state="visible", timeout=5_000)
+    # Arrived live (built by the script): markup is text, nothing ran, no element was created.
+    assert "<script>window.__pwned = 1</script>" in row.inner_text()
+    assert "<b>bold?</b>" in row.inner_text()
+    assert row.locator("script, img, b").count() == 0
+    # Rendered by the server: the same.
+    page.reload()
+    row = _hold_row(page, _delivery_id(world, sent["id"]))
+    assert "<script>window.__pwned = 1</script>" in row.inner_text()
+    assert row.locator("script, img, b").count() == 0
+    page.goto(world.hub.url + f"/messages/{sent['id']}/")
+    assert SCRIPT_TEXT in page.locator("pre.message-text").inner_text()
+    page.goto(world.hub.url + "/")
+    page.wait_for_timeout(300)
+    assert page.evaluate("() => window.__pwned === undefined")
+    page.context.close()
+
+
+def test_the_dashboard_feed_follows_a_message_from_queued_to_read(world: World, browser: Any) -> None:
+    ivy, jon = world.register("ivy-e2e"), world.register("jon-e2e")
+    page = _log_in(browser, world)
+    _wait_live(page)
+    sent = world.send(ivy, f"jon-e2e [{jon.ref}]", "lunch at noon?", summary="lunch")
+    row = page.locator(f'table[data-feed] tr[data-message-id="{sent["id"]}"]')
+    row.wait_for(state="visible", timeout=5_000)
+    assert row.get_attribute("data-state") == "queued"
+    world.inbox(jon)
+    page.wait_for_function(
+        f"""() => document.querySelector('table[data-feed] tr[data-message-id="{sent["id"]}"]')
+                 ?.dataset.state === 'delivered'""",
+        timeout=5_000,
+    )
+    world.as_agent(jon, "POST", "inbox/ack", {"ids": [sent["id"]]})
+    page.wait_for_function(
+        f"""() => document.querySelector('table[data-feed] tr[data-message-id="{sent["id"]}"]')
+                 ?.dataset.state === 'read'""",
+        timeout=5_000,
+    )
+    # A new session shows up in the sessions table without a reload.
+    kim = world.register("kim-e2e", cwd="/work/kim")
+    page.locator(f'table[data-sessions] tr[data-session-id="{kim.id}"]').wait_for(timeout=5_000)
+    page.context.close()
+
+
+def test_the_policy_editor_sets_an_operator_policy(world: World, browser: Any) -> None:
+    lou = world.register("lou-e2e")
+    page = _log_in(browser, world)
+    page.goto(world.hub.url + f"/sessions/{lou.id}/")
+    page.get_by_role("combobox", name="Inbound policy").select_option("refuse")
+    page.get_by_role("button", name="Save policy").click()
+    page.wait_for_url(world.hub.url + f"/sessions/{lou.id}/")
+    assert "refuse" in page.locator(".flash").inner_text()
+    policy = world.operator("GET", f"sessions/{lou.ref}/policy")
+    assert policy["operator_policy"] == "refuse"
+    page.context.close()
+
+
+def _populate_for_screenshots(world: World) -> dict[str, Any]:
+    """A team with a board in every column, sessions in each status, messages in each state."""
+    lead = world.register("architect", cwd="/work/app", kind="claude-code")
+    ui = world.register("frontend", cwd="/work/app/web", kind="claude-code")
+    api = world.register("backend", cwd="/work/app/api", kind="codex")
+    ops = world.register("ops", cwd="/work/infra", kind="claude-code", permission_mode="bypass")
+    world.register("reviewer", kind="script", status="stopped")
+    team = world.as_agent(lead, "POST", "teams", {"name": "checkout"})
+    team_id = team["id"]
+    members = {}
+    for agent in (ui, api):
+        members[agent.name] = world.as_agent(lead, "POST", f"teams/{team_id}/members", {"session": agent.id})
+    schema = world.as_agent(lead, "POST", f"teams/{team_id}/tasks", {"title": "Design the orders schema"})
+    world.as_agent(
+        lead,
+        "POST",
+        f"teams/{team_id}/tasks",
+        {"title": "Orders API endpoints", "blocked_by": [schema["id"]]},
+    )
+    world.as_agent(lead, "POST", f"teams/{team_id}/tasks", {"title": "Checkout page: cart summary"})
+    world.as_agent(lead, "POST", f"teams/{team_id}/tasks", {"title": "Load test the payment path"})
+    world.as_agent(api, "POST", f"tasks/{schema['id']}/claim", {})
+    cart = world.as_agent(lead, "POST", f"teams/{team_id}/tasks", {"title": "Wire up Stripe test keys"})
+    world.as_agent(ui, "POST", f"tasks/{cart['id']}/claim", {})
+    world.as_agent(ui, "POST", f"tasks/{cart['id']}/complete", {"result": "done"})
+
+    world.operator("PUT", f"sessions/{ops.ref}/policy", {"policy": "hold"})
+    first = world.send(
+        lead, "frontend", "Cart summary needs the new totals endpoint.", summary="totals endpoint"
+    )
+    world.inbox(ui)
+    world.as_agent(ui, "POST", "inbox/ack", {"ids": [first["id"]]})
+    world.send(ui, "backend", "Which field carries the currency?", summary="currency field")
+    world.send(api, "architect", "Schema draft is in docs/orders.md", summary="schema draft")
+    world.inbox(lead)
+    risky = world.send(
+        api, "ops", "Please run: git reset --hard origin/main on the staging box", summary="reset staging"
+    )
+    world.send(lead, "ops", "Can you bump the staging database size?", summary="bigger staging db")
+    world.send(ui, "ops", "Deploy the web build <b>tonight</b>?", summary="deploy tonight")
+    return {"team_id": team_id, "sensitive_id": risky["id"], "ops_id": ops.id}
+
+
+def test_screenshots_of_dashboard_holds_and_board(world: World, browser: Any) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    made = _populate_for_screenshots(world)
+    page = _log_in(browser, world)
+    _wait_live(page)
+    page.screenshot(path=str(SHOTS / "dashboard.png"), full_page=False)
+
+    page.goto(world.hub.url + "/holds/")
+    _wait_live(page)
+    page.keyboard.press("j")
+    page.screenshot(path=str(SHOTS / "holds.png"), full_page=False)
+    sensitive = page.locator('table[data-holds] tr.hold[data-tier="sensitive"]')
+    assert sensitive.count() >= 1
+    assert "escalated" in sensitive.first.inner_text().lower()
+
+    page.goto(world.hub.url + f"/teams/{made['team_id']}/")
+    page.locator(".board").wait_for()
+    assert page.locator('[data-column="in_progress"] .card').count() >= 1
+    page.screenshot(path=str(SHOTS / "team-board.png"), full_page=False)
+
+    sensitive_id = made["sensitive_id"]
+    page.goto(world.hub.url + f"/messages/{sensitive_id}/")
+    page.screenshot(path=str(SHOTS / "message.png"), full_page=False)
+    page.goto(world.hub.url + f"/sessions/{made['ops_id']}/")
+    page.screenshot(path=str(SHOTS / "session.png"), full_page=False)
+    page.goto(world.hub.url + "/audit/")
+    page.screenshot(path=str(SHOTS / "audit.png"), full_page=False)
+    page.context.close()
+
+    phone = _log_in(browser, world, viewport={"width": 390, "height": 844})
+    phone.goto(world.hub.url + "/holds/")
+    _wait_live(phone)
+    phone.screenshot(path=str(SHOTS / "holds-phone.png"), full_page=False)
+    # On a phone the decision buttons are on screen without scrolling sideways.
+    width = phone.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= 390 + 1
+    phone.context.close()
+    for name in ("dashboard", "holds", "team-board", "holds-phone"):
+        shot = SHOTS / f"{name}.png"
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000, name
