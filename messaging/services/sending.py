@@ -17,7 +17,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from messaging.addressing import Candidate, Resolution, parse_address, resolve, validate_address
+from messaging.addressing import (
+    LEAD_ALIAS,
+    Candidate,
+    Resolution,
+    parse_address,
+    resolve,
+    validate_address,
+)
 from messaging.errors import HoldFull, IdempotencyConflict, Invalid, NotFound, PinConflict, TooLarge
 from messaging.models import (
     AgentSession,
@@ -217,7 +224,9 @@ def lead_candidate(sender: AgentSession) -> Candidate | None:
 def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
     """Resolve `target` for `sender` and apply its pins. Raises NotFound/Ambiguous/PinConflict."""
     try:
-        resolution = resolve(target, find_candidates(sender, target), lead=lead_candidate(sender))
+        # Look the team lead up only when the address is the `lead` alias (saves a query per send).
+        lead = lead_candidate(sender) if parse_address(target).key == LEAD_ALIAS else None
+        resolution = resolve(target, find_candidates(sender, target), lead=lead)
     except NotFound:
         address = parse_address(target)
         gone = AgentSession.objects.filter(status=SessionStatus.EXITED).filter(

@@ -24,7 +24,7 @@ from messaging.services.events import announce
 from messaging.services.sending import SendOutcome
 from teams.models import FrameRequest, Membership, RequestKind, RequestState, Role, Team
 from teams.services.notify import frame_deliver
-from teams.services.teams import member_require_live, team_require_live
+from teams.services.teams import member_require_live, requests_close, team_require_live
 
 
 @dataclass(frozen=True)
@@ -399,8 +399,11 @@ def requests_expire_due(*, now: Any = None) -> list[FrameRequest]:
     closed = []
     for request in due:
         with transaction.atomic():
-            if not FrameRequest.objects.filter(pk=request.pk, state=RequestState.OPEN).update(
-                state=RequestState.EXPIRED, answered_at=now, reason="no answer before the deadline"
+            if not requests_close(
+                FrameRequest.objects.filter(pk=request.pk),
+                state=RequestState.EXPIRED,
+                reason="no answer before the deadline",
+                now=now,
             ):
                 continue
             request.state = RequestState.EXPIRED

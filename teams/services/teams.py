@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, Invalid, NotFound
@@ -93,6 +94,31 @@ def member_of_caller(*, team: Team, actor: Principal) -> Membership:
     if found is None:
         raise Forbidden("You are not on this team's roster.")
     return found
+
+
+def requests_close(requests: QuerySet[FrameRequest], *, state: str, reason: str, now: Any) -> int:
+    """Close open protocol requests and expire their request frames still waiting in an inbox, so a
+    teammate never acts on a request that no longer stands. Run inside a transaction."""
+    from messaging.models import Delivery
+    from messaging.principals import HUB
+    from messaging.services.delivery import delivery_transition
+    from messaging.states import DeliveryState
+
+    rows = list(requests.filter(state=RequestState.OPEN).values_list("id", "request_message_id"))
+    if not rows:
+        return 0
+    closed = FrameRequest.objects.filter(pk__in=[r[0] for r in rows], state=RequestState.OPEN).update(
+        state=state, answered_at=now, reason=reason
+    )
+    messages = [m for _, m in rows if m]
+    if messages:
+        delivery_transition(
+            Delivery.objects.filter(message_id__in=messages),
+            to=DeliveryState.EXPIRED,
+            actor=HUB,
+            reason=f"request {state}",
+        )
+    return closed
 
 
 def team_require_live(*, team: Team) -> None:
@@ -200,8 +226,11 @@ def member_leave(*, member: Membership, actor: Principal, why: str = "left") -> 
             return member
         member.left_at = now
         _return_tasks_of(member)
-        FrameRequest.objects.filter(state=RequestState.OPEN, responder=member).update(
-            state=RequestState.CANCELLED, answered_at=now, reason=f"member {why}"
+        requests_close(
+            FrameRequest.objects.filter(state=RequestState.OPEN, responder=member),
+            state=RequestState.CANCELLED,
+            reason=f"member {why}",
+            now=now,
         )
         audit_event(
             "team.member_left",
@@ -236,8 +265,11 @@ def team_end(*, team: Team, actor: Principal, why: str = "ended") -> Team:
         team.ended_at = now
         team.ended_by = actor.actor
         Membership.objects.filter(team=team, left_at__isnull=True).update(left_at=now)
-        FrameRequest.objects.filter(team=team, state=RequestState.OPEN).update(
-            state=RequestState.CANCELLED, answered_at=now, reason="team ended"
+        requests_close(
+            FrameRequest.objects.filter(team=team, state=RequestState.OPEN),
+            state=RequestState.CANCELLED,
+            reason="team ended",
+            now=now,
         )
         audit_event("team.ended", actor=actor.actor, target=str(team.id), detail={"why": why})
         announce("team.changed", team_summary(team), teams=[team.id])

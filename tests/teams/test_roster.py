@@ -97,3 +97,35 @@ def test_exit_takes_a_teammate_off_the_roster_and_tells_the_lead(api, crew):
     assert names == {"lead-one", "alice"}
     texts = [m["text"] for m in api.get("inbox", crew.lead.token).json_body["messages"]]
     assert any("bob" in t and "exited" in t for t in texts)
+
+
+def test_roster_and_board_changes_are_announced_to_the_team_group(
+    api, crew, monkeypatch, django_capture_on_commit_callbacks
+):
+    from messaging.services import events
+
+    sent: list[tuple[list[str], str]] = []
+    monkeypatch.setattr(events, "_send", lambda groups, event: sent.append((groups, event["kind"])))
+    with django_capture_on_commit_callbacks(execute=True):
+        task = api.post(crew.path("/tasks"), crew.lead.token, {"title": "watched"}).json_body
+        api.post(f"tasks/{task['id']}/claim", crew.alice.token, {})
+        api.delete(crew.path(f"/members/{crew.members['bob']}"), crew.bob.token)
+    group = f"team.{crew.team_id}"
+    kinds = [kind for groups, kind in sent if group in groups and "operators" in groups]
+    assert kinds == ["task.changed", "task.changed", "team.changed"]
+
+
+def test_ended_teams_are_purged_after_the_retention_period(api, crew, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from teams.models import Team
+    from teams.services.teams import teams_purge_ended
+
+    api.post(crew.path("/tasks"), crew.lead.token, {"title": "old"})
+    api.post(crew.path("/end"), crew.lead.token)
+    assert teams_purge_ended() == 0
+    later = timezone.now() + timedelta(days=settings.SWITCHBOARD_TEAM_RETENTION_DAYS, minutes=1)
+    assert teams_purge_ended(now=later) == 1
+    assert not Team.objects.exists() and not Task.objects.exists()

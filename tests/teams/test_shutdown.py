@@ -65,6 +65,7 @@ def test_an_unanswered_request_times_out_once_into_a_clear_state(api, crew, sett
         late = api.post(crew.path(f"/shutdown/{request_id}"), crew.alice.token, {"approve": True})
     assert late.status_code == 409 and late.json_body["reason"] == "stale_frame"
     assert FrameRequest.objects.get(pk=request_id).state == "expired"
+    assert frames_in(api, crew.alice, "shutdown_request") == []  # the stale request never reaches it
     assert api.get("sessions/me", crew.alice.token).json_body["status"] == "idle"
     told = [m for m in frames_in(api, crew.lead) if m["kind"] == "notification"]
     assert len(told) == 1 and "NOT stopped" in told[0]["text"]
@@ -74,3 +75,21 @@ def test_an_unanswered_request_times_out_once_into_a_clear_state(api, crew, sett
 def test_only_the_lead_asks(api, crew):
     asked = api.post(crew.path(f"/members/{crew.members['bob']}/shutdown"), crew.alice.token, {})
     assert asked.status_code == 403
+
+
+def test_a_user_stopped_teammate_is_refused_not_held(api, crew, send):
+    from messaging.models import AgentSession
+    from messaging.principals import operator_principal
+    from messaging.services.sessions import session_set_status
+
+    session = AgentSession.objects.get(pk=crew.bob.id)
+    session_set_status(session=session, status="user_stopped", actor=operator_principal("ops"))
+    refused = send(crew.lead, "bob", "are you there?")
+    assert refused.status_code == 201 and refused.json_body["status"] == "refused"
+
+
+def test_ending_the_team_withdraws_an_unread_shutdown_request(api, crew):
+    _ask(api, crew)
+    api.post(crew.path("/end"), crew.lead.token)
+    assert frames_in(api, crew.alice, "shutdown_request") == []
+    assert FrameRequest.objects.get().state == "cancelled"
