@@ -17,9 +17,28 @@ HUB_URL = "http://127.0.0.1:8765"
 def inprocess_hub(db: None, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Route every HubClient to the Django app in this process (same database as the test).
     Yields the hub URL the agent side should use."""
+    from django.core.signals import request_finished, request_started
     from django.core.wsgi import get_wsgi_application
+    from django.db import close_old_connections
+
+    django_app = get_wsgi_application()
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        # As Django's test client does: a request must not close the test's database connection
+        # (the test client reconnects the signal after each of its own requests, so do it per call).
+        request_started.disconnect(close_old_connections)
+        request_finished.disconnect(close_old_connections)
+        try:
+            response = django_app(environ, start_response)
+            try:
+                return list(response)
+            finally:
+                response.close()
+        finally:
+            request_started.connect(close_old_connections)
+            request_finished.connect(close_old_connections)
 
     monkeypatch.setenv("SWITCHBOARD_URL", HUB_URL)
     monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", settings.SWITCHBOARD_ENROLL_KEY)
-    monkeypatch.setattr(HubClient, "default_transport", httpx.WSGITransport(app=get_wsgi_application()))
+    monkeypatch.setattr(HubClient, "default_transport", httpx.WSGITransport(app=app))
     yield HUB_URL
