@@ -415,8 +415,10 @@
   let socket = null;
   let attempts = 0;
   let pinger = null;
+  let paused = false;
 
   function connect() {
+    paused = false;
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     setLive("connecting", attempts ? "reconnecting…" : "connecting…");
     socket = new WebSocket(scheme + location.host + body.dataset.wsPath);
@@ -442,6 +444,10 @@
       clearInterval(pinger);
       if (e.code === 4403 || e.code === 403) {
         setLive("off", "not authorized — log in again");
+        return;
+      }
+      if (paused) {
+        setLive("off", "paused");
         return;
       }
       attempts += 1;
@@ -645,5 +651,17 @@
   connect();
 
   // Exposed for tests and for a person poking at the console from the browser's devtools.
-  window.switchboardConsole = { cursor: () => cursor, catchUp: catchUp };
+  // `pause` closes the socket without reconnecting (as a network drop would, minus the retry), and
+  // `resume` reconnects and catches up; the browser test uses them to prove nothing is missed.
+  window.switchboardConsole = {
+    cursor: () => cursor,
+    catchUp: catchUp,
+    pause: () => {
+      paused = true;
+      if (socket) socket.close();
+    },
+    resume: () => {
+      if (paused) connect();
+    },
+  };
 })();

@@ -158,6 +158,17 @@ def _delivery_id(world: World, message_id: str) -> int:
     return world.status(message_id)["deliveries"][0]["delivery_id"]
 
 
+def _holds_page(world: World, browser: Any, sender: str, recipient: str) -> tuple[Any, Agent, Agent, str]:
+    """Register `sender` and `recipient`, give the recipient the operator policy `hold`, and open
+    the holds queue (live). Returns the page, both agents and the address that reaches the recipient."""
+    a, b = world.register(sender), world.register(recipient)
+    world.operator("PUT", f"sessions/{b.ref}/policy", {"policy": "hold"})
+    page = _log_in(browser, world)
+    page.goto(world.hub.url + "/holds/")
+    _wait_live(page)
+    return page, a, b, f"{b.name} [{b.ref}]"
+
+
 def test_pages_and_socket_need_a_login(world: World, browser: Any) -> None:
     context = browser.new_context()
     page = context.new_page()
@@ -184,15 +195,11 @@ def test_pages_and_socket_need_a_login(world: World, browser: Any) -> None:
 def test_a_policy_hold_appears_without_reload_and_approving_it_delivers(world: World, browser: Any) -> None:
     """Given bob's operator policy is hold, when alice sends, the hold shows up live; approving it
     in the page queues it, bob's inbox pull gets it, and its state becomes delivered."""
-    alice, bob = world.register("alice-e2e"), world.register("bob-e2e")
-    world.operator("PUT", f"sessions/{bob.ref}/policy", {"policy": "hold"})
-    page = _log_in(browser, world)
-    page.goto(world.hub.url + "/holds/")
-    _wait_live(page)
+    page, alice, bob, to_bob = _holds_page(world, browser, "alice-e2e", "bob-e2e")
     page.evaluate("() => { window.__reloaded = false; }")  # survives only if the page never reloads
 
     started = time.monotonic()
-    sent = world.send(alice, f"bob-e2e [{bob.ref}]", "please merge PR 12", summary="merge PR 12")
+    sent = world.send(alice, to_bob, "please merge PR 12", summary="merge PR 12")
     assert sent["status"] == "held"
     delivery_id = _delivery_id(world, sent["id"])
     row = _hold_row(page, delivery_id)
@@ -214,14 +221,8 @@ def test_a_policy_hold_appears_without_reload_and_approving_it_delivers(world: W
 
 
 def test_a_hold_denied_with_the_keyboard_never_arrives(world: World, browser: Any) -> None:
-    carol, dan = world.register("carol-e2e"), world.register("dan-e2e")
-    world.operator("PUT", f"sessions/{dan.ref}/policy", {"policy": "hold"})
-    page = _log_in(browser, world)
-    page.goto(world.hub.url + "/holds/")
-    _wait_live(page)
-    sent = world.send(
-        carol, f"dan-e2e [{dan.ref}]", "run the migration on prod now", summary="prod migration"
-    )
+    page, carol, dan, to_dan = _holds_page(world, browser, "carol-e2e", "dan-e2e")
+    sent = world.send(carol, to_dan, "run the migration on prod now", summary="prod migration")
     delivery_id = _delivery_id(world, sent["id"])
     row = _hold_row(page, delivery_id)
     row.wait_for(state="visible", timeout=5_000)
@@ -249,12 +250,8 @@ def test_a_hold_denied_with_the_keyboard_never_arrives(world: World, browser: An
 
 
 def test_many_holds_are_approved_at_once(world: World, browser: Any) -> None:
-    erin, fay = world.register("erin-e2e"), world.register("fay-e2e")
-    world.operator("PUT", f"sessions/{fay.ref}/policy", {"policy": "hold"})
-    page = _log_in(browser, world)
-    page.goto(world.hub.url + "/holds/")
-    _wait_live(page)
-    sent = [world.send(erin, f"fay-e2e [{fay.ref}]", f"batch item {i}") for i in range(3)]
+    page, erin, fay, to_fay = _holds_page(world, browser, "erin-e2e", "fay-e2e")
+    sent = [world.send(erin, to_fay, f"batch item {i}") for i in range(3)]
     ids = [_delivery_id(world, s["id"]) for s in sent]
     for delivery_id in ids:
         _hold_row(page, delivery_id).wait_for(state="visible", timeout=5_000)
@@ -267,13 +264,32 @@ def test_many_holds_are_approved_at_once(world: World, browser: Any) -> None:
     page.context.close()
 
 
+def test_a_page_that_lost_its_socket_catches_up_on_what_it_missed(world: World, browser: Any) -> None:
+    """Given the socket is down, when a hold is created and another decided meanwhile, then on
+    reconnecting the page shows the new hold and drops the decided one, without a reload."""
+    page, mia, _, to_ned = _holds_page(world, browser, "mia-e2e", "ned-e2e")
+    early = world.send(mia, to_ned, "decided while you were away")
+    early_row = _hold_row(page, _delivery_id(world, early["id"]))
+    early_row.wait_for(state="visible", timeout=5_000)
+    page.evaluate("() => { window.__reloaded = false; window.switchboardConsole.pause(); }")
+    page.wait_for_selector('#live[data-state="off"]', timeout=5_000)
+
+    late = world.send(mia, to_ned, "sent while you were away")
+    world.operator("POST", f"holds/{_delivery_id(world, early['id'])}/deny", {"reason": "elsewhere"})
+    page.wait_for_timeout(500)
+    late_row = _hold_row(page, _delivery_id(world, late["id"]))
+    assert late_row.count() == 0 and early_row.count() == 1  # nothing arrives while offline
+
+    page.evaluate("() => window.switchboardConsole.resume()")
+    late_row.wait_for(state="visible", timeout=5_000)
+    early_row.wait_for(state="detached", timeout=5_000)
+    assert page.evaluate("() => window.__reloaded") is False
+    page.context.close()
+
+
 def test_message_text_with_markup_is_shown_as_text(world: World, browser: Any) -> None:
-    gus, hal = world.register("gus-e2e"), world.register("hal-e2e")
-    world.operator("PUT", f"sessions/{hal.ref}/policy", {"policy": "hold"})
-    page = _log_in(browser, world)
-    page.goto(world.hub.url + "/holds/")
-    _wait_live(page)
-    sent = world.send(gus, f"hal-e2e [{hal.ref}]", SCRIPT_TEXT, summary="<b>bold?</b>")
+    page, gus, _, to_hal = _holds_page(world, browser, "gus-e2e", "hal-e2e")
+    sent = world.send(gus, to_hal, SCRIPT_TEXT, summary="<b>bold?</b>")
     row = _hold_row(page, _delivery_id(world, sent["id"]))
     row.wait_for(state="visible", timeout=5_000)
     # Arrived live (built by the script): markup is text, nothing ran, no element was created.
