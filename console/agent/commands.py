@@ -182,11 +182,26 @@ def cmd_listen(args: argparse.Namespace) -> int:
         taken = 0
     finally:
         if client is not None:
+            _deregister_quietly(client)
+    return EXIT_OK if taken or args.count is None else EXIT_NOTHING
+
+
+def _deregister_quietly(client: HubClient, attempts: int = 3) -> None:
+    """End a session this command registered; a busy hub gets a short, bounded retry."""
+    import time
+
+    try:
+        for attempt in range(attempts):
             try:
                 client.deregister()
-            finally:
-                client.close()
-    return EXIT_OK if taken or args.count is None else EXIT_NOTHING
+                return
+            except HubError as exc:
+                if not exc.retryable or attempt == attempts - 1:
+                    print(f"switchboard: could not deregister: {exc.detail}", file=sys.stderr)
+                    return
+                time.sleep(0.2 * (attempt + 1))
+    finally:
+        client.close()
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
