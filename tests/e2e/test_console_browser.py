@@ -424,6 +424,10 @@ def test_screenshots_of_dashboard_holds_and_board(world: World, browser: Any) ->
     phone.goto(world.hub.url + "/holds/")
     _wait_live(phone)
     phone.screenshot(path=str(SHOTS / "holds-phone.png"), full_page=False)
+    phone.goto(world.hub.url + "/")
+    _wait_live(phone)
+    phone.screenshot(path=str(SHOTS / "dashboard-phone.png"), full_page=False)
+    phone.goto(world.hub.url + "/holds/")
     # On a phone the decision buttons are on screen without scrolling sideways.
     width = phone.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 390 + 1
