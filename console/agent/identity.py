@@ -60,17 +60,20 @@ class Identity:
         with self._lock:
             if self._client is not None:
                 return self._client
-            if self.attach_to_hooks:
-                saved = session_for_cwd(self.cwd, self.url)
-                if saved is not None:
-                    self._client = self._make_client(self.url, saved.token)
-                    self.session = {"id": saved.id, "name": saved.name, "ref": saved.ref}
-                    return self._client
-            return self.register()
+            return self._resolve(stale_token=None)
+
+    def _resolve(self, *, stale_token: str | None) -> HubClient:
+        if self.attach_to_hooks:
+            saved = session_for_cwd(self.cwd, self.url)
+            if saved is not None and saved.token != stale_token:
+                self._client = self._make_client(self.url, saved.token)
+                self.session = {"id": saved.id, "name": saved.name, "ref": saved.ref}
+                return self._client
+        return self.register()
 
     def call(self, fn: Callable[[HubClient], T]) -> T:
-        """Run `fn` with the session's client; when the hub has forgotten a session this process
-        owns (a restarted hub), register again once and retry."""
+        """Run `fn` with the session's client. When the hub no longer knows that session (a
+        restarted hub, or Claude Code's /clear started a new one), resolve it again once and retry."""
         client = self.client()
         try:
             return fn(client)
@@ -79,8 +82,7 @@ class Identity:
                 raise
             with self._lock:
                 self._client = None
-                self.attach_to_hooks = False
-                client = self.register()
+                client = self._resolve(stale_token=client.token)
             return fn(client)
 
     def start(self) -> None:

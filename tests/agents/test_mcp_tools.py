@@ -111,3 +111,32 @@ def test_a_hub_that_is_down_gives_a_retry_sentence(db, monkeypatch: pytest.Monke
 
     assert result.is_error
     assert "retry in a few seconds" in text(result)
+
+
+def test_with_hooks_installed_the_mcp_server_acts_as_the_hooks_session(
+    inprocess_hub: str, monkeypatch
+) -> None:
+    import io
+
+    from console.agent.hooks import run_hook
+
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+
+    def fire(session_id: str, name: str, **fields: Any) -> None:
+        payload = {"session_id": session_id, "cwd": "/work/billing", "hook_event_name": name, **fields}
+        assert run_hook(io.StringIO(json.dumps(payload)), io.StringIO()) == 0
+
+    fire("first-session", "SessionStart", source="startup")
+    identity = Identity(cwd="/work/billing", attach_to_hooks=True)
+
+    me = identity.call(lambda c: c.me())
+    assert me["name"] == "billing" and AgentSession.objects.count() == 1  # no second registration
+    fire("first-session", "SessionEnd", reason="clear")  # /clear: a new Claude Code session follows
+    fire("second-session", "SessionStart", source="clear")
+
+    again = identity.call(lambda c: c.me())  # the old token is refused; it finds the new session
+
+    assert again["id"] != me["id"] and again["status"] == "busy"
+    assert AgentSession.objects.count() == 2 and not identity.owned
+    identity.close()
+    assert AgentSession.objects.get(pk=again["id"]).status == "busy"  # not ours to deregister

@@ -92,6 +92,8 @@ def test_an_mcp_client_uses_the_hub_end_to_end(hub: Hub, tmp_path: Path) -> None
             assert claimed.status_code == 200, claimed.text
             seen["board"] = data(await client.call_tool("list_tasks", {}))
             seen["second_claim"] = await client.call_tool("claim_task", {"task_id": task["id"]})
+            await client.call_tool("create_task", {"title": "Review the API docs"})
+            seen["my_claim"] = text(await client.call_tool("claim_task", {"task_id": 0}))
 
     anyio.run(session)
 
@@ -110,5 +112,6 @@ def test_an_mcp_client_uses_the_hub_end_to_end(hub: Hub, tmp_path: Path) -> None
     assert seen["board"][0]["status"] == "in_progress" and seen["board"][0]["owner"]["name"] == "bob"
     assert seen["second_claim"].is_error  # one winner: bob already holds it
     assert "do not retry unchanged" in seen["second_claim"].content[0].text.lower()
+    assert seen["my_claim"].startswith("You own task") and "Review the API docs" in seen["my_claim"]
     everyone = bob_api.get("agents", params={"include_exited": "true"}).json()["agents"]
     assert {a["name"]: a["status"] for a in everyone}["alice"] == "exited"  # deregistered on exit
