@@ -12,10 +12,12 @@ import base64
 import json
 import logging
 from collections import defaultdict
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from federation.errors import PermanentError, TransientError
 from federation.models import FederationTier, InboundMessage, RemoteDelivery
@@ -102,7 +104,14 @@ def _is_uuid(value: Any) -> bool:
 
 def receipts_pending(*, batch: int = 500) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Inbound messages whose delivery state changed since the last receipt, by (origin, route)."""
-    rows = list(InboundMessage.objects.exclude(reported_state__in=FINAL_REMOTE).order_by("id")[: batch * 4])
+    # Receipts are worth sending for a week; after that the sender's side has long given up waiting.
+    since = timezone.now() - timedelta(days=7)
+    rows = list(
+        InboundMessage.objects.filter(created_at__gte=since)
+        .exclude(reported_state__in=FINAL_REMOTE)
+        .order_by("id")[: batch * 4]
+    )
+
     states = dict(
         Delivery.objects.filter(pk__in=[r.delivery_id for r in rows if r.delivery_id]).values_list(
             "id", "state"

@@ -13,6 +13,10 @@ from federation.services.forwarding import MAX_FORWARD_ATTEMPTS, RemoteRoute, fo
 from federation.services.receipts import receipts_from_hub
 from messaging.models import Delivery
 
+# Transactional: background jobs run after a real commit (and may close the connection, as they do
+# in a hub), which a wrapping test transaction on PostgreSQL would not survive.
+pytestmark = pytest.mark.django_db(transaction=True)
+
 HUB_B = SigningKey.generate().verify_key.encode(Base64Encoder).decode()
 HUB_C = SigningKey.generate().verify_key.encode(Base64Encoder).decode()
 
