@@ -276,6 +276,8 @@ def _open(
             ),
             summary=f"{frame_type} from {sender.name}",
             actor=actor,
+            # A shutdown request is read before older unread messages.
+            priority="urgent" if kind == RequestKind.SHUTDOWN else "normal",
         )
         request.request_message = outcome.message
         request.save(update_fields=["request_message"])

@@ -46,6 +46,7 @@ def frame_deliver(
     fields: dict[str, Any],
     summary: str,
     actor: Principal | None = None,
+    priority: str = "normal",
 ) -> SendOutcome:
     """Send one frame; errors propagate (the caller's transaction decides)."""
     return message_send(
@@ -56,6 +57,7 @@ def frame_deliver(
         kind=MessageKind.FRAME,
         frame_type=frame_type,
         actor=actor or session_principal(sender),
+        priority=priority,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, Invalid, NotFound
@@ -235,12 +235,18 @@ def task_claim_next(*, team: Team, actor: Principal) -> Task | None:
     if member is None:
         raise Forbidden("Only a member of the team claims tasks.")
     for _ in range(CLAIM_NEXT_TRIES):
-        base = claimable(Task.objects.filter(team=team)).filter(Q(owner__isnull=True) | Q(owner=member))
-        candidate = base.filter(owner=member).order_by("id").first() or base.order_by("id").first()
+        candidate = (
+            claimable(Task.objects.filter(team=team))
+            .filter(Q(owner__isnull=True) | Q(owner=member))
+            .annotate(theirs=Case(When(owner=member, then=Value(0)), default=Value(1)))
+            .order_by("theirs", "id")
+            .values_list("id", flat=True)
+            .first()
+        )
         if candidate is None:
             return None
         try:
-            return _claim(task_id=candidate.pk, member=member, actor=actor, expected_revision=None)
+            return _claim(task_id=candidate, member=member, actor=actor, expected_revision=None)
         except Conflict:
             continue  # someone else won that one; try the next
     return None

@@ -93,3 +93,11 @@ def test_ending_the_team_withdraws_an_unread_shutdown_request(api, crew):
     api.post(crew.path("/end"), crew.lead.token)
     assert frames_in(api, crew.alice, "shutdown_request") == []
     assert FrameRequest.objects.get().state == "cancelled"
+
+
+def test_a_shutdown_request_is_read_before_older_messages(api, crew, send):
+    send(crew.bob, "alice", "an older chat message")
+    _ask(api, crew)
+    first, second = frames_in(api, crew.alice)
+    assert first["frame_type"] == "shutdown_request" and first["priority"] == "urgent"
+    assert second["text"] == "an older chat message"
