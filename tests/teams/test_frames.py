@@ -10,8 +10,8 @@ from messaging.models import AuditEvent
 from tests.teams.conftest import frames_in
 
 
-def _frame(api, crew, who, **body):
-    return api.post(crew.path("/frames"), who.token, body)
+def _frame(api, crew, who=None, token=None, **body):
+    return api.post(crew.path("/frames"), token or who.token, body)
 
 
 def _dropped(why):
@@ -41,6 +41,28 @@ def test_lead_only_frames_from_a_teammate_are_dropped(api, crew, frame_type):
     assert sent.status_code == 403 and sent.json_body["reason"] == "wrong_role"
     assert _dropped("peer_authored") == 1
     assert frames_in(api, crew.bob) == []
+
+
+@pytest.mark.parametrize("frame_type", ["permission_request", "plan_approval_request", "shutdown_response"])
+def test_teammate_only_frames_from_the_lead_are_dropped(api, crew, frame_type):
+    sent = _frame(
+        api, crew, crew.lead, type=frame_type, to_member=crew.members["alice"], approve=True, reason="x"
+    )
+    assert sent.status_code == 403 and sent.json_body["reason"] == "wrong_role"
+    assert _dropped("peer_authored") == 1
+    assert frames_in(api, crew.alice) == []
+
+
+def test_operators_do_not_send_frames_as_members(api, crew, operator_token):
+    sent = _frame(
+        api,
+        crew,
+        token=operator_token,
+        type="mode_change",
+        to_member=crew.members["alice"],
+        body={"mode": "bypass"},
+    )
+    assert sent.status_code == 403
 
 
 @pytest.mark.parametrize("kind", ["permission", "plan_approval"])
