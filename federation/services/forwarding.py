@@ -239,14 +239,23 @@ def _relay_route(target: str, exclude: set[str]) -> RemoteRoute | None:
 
 
 def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
+    """Ask the relay which hub holds the lease on `target`. A yes is cached like LAN answers; a no
+    is not, so an agent that just registered somewhere is reachable at once."""
     from urllib.parse import quote
 
+    key = (f"relay:{relay}", normalize_name(target))
+    cached = _hosts_cache.get(key)
+    if cached and cached[0] > time.monotonic():
+        return cached[1]
     try:
         answer = hub_call("GET", relay, f"/relay/agents?to={quote(target)}", timeout=1.5)
     except (TransientError, PermanentError) as exc:
         log.info("relay %s did not answer for %r: %s", relay, target, exc)
         return None
-    return answer if isinstance(answer, dict) and answer.get("hosted") else None
+    found = answer if isinstance(answer, dict) and answer.get("hosted") else None
+    if found:
+        _hosts_cache[key] = (time.monotonic() + settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, found)
+    return found
 
 
 def route_find(

@@ -375,6 +375,14 @@ def message_send(
         if route is None:
             raise
         recipient, resolution = route.recipient, route.resolution
+    else:
+        if remote is None and recipient.status == SessionStatus.STOPPED:
+            # Order: host → channel → LAN → relay → held. A stopped agent live in another hub moved there.
+            from federation.services.forwarding import route_for_send
+
+            route = route_for_send(sender=sender, target=target)
+            if route is not None:
+                recipient, resolution = route.recipient, route.resolution
     if recipient.id == sender.id:
         raise Invalid("self_target", "A session cannot message itself.")
     from teams.services.observers import observer_check_send

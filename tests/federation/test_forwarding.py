@@ -240,3 +240,24 @@ def test_files_too_large_for_the_tier_are_refused_before_anything_is_kept(
     )
     assert sent.status_code == 413, sent.json_body
     assert not Delivery.objects.exists()
+
+
+def test_a_stopped_local_agent_live_in_another_hub_gets_it_there(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    alice, bob = register("alice"), register("bob")
+    api.patch("sessions/me", bob.token, {"status": "stopped"})
+    routes.append(_route())
+    sent = _send(api, alice, "bob", "you moved", django_capture_on_commit_callbacks)
+    assert sent.json_body["status"] == "relayed", sent.json_body
+    assert len(hubs.calls) == 1
+
+
+def test_a_stopped_local_agent_hosted_nowhere_else_is_held_here(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    alice, bob = register("alice"), register("bob")
+    api.patch("sessions/me", bob.token, {"status": "stopped"})
+    sent = _send(api, alice, "bob", "wait for me", django_capture_on_commit_callbacks)
+    assert sent.json_body["status"] == "held"
+    assert Delivery.objects.get().hold_reason == "recipient_stopped"
