@@ -348,6 +348,24 @@ def test_the_policy_editor_sets_an_operator_policy(world: World, browser: Any) -
     page.context.close()
 
 
+def test_the_team_board_and_roster_update_live(world: World, browser: Any) -> None:
+    lead, mate = world.register("lead-live"), world.register("mate-live")
+    team = world.as_agent(lead, "POST", "teams", {"name": "live-board"})
+    page = _log_in(browser, world)
+    page.goto(world.hub.url + f"/teams/{team['id']}/")
+    _wait_live(page)
+    page.evaluate("() => { window.__reloaded = false; }")
+    world.as_agent(lead, "POST", f"teams/{team['id']}/members", {"session": mate.id})
+    page.locator("table", has_text=f"mate-live [{mate.ref}]").wait_for(timeout=5_000)
+    task = world.as_agent(lead, "POST", f"teams/{team['id']}/tasks", {"title": "Appears <live>"})
+    card = page.locator('[data-column="pending"] .card', has_text="Appears <live>")
+    card.wait_for(timeout=5_000)
+    world.as_agent(mate, "POST", f"tasks/{task['id']}/claim", {})
+    page.locator('[data-column="in_progress"] .card', has_text="Appears <live>").wait_for(timeout=5_000)
+    assert page.evaluate("() => window.__reloaded") is False
+    page.context.close()
+
+
 def _populate_for_screenshots(world: World) -> dict[str, Any]:
     """A team with a board in every column, sessions in each status, messages in each state."""
     lead = world.register("architect", cwd="/work/app", kind="claude-code")
