@@ -10,7 +10,6 @@ inside the hook (its HTTP round trips included, from $SWITCHBOARD_HOME/agent.log
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -26,21 +25,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.e2e.conftest import start_hub  # noqa: E402
+from tests.e2e.test_hooks_process import run_hook  # noqa: E402
 
 
 def hook(env: dict[str, str], payload: dict[str, object]) -> float:
-    started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "console.cli", "hook"],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=60,
-        check=True,
-    )
-    return (time.perf_counter() - started) * 1000
+    code, _, seconds = run_hook(env, payload)
+    assert code == 0
+    return seconds * 1000
 
 
 def summary(values: list[float]) -> str:
