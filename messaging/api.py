@@ -16,13 +16,14 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
 from messaging.auth import AUTH, AsyncBearerAuth, EnrollmentKeyAuth, operator, principal
+from messaging.errors import SwitchboardError
 from messaging.framing import frame_for_recipient
 from messaging.models import AgentSession
 from messaging.principals import Principal
 from messaging.selectors import agents_list, audit_list, message_for_viewer, message_status
 from messaging.services.delivery import inbox_ack, inbox_has_queued, inbox_pull
 from messaging.services.events import session_group
-from messaging.services.sending import message_send
+from messaging.services.sending import BATCH_MAX, SendOutcome, message_send, messages_send_batch
 from messaging.services.sessions import (
     session_deregister,
     session_register,
@@ -161,6 +162,18 @@ def deregister(request: HttpRequest) -> dict[str, Any]:
     return session_summary(session_deregister(session=caller.require_session(), actor=caller))
 
 
+class PingOut(Schema):
+    ok: bool
+    caller: str
+
+
+@router.get("/ping", response={200: PingOut, **ERRORS}, auth=AUTH)
+def ping(request: HttpRequest) -> dict[str, Any]:
+    """An authenticated no-op: checks the token and answers. For health checks and as the
+    baseline the benchmarks compare the send path with."""
+    return {"ok": True, "caller": principal(request).actor}
+
+
 @router.get("/agents", response={200: AgentsOut, **ERRORS}, auth=AUTH)
 def agents(request: HttpRequest, name: str | None = None, include_exited: bool = False) -> dict[str, Any]:
     """Discover sessions: name, ref, cwd, status, whether they can take a message now."""
@@ -183,19 +196,78 @@ def send(request: HttpRequest, body: SendIn) -> Status:
         actor=caller,
         files=[f.dict() for f in body.files] or None,
     )
+    return Status(201, _send_out(outcome))
+
+
+def _send_out(outcome: SendOutcome) -> dict[str, Any]:
     r = outcome.recipient
-    return Status(
-        201,
-        {
-            "id": str(outcome.message.id),
-            "status": outcome.status,
-            "to": {"id": str(r.id), "name": r.name, "ref": r.ref},
-            "result": outcome.result,
-            "tier": outcome.message.tier,
-            "trust": outcome.message.trust,
-            "duplicate": outcome.duplicate,
-        },
+    return {
+        "id": str(outcome.message.id),
+        "status": outcome.status,
+        "to": {"id": str(r.id), "name": r.name, "ref": r.ref},
+        "result": outcome.result,
+        "tier": outcome.message.tier,
+        "trust": outcome.message.trust,
+        "duplicate": outcome.duplicate,
+    }
+
+
+class BatchItemIn(SendIn):
+    pass
+
+
+class BatchIn(Schema):
+    messages: list[BatchItemIn] = Field(
+        ..., description=f"1 to {BATCH_MAX} messages, each as for POST /messages."
     )
+
+
+class BatchItemOut(Schema):
+    index: int
+    id: str | None = None
+    status: str | None = None
+    to: Peer | None = None
+    result: str | None = None
+    tier: str | None = None
+    trust: str | None = None
+    duplicate: bool = False
+    error: str | None = None
+    detail: str | None = None
+
+
+class BatchOut(Schema):
+    accepted: int
+    failed: int
+    results: list[BatchItemOut]
+
+
+@router.post("/messages/batch", response={201: BatchOut, **ERRORS, 413: ErrorOut, 429: ErrorOut}, auth=AUTH)
+def send_batch(request: HttpRequest, body: BatchIn) -> Status:
+    """Send many messages in one request, each checked exactly as a single send. Answered after all
+    accepted ones are committed; `results[i]` is message i's outcome or its error."""
+    caller = principal(request)
+    outcomes = messages_send_batch(
+        sender=caller.require_session(),
+        items=[
+            {
+                "to": m.to,
+                "text": m.message,
+                "summary": m.summary,
+                "idempotency_key": m.idempotency_key,
+                "priority": m.priority,
+                "in_reply_to": str(m.in_reply_to) if m.in_reply_to else None,
+                "files": [f.dict() for f in m.files] or None,
+            }
+            for m in body.messages
+        ],
+        actor=caller,
+    )
+    results = [
+        {"index": i, **(o.as_dict() if isinstance(o, SwitchboardError) else _send_out(o))}
+        for i, o in enumerate(outcomes)
+    ]
+    failed = sum(isinstance(o, SwitchboardError) for o in outcomes)
+    return Status(201, {"accepted": len(outcomes) - failed, "failed": failed, "results": results})
 
 
 @router.get("/messages/{message_id}", response={200: dict, **ERRORS}, auth=AUTH)

@@ -36,6 +36,10 @@ AUTH_SECONDS = 10.0
 CLOSE_UNAUTHORIZED = 4401
 PUSH_BATCH = 100
 MAX_BATCHES_PER_FLUSH = 100
+# Flow control: at most this many pushed-but-unacked messages per socket. A client that stops
+# reading (or acking) holds at most this much of the server's memory; the rest stays queued in the
+# database until it acks, reconnects or pulls.
+PUSH_WINDOW = 100
 
 
 def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -56,8 +60,8 @@ def _authenticate(token: str) -> AgentSession | None:
 
 
 @database_sync_to_async
-def _pull(session: AgentSession) -> list[dict[str, Any]]:
-    deliveries = inbox_pull(recipient=session, actor=session_principal(session), limit=PUSH_BATCH)
+def _pull(session: AgentSession, limit: int = PUSH_BATCH) -> list[dict[str, Any]]:
+    deliveries = inbox_pull(recipient=session, actor=session_principal(session), limit=limit)
     return [frame_for_recipient(d) for d in deliveries]
 
 
@@ -74,6 +78,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.session: AgentSession | None = None
         self.group: str | None = None
+        self.unacked = 0
         self._auth_timer: asyncio.Task[None] | None = None
         token = _bearer(self.scope.get("headers", []))
         if token is not None:
@@ -113,11 +118,15 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         """Pull and push everything queued, in batches, until nothing is left."""
         assert self.session is not None
         for _ in range(MAX_BATCHES_PER_FLUSH):
-            frames = await _pull(self.session)
+            room = min(PUSH_BATCH, PUSH_WINDOW - self.unacked)
+            if room <= 0:
+                return  # the client has not acked what it has; the rest waits in the database
+            frames = await _pull(self.session, room)
             if not frames:
                 return
+            self.unacked += len(frames)
             await self.send_json({"type": "messages", "messages": frames})
-            if len(frames) < PUSH_BATCH:
+            if len(frames) < room:
                 return
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
@@ -141,6 +150,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await self._error(exc.code, exc.detail)
                 return
             await self.send_json({"type": "acked", **result})
+            self.unacked = max(0, self.unacked - len(result["acked"]) - len(result["already_read"]))
+            await self.flush()  # acks open the window again
         elif kind == "ping":
             await self.send_json({"type": "pong"})
         else:
