@@ -21,9 +21,11 @@ from federation.services.relay import (
     relay_agents,
     relay_claim,
     relay_claim_finish,
+    relay_claims_finish,
     relay_lease_release,
     relay_lease_take,
     relay_lookup,
+    relay_pull,
     relay_store,
     require_relay,
 )
@@ -233,6 +235,26 @@ def claims(request: HttpRequest) -> list[dict[str, Any]]:
     return relay_claim(
         hub_key=hub_key, agent=str(body.get("agent", "")), kind=str(body.get("kind", "message"))
     )
+
+
+@router.post("/relay/pull", auth=None)
+def pull(request: HttpRequest) -> dict[str, Any]:
+    """One pull cycle: renew leases on `agents`, claim their messages and this hub's receipts."""
+    require_relay()
+    hub_key, body = _signed(request)
+    peer_seen(public_key=hub_key, name=_caller_name(request)[0], tier=FederationTier.RELAY)
+    agents = body.get("agents") if isinstance(body.get("agents"), list) else []
+    return relay_pull(hub_key=hub_key, agents=agents)
+
+
+@router.post("/relay/claims/finish", auth=None)
+def claims_finish(request: HttpRequest) -> dict[str, Any]:
+    """Finish many claims: `done` (delivered) and `release` (back for another try)."""
+    require_relay()
+    hub_key, body = _signed(request)
+    done = body.get("done") if isinstance(body.get("done"), list) else []
+    release = body.get("release") if isinstance(body.get("release"), list) else []
+    return {"changed": relay_claims_finish(hub_key=hub_key, done=done, release=release)}
 
 
 @router.post("/relay/claims/{claim_id}/{outcome}", auth=None)

@@ -14,6 +14,7 @@ for them, hands each to `inbound_accept`, and acknowledges (done) or releases it
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import uuid
 from datetime import timedelta
@@ -199,6 +200,36 @@ def relay_claim_finish(*, hub_key: str, claim_id: str, outcome: str) -> bool:
     return bool(qs.update(claimed_by="", claimed_until=None))
 
 
+def relay_pull(*, hub_key: str, agents: list[str], limit: int = 50) -> dict[str, Any]:
+    """One pull cycle for a hub in one call: take or renew the lease on each of its live agents,
+    claim their messages (only where the lease is this hub's), and claim its receipts."""
+    require_relay()
+    leases: dict[str, str] = {}
+    messages: list[dict[str, Any]] = []
+    for name in list(dict.fromkeys(a for a in agents if isinstance(a, str) and a))[:500]:
+        try:
+            relay_lease_take(hub_key=hub_key, agent=name)
+        except LeaseHeld:
+            leases[name] = "held_elsewhere"
+            continue
+        leases[name] = "ok"
+        if len(messages) < limit:
+            messages += relay_claim(hub_key=hub_key, agent=name, limit=limit - len(messages))
+    return {"leases": leases, "messages": messages, "receipts": relay_claim(hub_key=hub_key, kind="receipt")}
+
+
+def relay_claims_finish(*, hub_key: str, done: list[str], release: list[str]) -> int:
+    """Finish many claims at once (see `relay_claim_finish`). Returns how many changed."""
+    changed = 0
+    for outcome, ids in (("done", done), ("release", release)):
+        for claim_id in ids[:500]:
+            try:
+                changed += relay_claim_finish(hub_key=hub_key, claim_id=str(claim_id), outcome=outcome)
+            except (ValueError, Invalid):
+                continue
+    return changed
+
+
 def relay_expire(*, now: Any = None) -> int:
     """Drop expired messages and delivered ones, and lapsed leases."""
     now = now or timezone.now()
@@ -211,7 +242,8 @@ def relay_expire(*, now: Any = None) -> int:
 
 
 def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str, int]:
-    """One pull cycle against SWITCHBOARD_RELAY_URL: leases, messages, receipts."""
+    """One pull cycle against SWITCHBOARD_RELAY_URL: renew leases, take messages and receipts,
+    deliver each message here, then tell the relay which are done and which go back (released)."""
     from federation.services.forwarding import inbound_accept, unseal
     from federation.services.receipts import receipts_open_relayed
 
@@ -221,46 +253,45 @@ def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str
         return counts
     if sessions is None:
         sessions = live_session_names()
-    for name in sorted({s["name"] for s in sessions}):
-        try:
-            hub_call("POST", relay, "/relay/leases", {"agent": name})
-            items = hub_call("POST", relay, "/relay/claims", {"agent": name, "kind": "message"}) or []
-        except PermanentError as exc:
-            if exc.status == 409:
-                counts["refused_leases"] += 1
-                log.info("relay: another hub holds the lease on %r", name)
-                continue
-            log.warning("relay refused a pull for %r: %s", name, exc)
-            continue
-        except TransientError as exc:
-            log.info("relay unreachable: %s", exc)
-            return counts
-        for item in items:
-            outcome = "release"
-            try:
-                envelope = __import__("json").loads(unseal(base64.b64decode(item["sealed"])))
-                inbound_accept(envelope=envelope, tier=FederationTier.RELAY, caller_key=None)
-                outcome = "done"
-            except SwitchboardError as exc:
-                # Not deliverable here (unknown agent, revoked peer, hop limit): a retry can't help.
-                log.info("relay message %s refused here: %s", item.get("message_id"), exc.detail)
-                outcome = "done" if exc.status in (400, 403) else "release"
-            except Exception:
-                log.exception("relay message %s failed to deliver; releasing it", item.get("message_id"))
-            try:
-                hub_call("POST", relay, f"/relay/claims/{item['id']}/{outcome}", {})
-            except (TransientError, PermanentError) as exc:
-                log.info("relay: could not finish claim %s: %s", item["id"], exc)
-            counts["delivered" if outcome == "done" else "released"] += 1
     try:
-        for item in hub_call("POST", relay, "/relay/claims", {"kind": "receipt"}) or []:
-            try:
-                counts["receipts"] += receipts_open_relayed(payload=unseal(base64.b64decode(item["sealed"])))
-            except Exception:
-                log.exception("relay receipt %s could not be opened", item.get("id"))
-            hub_call("POST", relay, f"/relay/claims/{item['id']}/done", {})
+        answer = (
+            hub_call("POST", relay, "/relay/pull", {"agents": sorted({s["name"] for s in sessions})}) or {}
+        )
     except (TransientError, PermanentError) as exc:
-        log.info("relay receipts not pulled: %s", exc)
+        log.info("relay pull failed: %s", exc)
+        return counts
+    refused = [name for name, state in (answer.get("leases") or {}).items() if state != "ok"]
+    if refused:
+        # Another hub holds these names' leases: their messages go there, not here.
+        log.warning("relay: another hub holds the lease on %s", ", ".join(refused))
+        counts["refused_leases"] = len(refused)
+    done: list[str] = []
+    release: list[str] = []
+    for item in answer.get("messages") or []:
+        try:
+            envelope = json.loads(unseal(base64.b64decode(item["sealed"])))
+            inbound_accept(envelope=envelope, tier=FederationTier.RELAY, caller_key=None)
+            done.append(item["id"])
+        except SwitchboardError as exc:
+            # 400/403 (bad envelope, hop limit, revoked sender): a retry can't help, drop it.
+            log.info("relay message %s refused here: %s", item.get("message_id"), exc.detail)
+            (done if exc.status in (400, 403) else release).append(item["id"])
+        except Exception:
+            log.exception("relay message %s failed to deliver; releasing it", item.get("message_id"))
+            release.append(item["id"])
+    for item in answer.get("receipts") or []:
+        try:
+            counts["receipts"] += receipts_open_relayed(payload=unseal(base64.b64decode(item["sealed"])))
+        except Exception:
+            log.exception("relay receipt %s could not be opened", item.get("id"))
+        done.append(item["id"])
+    if done or release:
+        try:
+            hub_call("POST", relay, "/relay/claims/finish", {"done": done, "release": release})
+        except (TransientError, PermanentError) as exc:
+            log.info("relay: claims not finished (they lapse and come back): %s", exc)
+    counts["delivered"] = len(done) - len(answer.get("receipts") or [])
+    counts["released"] = len(release)
     return counts
 
 

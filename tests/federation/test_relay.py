@@ -117,3 +117,18 @@ def test_storing_the_same_message_twice_keeps_one(relay):
     )
     assert (created, again) == (True, False)
     assert RelayMessage.objects.count() == 1
+
+
+def test_one_pull_renews_leases_claims_messages_and_reports_names_held_elsewhere(relay):
+    from federation.services.relay import relay_claims_finish, relay_pull
+
+    relay_lease_take(hub_key=B, agent="dave")
+    relay_lease_take(hub_key=A, agent="carol")
+    _store()
+    answer = relay_pull(hub_key=A, agents=["carol", "dave", "carol"])
+    assert answer["leases"] == {"carol": "ok", "dave": "held_elsewhere"}
+    [claim] = answer["messages"]
+    assert relay_pull(hub_key=A, agents=["carol"])["messages"] == []
+    assert relay_claims_finish(hub_key=A, done=[], release=[claim["id"]]) == 1
+    assert [m["id"] for m in relay_pull(hub_key=A, agents=["carol"])["messages"]] == [claim["id"]]
+    assert relay_claims_finish(hub_key=B, done=[claim["id"]], release=[]) == 0  # not B's claim
