@@ -152,7 +152,6 @@
   function refreshHoldsChrome() {
     if (!holdsTable) return;
     const n = holdRows().length;
-    setSlot(document, "holds-count", n);
     const count = $('[data-count="holds"]');
     if (count) count.textContent = String(n);
     const empty = $("[data-holds-empty]");
@@ -206,7 +205,8 @@
     if (!row) return false;
     if (row.classList.contains("current")) {
       const next = row.nextElementSibling || row.previousElementSibling;
-      if (next) setCurrent(next, false);
+      const hadFocus = row.contains(document.activeElement) || document.activeElement === document.body;
+      if (next) setCurrent(next, hadFocus);
     }
     row.remove();
     refreshHoldsChrome();
@@ -641,6 +641,14 @@
     });
     refreshHoldsChrome();
   }
+
+  // A reason box must never approve by accident: Enter in it would submit the form with its first
+  // button (Approve). The operator picks the action with a button, or Esc and then a or d.
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter" || !e.target.matches || !e.target.matches('input[name="reason"]')) return;
+    e.preventDefault();
+    notice("Choose Approve or Deny (or press Esc, then a or d).", "warn");
+  });
 
   // ---------------------------------------------------------------- start
   setUpHolds();

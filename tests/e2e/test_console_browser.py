@@ -236,6 +236,9 @@ def test_a_hold_denied_with_the_keyboard_never_arrives(world: World, browser: An
     assert "current" in (row.get_attribute("class") or "")
     page.keyboard.press("r")
     page.keyboard.type("not during the freeze")
+    page.keyboard.press("Enter")  # never approves by accident
+    page.wait_for_timeout(300)
+    assert row.count() == 1 and world.status(sent["id"])["status"] == "held"
     page.keyboard.press("Escape")
     page.keyboard.press("d")
     row.wait_for(state="detached", timeout=5_000)
