@@ -151,7 +151,10 @@ def task_link(
     if any(b.pk == task.pk for b in add_tasks):
         raise Invalid("dependency_cycle", "A task cannot wait on itself.")
     with transaction.atomic():
-        locked = Task.objects.select_for_update().get(pk=task.pk)
+        # One dependency edit per team at a time: two edits that each look acyclic alone could
+        # close a loop together if they read the edges concurrently (PostgreSQL read committed).
+        Team.objects.select_for_update().filter(pk=task.team_id).first()
+        locked = Task.objects.get(pk=task.pk)
         if locked.status in (TaskStatus.COMPLETED, TaskStatus.REJECTED):
             raise Conflict(f"Task {task.pk} is {locked.status}; its dependencies are settled.")
         edges = _team_edges(task.team)
@@ -326,7 +329,7 @@ def task_complete(*, task: Task, actor: Principal, result: str = "") -> Task:
         raise Invalid("result_too_long", f"A task result takes at most {DESCRIPTION_MAX:,} characters.")
     gate = gate_for(team=task.team, event=GateEvent.TASK_COMPLETED)
     with transaction.atomic():
-        locked = Task.objects.select_for_update().select_related("team").get(pk=task.pk)
+        locked = Task.objects.select_for_update(of=("self",)).select_related("team").get(pk=task.pk)
         _require_owner_or_lead(locked, member)
         if locked.status != TaskStatus.IN_PROGRESS or locked.gate_pending:
             raise Conflict(
