@@ -83,9 +83,12 @@
 
   // ---------------------------------------------------------------- held count in the nav
   const badge = $("#held-count");
+  const baseTitle = document.title;
   function setHeldCount(n) {
     if (!badge) return;
     n = Math.max(0, n);
+    // Held messages show in the tab title too, so an operator on another tab sees them arrive.
+    document.title = (n ? "(" + n + " held) " : "") + baseTitle;
     badge.textContent = String(n);
     badge.setAttribute("aria-label", n + " held");
     badge.classList.toggle("badge-alert", n > 0);
@@ -651,6 +654,7 @@
   });
 
   // ---------------------------------------------------------------- start
+  setHeldCount(heldCount());
   setUpHolds();
   tickClocks();
   tickCountdowns();
