@@ -262,5 +262,9 @@ def updates(request: HttpRequest) -> JsonResponse:
     raw = request.GET.get("after", "0")
     after = int(raw) if raw.isdigit() else 0
     payload = selectors.updates_since(after=after)
+    if request.GET.get("sessions") == "all":
+        # Heartbeats are not audited (nor announced), so a page refreshes every session's last
+        # seen now and then; otherwise a long-open dashboard would call a heartbeating session dead.
+        payload["sessions"] = selectors.session_rows()
     payload["held_count"] = selectors.held_count()
     return JsonResponse(payload)

@@ -387,8 +387,9 @@
   }
 
   // ---------------------------------------------------------------- catching up after a gap
-  async function catchUp() {
-    const url = body.dataset.updatesUrl + "?after=" + encodeURIComponent(String(cursor));
+  async function catchUp(allSessions) {
+    let url = body.dataset.updatesUrl + "?after=" + encodeURIComponent(String(cursor));
+    if (allSessions === true) url += "&sessions=all";
     let response;
     try {
       response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
@@ -660,6 +661,7 @@
   tickCountdowns();
   setInterval(tickCountdowns, 1000);
   setInterval(tickClocks, 5000);
+  if ($("table[data-sessions]")) setInterval(() => catchUp(true), 60000);
   connect();
 
   // Exposed for tests and for a person poking at the console from the browser's devtools.

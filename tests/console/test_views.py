@@ -200,3 +200,14 @@ def test_unknown_ids_are_404(operator_client):
         "/teams/00000000-0000-0000-0000-000000000000/",
     ]:
         assert operator_client.get(url).status_code == 404, url
+
+
+def test_catch_up_can_refresh_every_sessions_last_seen(operator_client, register, api):
+    """Heartbeats are not audited, so the dashboard asks for every session now and then."""
+    alice = register("alice")
+    cursor = operator_client.get("/console/updates?after=0").json()["cursor"]
+    assert operator_client.get(f"/console/updates?after={cursor + 100}").json()["sessions"] == []
+    api.post("sessions/me/heartbeat", alice.token)
+    seen = AgentSession.objects.get(pk=alice.id).last_seen.isoformat()
+    rows = operator_client.get(f"/console/updates?after={cursor + 100}&sessions=all").json()["sessions"]
+    assert [(r["id"], r["last_seen"], r["display_status"]) for r in rows] == [(alice.id, seen, "idle")]
