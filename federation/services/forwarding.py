@@ -39,7 +39,7 @@ from federation.services.signatures import envelope_sign, envelope_verify
 from federation.transport import hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
-from messaging.errors import Invalid, NotFound, TooLarge
+from messaging.errors import Invalid, NotFound, TooLarge, Unavailable
 from messaging.jobs import enqueue
 from messaging.models import AgentSession, Delivery, Message, Priority, SessionStatus
 from messaging.principals import HUB
@@ -169,8 +169,9 @@ def lan_peer_urls() -> list[str]:
     from federation.models import Peer
 
     urls = list(settings.SWITCHBOARD_LAN_PEERS)
+    # Only peers an operator pinned: a hub that merely contacted us never becomes one we ask.
     for url in (
-        Peer.objects.filter(tier=FederationTier.LAN, revoked=False)
+        Peer.objects.filter(tier=FederationTier.LAN, pinned=True, revoked=False)
         .exclude(url="")
         .values_list("url", flat=True)
     ):
@@ -573,11 +574,14 @@ def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_ur
     origin = envelope["from"]
     origin_hub = origin["hub"]
     message_id = uuid.UUID(str(envelope["id"]))
-    signed_ok = envelope_verify(envelope) and (caller_key is None or caller_key == origin_hub)
+    # The origin hub's signature proves who wrote it, whoever carried it here (a relay, or a hub
+    # forwarding onward); only the origin itself calling proves its URL is a way back.
+    signed_ok = envelope_verify(envelope)
+    direct = signed_ok and caller_key == origin_hub and tier != FederationTier.RELAY
     standing = peer_seen(
         public_key=origin_hub,
         name=str(origin.get("hub_name", "")),
-        url=str(origin.get("url", "")) if tier != FederationTier.RELAY else "",
+        url=str(origin.get("url", "")) if direct else "",
         tier=tier,
         vouched=tier == FederationTier.CHANNEL and origin_hub in registry_hub_keys().values(),
     )
@@ -633,9 +637,7 @@ def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_ur
                 tier=tier,
                 trust=trust,
                 # Receipts go back only to a hub that proved it sent this (never to a claimed URL).
-                reply_url=str(origin.get("url", ""))[:512]
-                if tier != FederationTier.RELAY and signed_ok and caller_key == origin_hub
-                else "",
+                reply_url=str(origin.get("url", ""))[:512] if direct else "",
                 reported_state=outcome.delivery.state,
             )
     except IntegrityError:
@@ -643,12 +645,57 @@ def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_ur
         if earlier is not None:
             return earlier
         raise
+    except NotFound:
+        # Not here (any more): pass it on within this machine or LAN, one hop further, never back.
+        onward = _forward_onward(envelope=envelope, hops=hops, exclude={origin_hub, caller_key or ""})
+        if onward is None:
+            raise
+        return onward
     return InboundResult(
         message_id=str(message_id),
         state=outcome.delivery.state,
         duplicate=outcome.duplicate,
         trust=trust,
         delivery_id=outcome.delivery.pk,
+    )
+
+
+def _forward_onward(*, envelope: dict[str, Any], hops: int, exclude: set[str]) -> InboundResult | None:
+    """Forward a message this hub does not host to the hub that does (channel, LAN), hops + 1.
+    None when the hop cap is reached or no other hub hosts the target."""
+    if hops >= settings.SWITCHBOARD_MAX_HOPS:
+        return None
+    route = route_find(
+        target=envelope["to"],
+        exclude=exclude | {hub_identity().public_key},
+        tiers=(FederationTier.CHANNEL, FederationTier.LAN),
+    )
+    if route is None:
+        return None
+    onward = dict(envelope, hops=hops + 1)
+    try:
+        answer = hub_call("POST", route.url, "/federation/messages", {"tier": route.tier, "envelope": onward})
+    except TransientError as exc:
+        raise Unavailable(f"The hub that hosts {envelope['to']!r} did not answer; retry.") from exc
+    except PermanentError as exc:
+        if exc.status == 404:
+            return None
+        raise Invalid(
+            "onward_refused", f"The hub that hosts {envelope['to']!r} refused it: {_detail(exc.body)}"
+        ) from exc
+    audit_event(
+        "federation.forwarded_onward",
+        actor="hub",
+        target=route.hub_key,
+        detail={"message_id": str(envelope["id"]), "tier": route.tier, "hops": hops + 1},
+    )
+    answer = answer or {}
+    return InboundResult(
+        message_id=str(envelope["id"]),
+        state=str(answer.get("status", "accepted")),
+        duplicate=bool(answer.get("duplicate", False)),
+        trust=str(answer.get("trust", "")),
+        delivery_id=None,
     )
 
 

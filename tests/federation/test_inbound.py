@@ -45,13 +45,58 @@ def test_a_failed_signature_is_unverified_and_sensitive_with_escalation(
     assert message.deliveries.get().escalate == "required"
 
 
-def test_a_message_signed_by_a_hub_other_than_the_caller_is_unverified(
+def test_a_message_carried_by_another_hub_is_verified_by_its_origin_but_gets_no_way_back(
     hub_client, register, other_hub, make_hub
 ):
     register("bob")
-    mallory = make_hub("mallory")
-    sent = _forward(hub_client, mallory, other_hub.envelope(to="bob", text="relayed by someone else"))
-    assert sent.json_body["trust"] == "unverified"
+    carrier = make_hub("carrier")
+    envelope = other_hub.envelope(to="bob", text="carried by someone else", hops=2)
+    envelope["from"]["url"] = "http://evil.invalid"  # not signed: never trusted as a receipt address
+    sent = _forward(hub_client, carrier, envelope)
+    assert sent.json_body["trust"] == "channel-verified"
+    assert InboundMessage.objects.get().reply_url == ""
+    assert Peer.objects.get(public_key=other_hub.public_key).url == ""
+
+
+def test_a_message_for_an_agent_on_another_hub_is_forwarded_onward_one_hop_further(
+    hub_client, register, other_hub, monkeypatch, settings
+):
+    from federation.services.forwarding import RemoteRoute
+
+    calls = []
+    route = RemoteRoute("channel", "k" * 43 + "=", "sibling", "http://sibling.invalid", "id", "carol", "")
+    monkeypatch.setattr("federation.services.forwarding.route_find", lambda **kw: route)
+
+    def fake_call(method, url, path, body=None, **kw):
+        calls.append(body)
+        return {"status": "queued", "trust": "channel-verified"}
+
+    monkeypatch.setattr("federation.services.forwarding.hub_call", fake_call)
+    sent = _forward(hub_client, other_hub, other_hub.envelope(to="carol", text="moved on"))
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["status"] == "queued"
+    [body] = calls
+    assert body["envelope"]["hops"] == 2 and body["tier"] == "channel"
+    last = settings.SWITCHBOARD_MAX_HOPS
+    at_cap = _forward(hub_client, other_hub, other_hub.envelope(to="carol", text="no further", hops=last))
+    assert at_cap.status_code == 404
+    assert len(calls) == 1
+
+
+def test_only_pinned_peers_become_lan_peers(hub_client, register, other_hub, api, operator_token):
+    from federation.services.forwarding import lan_peer_urls
+
+    register("bob")
+    envelope = other_hub.envelope(to="bob", text="hello")
+    envelope["from"]["url"] = "http://other.invalid"
+    _forward(hub_client, other_hub, envelope)
+    assert lan_peer_urls() == []
+    api.post(
+        "federation/peers",
+        operator_token,
+        {"public_key": other_hub.public_key, "url": "http://pinned.invalid"},
+    )
+    assert lan_peer_urls() == ["http://pinned.invalid"]
 
 
 def test_the_same_forward_twice_is_delivered_once(hub_client, register, api, other_hub):

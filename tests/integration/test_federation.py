@@ -495,3 +495,23 @@ def test_a_claim_whose_local_delivery_fails_is_released(fed):
     wait_until(
         released_after_a_try, timeout=20, what="C to claim, fail and release the message", interval=0.1
     )
+
+
+def test_a_hub_forwards_onward_one_hop_and_the_hop_cap_stops_it(fed):
+    tester = HubKey("far-away")
+    bob = fed.b.register("bob-onward", cwd="/w/bo")
+    onward = tester.call(
+        fed.a,
+        "POST",
+        "federation/messages",
+        {"tier": "lan", "envelope": tester.envelope(to="bob-onward", text="via A")},
+    )
+    assert onward.status_code == 201, onward.text
+    [frame] = _wait_inbox(fed.b, bob)
+    assert frame["text"] == "via A" and frame["trust"] == "channel-verified"
+    capped = tester.envelope(to="bob-onward", text="no further", hops=3)
+    assert (
+        tester.call(fed.a, "POST", "federation/messages", {"tier": "lan", "envelope": capped}).status_code
+        == 404
+    )
+    assert fed.b.inbox(bob) == []
