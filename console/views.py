@@ -105,12 +105,24 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @require_GET
 @operator_required
 def holds(request: HttpRequest) -> HttpResponse:
-    rows = holds_list()
+    recipient = AgentSession.objects.filter(pk=_uuid_or_none(request.GET.get("recipient", ""))).first()
+    rows = holds_list(recipient_id=str(recipient.id) if recipient else None)
     # What must stand out comes first: escalated, then sensitive; otherwise the service's order.
     rows.sort(key=lambda h: (h["escalate"] != "required", h["tier"] != "sensitive"))
     for row in rows:
         row["why"] = selectors.HOLD_REASONS.get(row["hold_reason"], row["hold_reason"])
-    return _page(request, "console/holds.html", {"holds": rows, "hold_reasons": selectors.HOLD_REASONS})
+    return _page(
+        request,
+        "console/holds.html",
+        {"holds": rows, "hold_reasons": selectors.HOLD_REASONS, "recipient": recipient},
+    )
+
+
+def _uuid_or_none(raw: str) -> UUID | None:
+    try:
+        return UUID(raw)
+    except ValueError:
+        return None
 
 
 @require_POST

@@ -166,6 +166,9 @@
   // A hold arrives from a `message.sent` event (`from`/`to`) or the holds list (`sender`/`recipient`).
   function upsertHoldRow(h) {
     if (!holdsTable) return;
+    const only = holdsTable.dataset.recipientFilter;
+    const recipient = h.recipient || h.to;
+    if (only && !(recipient && recipient.id === only)) return;
     const tbody = holdsTable.tBodies[0];
     let row = $('tr[data-delivery-id="' + h.delivery_id + '"]', tbody);
     const isNew = !row;

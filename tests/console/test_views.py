@@ -211,3 +211,16 @@ def test_catch_up_can_refresh_every_sessions_last_seen(operator_client, register
     seen = AgentSession.objects.get(pk=alice.id).last_seen.isoformat()
     rows = operator_client.get(f"/console/updates?after={cursor + 100}&sessions=all").json()["sessions"]
     assert [(r["id"], r["last_seen"], r["display_status"]) for r in rows] == [(alice.id, seen, "idle")]
+
+
+def test_the_holds_queue_can_show_one_recipients_holds(held, operator_client, register, send, api):
+    alice, bob, message_id = held
+    carol = register("carol")
+    csrf_post(operator_client, f"/sessions/{carol.id}/policy", {"policy": "hold"})
+    other = send(alice, "carol", "for carol").json_body
+    everything = operator_client.get("/holds/").content.decode()
+    assert message_id in everything and other["id"] in everything
+    only_bob = operator_client.get(f"/holds/?recipient={bob.id}").content.decode()
+    assert message_id in only_bob and other["id"] not in only_bob
+    assert f'data-recipient-filter="{bob.id}"' in only_bob
+    assert operator_client.get("/holds/?recipient=nonsense").status_code == 200
