@@ -179,7 +179,8 @@ def test_pages_and_socket_need_a_login(world: World, browser: Any) -> None:
     page.get_by_label("Username").fill(OPERATOR[0])
     page.get_by_label("Password").fill("not-the-password")
     page.get_by_role("button", name="Log in").click()
-    assert page.get_by_role("alert").is_visible()
+    page.get_by_role("alert").wait_for(timeout=5_000)
+    assert "/login/" in page.url
     # A socket opened from the page without a login is refused (the consumer closes it).
     code = page.evaluate(
         """() => new Promise((resolve) => {
