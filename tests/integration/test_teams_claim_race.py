@@ -31,7 +31,6 @@ def _race(database_url: str, home: Path, *extra: str) -> dict:
             sys.executable,
             "-m",
             "tests.teams.claim_race",
-            "--processes",
             "--workers",
             "8",
             "--database-url",
@@ -49,13 +48,20 @@ def _race(database_url: str, home: Path, *extra: str) -> dict:
 
 
 def test_eight_processes_one_task_exactly_one_winner_fifty_rounds(fresh_database, tmp_path):
-    result = _race(fresh_database(), tmp_path, "--rounds", "50")
+    result = _race(fresh_database(), tmp_path, "--processes", "--rounds", "50")
     assert result["vendor"] == "postgresql"
     assert result["errors"] == []
     assert result["winners"] == [1] * 50
 
 
 def test_the_process_harness_does_race_a_naive_claim_gets_double_winners(fresh_database, tmp_path):
-    result = _race(fresh_database(), tmp_path, "--rounds", "10", "--naive")
+    result = _race(fresh_database(), tmp_path, "--processes", "--rounds", "10", "--naive")
     assert result["errors"] == []
     assert max(result["winners"]) > 1
+
+
+def test_eight_connections_draining_the_board_with_claim_next_never_share_a_task(fresh_database, tmp_path):
+    result = _race(fresh_database(), tmp_path, "--rounds", "60", "--next")
+    assert result["vendor"] == "postgresql"
+    assert result["errors"] == []
+    assert result["claimed"] == result["distinct"] == 60

@@ -73,6 +73,57 @@ def claim_rounds(*, session_id: str, task_ids: list[int], barrier: Any, naive: b
     return outcomes
 
 
+def claim_until_empty(*, session_id: str, team_id: str, barrier: Any) -> list[str]:
+    """Call claim-next until the board is empty; return the ids won (or `error:...`)."""
+    from django.db import close_old_connections, connection
+
+    from messaging.models import AgentSession
+    from messaging.principals import session_principal
+    from teams.services.tasks import task_claim_next
+    from teams.services.teams import team_get
+
+    won: list[str] = []
+    try:
+        actor = session_principal(AgentSession.objects.get(pk=session_id))
+        team = team_get(team_id=team_id)
+        barrier.wait(timeout=BARRIER_TIMEOUT)
+        for _ in range(10_000):
+            try:
+                task = task_claim_next(team=team, actor=actor)
+            except Exception as exc:
+                won.append(f"error:{type(exc).__name__}:{exc}"[:200])
+                break
+            if task is None:
+                break
+            won.append(str(task.pk))
+    finally:
+        close_old_connections()
+        connection.close()
+    return won
+
+
+def race_claim_next(*, team_id: str, sessions: list[str]) -> dict[str, Any]:
+    """Every worker drains the board with claim-next at once. Returns the ids each one won."""
+    barrier = threading.Barrier(len(sessions))
+    results: list[list[str]] = [[] for _ in sessions]
+
+    def run(i: int) -> None:
+        results[i] = claim_until_empty(session_id=sessions[i], team_id=team_id, barrier=barrier)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(sessions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    won = [x for r in results for x in r if not x.startswith("error")]
+    return {
+        "claimed": len(won),
+        "distinct": len(set(won)),
+        "per_worker": [len(r) for r in results],
+        "errors": [x for r in results for x in r if x.startswith("error")][:20],
+    }
+
+
 def _naive_claim(task_id: int, actor: Any) -> bool:
     """The race the real claim prevents: read, think, write, with no condition on the write."""
     from teams.models import Membership, Task, TaskStatus
@@ -146,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--naive", action="store_true")
     parser.add_argument("--processes", action="store_true", help="race processes instead of threads")
     parser.add_argument("--database-url", default="", help="default: SQLite in SWITCHBOARD_HOME")
+    parser.add_argument("--next", action="store_true", help="drain the board with claim-next instead")
     args = parser.parse_args(argv)
     if args.database_url:
         os.environ["DATABASE_URL"] = args.database_url
@@ -162,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     ids = prepare(workers=args.workers, rounds=args.rounds)
     connection.close()
     started = time.monotonic()
-    if args.processes:
+    if args.next:
+        result = race_claim_next(team_id=ids["team"], sessions=ids["sessions"])
+    elif args.processes:
         env = {k: os.environ[k] for k in ("SWITCHBOARD_HOME", "DATABASE_URL") if k in os.environ}
         env["SWITCHBOARD_JOBS"] = "inline"
         result = race_processes(env=env, sessions=ids["sessions"], tasks=ids["tasks"], naive=args.naive)

@@ -45,3 +45,9 @@ def test_the_harness_does_race_a_naive_claim_gets_double_winners(tmp_path):
     result = _race(tmp_path, "--rounds", "10", "--naive")
     assert result["errors"] == []
     assert max(result["winners"]) > 1
+
+
+def test_eight_threads_draining_the_board_with_claim_next_never_share_a_task(tmp_path):
+    result = _race(tmp_path, "--rounds", "60", "--next")
+    assert result["errors"] == []
+    assert result["claimed"] == result["distinct"] == 60
