@@ -5,6 +5,7 @@ Django's autoescaping and the browser only through `textContent` (see static/con
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import wraps
 from typing import Any
 from uuid import UUID
 
@@ -34,6 +35,19 @@ CONTENT_SECURITY_POLICY = (
 )
 
 operator_required = user_passes_test(is_operator_user, login_url=settings.LOGIN_URL)
+View = Callable[..., HttpResponse]
+
+
+def console_page(view: View) -> View:
+    """A GET page for operators. The audit cursor is taken before the page reads anything, so the
+    browser's catch-up from it can only repeat a change the page already shows, never miss one."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        request.console_cursor = selectors.audit_cursor()  # type: ignore[attr-defined]
+        return view(request, *args, **kwargs)
+
+    return require_GET(operator_required(wrapper))
 
 
 def _operator(request: HttpRequest) -> Principal:
@@ -47,7 +61,7 @@ def _wants_json(request: HttpRequest) -> bool:
 def _page(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
     """Render a console page with what every page needs: the audit cursor and the holds count."""
     base = {
-        "cursor": selectors.audit_cursor(),
+        "cursor": request.console_cursor,  # type: ignore[attr-defined]
         "held_count": selectors.held_count(),
         "dead_after": settings.SWITCHBOARD_DEAD_AFTER_SECONDS,
     }
@@ -86,8 +100,7 @@ login_view = LoginView.as_view()
 logout_view = auth_views.LogoutView.as_view(next_page=settings.LOGIN_URL)
 
 
-@require_GET
-@operator_required
+@console_page
 def dashboard(request: HttpRequest) -> HttpResponse:
     show_exited = request.GET.get("exited") == "1"
     return _page(
@@ -102,8 +115,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     )
 
 
-@require_GET
-@operator_required
+@console_page
 def holds(request: HttpRequest) -> HttpResponse:
     recipient = AgentSession.objects.filter(pk=_uuid_or_none(request.GET.get("recipient", ""))).first()
     rows = holds_list(recipient_id=str(recipient.id) if recipient else None)
@@ -165,8 +177,7 @@ def _session_or_404(session_id: UUID) -> AgentSession:
     return session
 
 
-@require_GET
-@operator_required
+@console_page
 def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
     detail = selectors.session_detail(session_id=session_id)
     if detail is None:
@@ -226,8 +237,7 @@ def session_sender_policy(request: HttpRequest, session_id: UUID) -> HttpRespons
     return _session_action(request, session_id, SenderPolicyForm, act)
 
 
-@require_GET
-@operator_required
+@console_page
 def team_detail(request: HttpRequest, team_id: UUID) -> HttpResponse:
     detail = selectors.team_detail(team_id=team_id)
     if detail is None:
@@ -235,8 +245,7 @@ def team_detail(request: HttpRequest, team_id: UUID) -> HttpResponse:
     return _page(request, "console/team.html", detail)
 
 
-@require_GET
-@operator_required
+@console_page
 def message_detail(request: HttpRequest, message_id: UUID) -> HttpResponse:
     try:
         message = message_for_viewer(message_id=str(message_id), viewer=_operator(request))
@@ -245,8 +254,7 @@ def message_detail(request: HttpRequest, message_id: UUID) -> HttpResponse:
     return _page(request, "console/message.html", {"message": message, "status": message_status(message)})
 
 
-@require_GET
-@operator_required
+@console_page
 def audit(request: HttpRequest) -> HttpResponse:
     def _int(name: str) -> int | None:
         raw = request.GET.get(name, "")
