@@ -245,10 +245,27 @@ def delivery_socket_claim(*, delivery_id: int, lease_seconds: float) -> Delivery
     workers never write the same delivery at once. None when it is not queued or not due."""
     from datetime import timedelta
 
-    from django.db.models import F, Q
+    from django.db.models import F, Max, Q
 
     now = timezone.now()
     due = Q(next_attempt_at__lte=now) | Q(next_attempt_at__isnull=True, attempts=0)
+    recipient_id = Delivery.objects.filter(pk=delivery_id, state=S.QUEUED).values_list(
+        "recipient_id", flat=True
+    )
+    # While one of the recipient's deliveries waits out a failed write, the rest wait with it (no
+    # attempt counted): a socket that stopped reading then costs one timeout per retry instead of one
+    # per queued message, and cannot tie up every worker while other sessions' sockets wait.
+    failing_until = (
+        Delivery.objects.filter(recipient_id__in=recipient_id, state=S.QUEUED, next_attempt_at__gt=now)
+        .exclude(pk=delivery_id)
+        .exclude(last_error="")
+        .aggregate(until=Max("next_attempt_at"))["until"]
+    )
+    if failing_until is not None:
+        Delivery.objects.filter(due, pk=delivery_id, state=S.QUEUED).update(
+            next_attempt_at=failing_until, updated_at=now
+        )
+        return None
     claimed = Delivery.objects.filter(due, pk=delivery_id, state=S.QUEUED).update(
         attempts=F("attempts") + 1, next_attempt_at=now + timedelta(seconds=lease_seconds), updated_at=now
     )

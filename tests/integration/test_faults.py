@@ -13,8 +13,17 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from tests.integration.harness import VENV_BIN, database_create, wait_until
-from tests.integration.ledger import LOAD_ENV, InboxReader, Ledger, SendLoad, SocketReceiver, ledger_problems
+from tests.integration.harness import VENV_BIN, database_create, rss_mb, wait_until
+from tests.integration.ledger import (
+    LOAD_ENV,
+    InboxReader,
+    Ledger,
+    SendLoad,
+    SocketReceiver,
+    WebSocketAgent,
+    ledger_problems,
+    stalled_websocket,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -331,4 +340,100 @@ def test_worker_sigkilled_five_times_while_500_socket_deliveries_are_in_flight(
     twice = sum(1 for c in ledger.received.values() if c > 1)
     print(
         f"\n500 socket deliveries, 5 worker kills: {redriven} needed a second attempt, {twice} arrived twice"
+    )
+
+
+def test_a_websocket_client_and_a_socket_reader_that_stop_reading_hold_bounded_memory_and_slow_nobody(
+    private_redis, fresh_database, make_hub, tmp_path
+):
+    # Given on web 1: bob's WebSocket that stopped reading and carol's healthy one; and two local
+    # sockets: dave's, which accepts but never reads, and erin's healthy one
+    hub = make_hub(
+        database_url=fresh_database(),
+        redis_url=private_redis.url(),
+        migrate=False,
+        extra_env={**LOAD_ENV, "SWITCHBOARD_SOCKET_TIMEOUT": "1"},
+    )
+    ledger, ignored = Ledger(), Ledger()
+    stalled_rx = SocketReceiver(f"/tmp/sbp-{tmp_path.name[-10:]}-s.sock", ignored, stall=True)
+    healthy_rx = SocketReceiver(f"/tmp/sbp-{tmp_path.name[-10:]}-h.sock", ledger)
+    for r in (stalled_rx, healthy_rx):
+        r.start()
+    alice = hub.register("alice-slow", web=0)
+    bob, carol = hub.register("bob-slow", web=1), hub.register("carol-slow", web=1)
+    dave = hub.register("dave-slow", web=0, peer_address=stalled_rx.address)
+    erin = hub.register("erin-slow", web=0, peer_address=healthy_rx.address)
+    stalled_ws = stalled_websocket(hub.web_urls[1], bob)
+    carol_ws = WebSocketAgent(hub.web_urls[1], carol, ledger)
+    carol_ws.start()
+    assert carol_ws.ready.wait(15)
+    web1 = hub.webs[1].pid
+    before = rss_mb(web1)
+
+    # When alice floods bob with up to 400 messages of 64 kB (26 MB) and dave with 30, while
+    # sending carol and erin 20 each
+    big = "x" * 64_000
+    flood = [
+        SendLoad(hub.web_urls[0], alice, bob.ref, ignored, count=400, tag="bob", deadline=200),
+        SendLoad(hub.web_urls[0], alice, dave.ref, ignored, count=30, tag="dave"),
+    ]
+    flood[0].body = lambda i: {"to": bob.ref, "message": f"{i} {big}", "idempotency_key": f"bob-{i}"}
+    for f in flood:
+        f.start()
+    healthy = [
+        SendLoad(hub.web_urls[0], alice, carol.ref, ledger, count=20, interval=0.2, tag="carol"),
+        SendLoad(hub.web_urls[0], alice, erin.ref, ledger, count=20, interval=0.2, tag="erin"),
+    ]
+    try:
+        for h in healthy:
+            h.start()
+        for t in healthy + flood:
+            t.join(timeout=240)
+
+        # Then carol and erin get every one of theirs, once, while the flood is still unread
+        wait_until(
+            lambda: all(ledger.received[m] for m in ledger.accepted),
+            timeout=30,
+            what="carol and erin to get their messages",
+        )
+        grown = rss_mb(web1) - before
+    finally:
+        carol_ws.stop()
+        stalled_ws.close()
+        for r in (stalled_rx, healthy_rx):
+            r.stop()
+    assert not carol_ws.errors, carol_ws.errors
+    assert ledger_problems(hub, ledger, end_states={"read", "delivered"}) == []
+    # And the server handed bob's stalled socket at most one window; the rest waits in the database
+    to_bob = Counter(
+        s
+        for (s,) in hub.sql(
+            "SELECT d.state FROM messaging_delivery d JOIN messaging_agentsession r ON r.id = d.recipient_id "
+            "WHERE r.name = 'bob-slow'"
+        )
+    )
+    flooded = sum(to_bob.values())
+    assert flooded >= 300, f"only {flooded} flood messages were accepted; the test needs more"
+    assert to_bob["delivered"] <= 100 and to_bob["queued"] == flooded - to_bob["delivered"], to_bob
+    # And web 1's memory grew by well under what was sent to bob (unbounded buffering costs ~2×)
+    flooded_mb = flooded * 64_000 / 2**20
+    assert grown < 0.75 * flooded_mb, f"web 1 grew by {grown:.1f} MB for {flooded_mb:.0f} MB sent to bob"
+    # And dave's socket never took anything: his deliveries are still queued, with attempts counted
+    to_dave = hub.sql(
+        "SELECT d.state, d.attempts FROM messaging_delivery d JOIN messaging_agentsession r ON r.id = d.recipient_id "
+        "WHERE r.name = 'dave-slow'"
+    )
+    assert len(to_dave) == 30 and {s for s, _ in to_dave} == {"queued"}
+    erin_lag = sorted(
+        ledger.received_at[m] - info["at"]
+        for m, info in ledger.accepted.items()
+        if info["key"].startswith("erin")
+    )
+    # And erin's socket did not wait behind dave's: his stalled socket holds one write at a time,
+    # so her writes keep a worker (without that, 30 queued writes to dave held both for 1 s each)
+    assert erin_lag[len(erin_lag) // 2] < 5, erin_lag
+    print(
+        f"\nstalled readers: web 1 grew {grown:.1f} MB; bob {dict(to_bob)}; dave attempts "
+        f"{sum(a for _, a in to_dave)}; erin's socket latency median {erin_lag[len(erin_lag) // 2]:.2f} s, "
+        f"max {erin_lag[-1]:.2f} s"
     )

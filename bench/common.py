@@ -1,0 +1,209 @@
+"""Shared pieces of the benchmarks: statistics, results files, the topology, wrk runs.
+
+Benchmarks are programs, not tests: each prints its figures with the baseline it measured in the
+same run and the ratio to it, and writes `bench/results/<name>-<UTC time>.json`. They start their
+own processes (the harness of `tests/integration/`) on a fresh database and a private Redis, and
+stop them at the end; none runs longer than a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+RESULTS = REPO / "bench" / "results"
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) by nearest rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def summary_ms(seconds: list[float]) -> dict[str, float]:
+    """p50 / p90 / p99 / max / mean in milliseconds."""
+    ms = [s * 1000 for s in seconds]
+    return {
+        "n": len(ms),
+        "p50_ms": round(pct(ms, 50), 3),
+        "p90_ms": round(pct(ms, 90), 3),
+        "p99_ms": round(pct(ms, 99), 3),
+        "max_ms": round(max(ms), 3) if ms else float("nan"),
+        "mean_ms": round(statistics.fmean(ms), 3) if ms else float("nan"),
+    }
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on, including how busy the machine was."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg": os.getloadavg(),
+    }
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    """Write the JSON result and return its path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"{name}-{stamp}.json"
+    payload = {"benchmark": name, "at": stamp, "machine": machine(), **data}
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(f"\nresult written to {path.relative_to(REPO)}")
+    return path
+
+
+def line(label: str, value: str, target: str = "") -> None:
+    print(f"  {label:<52} {value:>22}   {target}")
+
+
+WRK_SCRIPT = r"""
+-- Every request gets a unique body (the hub deduplicates identical texts from one sender).
+local counter = 0
+local thread_seq = 0
+function setup(thread)
+  thread:set("tid", thread_seq)
+  thread_seq = thread_seq + 1
+end
+function init(args)
+  method, path, token, template = args[1], args[2], args[3], args[4]
+end
+function request()
+  counter = counter + 1
+  local headers = {["Authorization"] = "Bearer " .. token, ["Content-Type"] = "application/json"}
+  local body = nil
+  if template ~= nil and template ~= "" then
+    body = string.gsub(template, "{n}", tid .. "-" .. counter)
+  end
+  return wrk.format(method, path, headers, body)
+end
+local reported = 0
+function response(status, headers, body)
+  if status >= 300 and reported < 3 then
+    reported = reported + 1
+    io.stderr:write("non-2xx " .. status .. ": " .. string.sub(body or "", 1, 160) .. "\n")
+  end
+end
+"""
+
+
+def wrk_run(
+    url: str,
+    *,
+    method: str,
+    path: str,
+    token: str,
+    template: str = "",
+    seconds: float = 10,
+    connections: int = 8,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Run wrk against one web process; return requests/s, non-2xx count and latency figures."""
+    script = RESULTS / "wrk-request.lua"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    script.write_text(WRK_SCRIPT)
+    out = subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds:g}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+            "--",
+            method,
+            path,
+            token,
+            template,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
+    samples = sorted(set(out.stderr.splitlines()))[:6]
+    out = out.stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: (.*)", out)
+    latency = dict(re.findall(r"^\s+(50|90|99)%\s+([\d.]+\w+)", out, flags=re.M))
+    return {
+        "requests_per_s": rps,
+        "requests": total,
+        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+        "socket_errors": errors.group(1) if errors else "",
+        "latency": latency,
+        "non_2xx_samples": samples,
+        "raw": out,
+    }
+
+
+def wrk_parallel(urls: list[str], **kwargs: Any) -> dict[str, Any]:
+    """Run one wrk per web process at the same time; return the summed rate and each run."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(len(urls)) as pool:
+        runs = list(pool.map(lambda u: wrk_run(u, **kwargs), urls))
+    return {
+        "requests_per_s": round(sum(r["requests_per_s"] for r in runs), 1),
+        "non_2xx": sum(r["non_2xx"] for r in runs),
+        "runs": [{k: v for k, v in r.items() if k != "raw"} for r in runs],
+    }
+
+
+def sleep_until(t: float) -> None:
+    delay = t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def django_in_process(*, database_url: str, redis_url: str | None = None, **env: str) -> None:
+    """Configure Django in this process against `database_url` (and Redis, if given), with the
+    anti-flood limits lifted, and set it up. Call once, before importing models."""
+    import tempfile
+
+    for key in [k for k in os.environ if k.startswith("SWITCHBOARD_") or k in {"DATABASE_URL", "REDIS_URL"}]:
+        del os.environ[key]
+    from tests.integration.ledger import LOAD_ENV
+
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DATABASE_URL": database_url,
+            "SWITCHBOARD_HOME": tempfile.mkdtemp(prefix="sb-bench-home-"),
+            "SWITCHBOARD_SECRET_KEY": "bench-" + "s" * 44,
+            "SWITCHBOARD_JOBS": "inline",
+            **LOAD_ENV,
+            **env,
+        }
+    )
+    if redis_url:
+        os.environ["REDIS_URL"] = redis_url
+    import django
+
+    django.setup()
+
+
+def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
+    t = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - t, out

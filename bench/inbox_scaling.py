@@ -1,0 +1,230 @@
+"""Cost of a send and of an inbox read with 10, 10,000 and 100,000 messages already in the inbox,
+against a file mailbox at the same sizes.
+
+    .venv/bin/python bench/inbox_scaling.py           # about 2 minutes
+    .venv/bin/python bench/inbox_scaling.py --smoke   # sizes 10 and 1,000 only
+
+The hub side calls the services in this process (`message_send`, `inbox_pull` + `inbox_ack`) on a
+fresh PostgreSQL database, so HTTP costs (constant per request) do not blur the trend. Two hub
+shapes are measured:
+  - unread: the N messages are queued and unread (what a file mailbox holds: delivered entries are
+    removed from it), with the unread cap lifted so such an inbox can exist;
+  - history: the N messages were read long ago (the hub keeps them; a file mailbox would not).
+The file-mailbox baseline is the design reference's: one JSON array per recipient, a lock file,
+the whole array read, changed and rewritten atomically (temp file, fsync, rename) on every
+write and on every read that marks messages read.
+
+One operation = one send of a new message; one read = pull what is queued (at most 10) and ack it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from common import django_in_process, line, summary_ms, write_result
+
+from tests.integration.harness import database_drop, database_migrated
+
+
+class FileMailbox:
+    """One recipient's inbox as a locked JSON array, rewritten atomically on every change."""
+
+    def __init__(self, folder: Path, recipient: str):
+        self.path = folder / f"{recipient}.json"
+        self.lock = folder / f"{recipient}.json.lock"
+        self.path.write_text("[]")
+
+    def _rewrite(self, entries: list[dict[str, Any]]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(entries, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def preload(self, n: int) -> None:
+        self._rewrite([self._entry(i) for i in range(n)])
+
+    @staticmethod
+    def _entry(i: int) -> dict[str, Any]:
+        return {
+            "id": str(uuid.uuid4()),
+            "from": "alice",
+            "text": f"history message {i} " + "x" * 120,
+            "summary": "",
+            "timestamp": "2026-11-29T00:00:00Z",
+            "read": False,
+        }
+
+    def send(self, text: str) -> None:
+        with open(self.lock, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            entries = json.loads(self.path.read_text())
+            entries.append({**self._entry(0), "text": text})
+            self._rewrite(entries)
+
+    def read(self, limit: int = 10) -> list[dict[str, Any]]:
+        """The oldest unread entries; delivered ones are removed (as the reference does)."""
+        with open(self.lock, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            entries = json.loads(self.path.read_text())
+            taken = entries[:limit]
+            self._rewrite(entries[limit:])
+            return taken
+
+
+def file_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
+    folder = Path(tempfile.mkdtemp(prefix="sb-bench-mailbox-"))
+    out = {}
+    try:
+        for n in sizes:
+            box = FileMailbox(folder, f"bob{n}")
+            box.preload(n)
+            sends, reads = [], []
+            k = max(3, rounds if n <= 10_000 else rounds // 5)
+            for i in range(k):
+                t = time.perf_counter()
+                box.send(f"new {i}")
+                sends.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                box.read(limit=1)  # keeps the size at n
+                reads.append(time.perf_counter() - t)
+            out[n] = {"send": summary_ms(sends), "read": summary_ms(reads)}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, Any]]:
+    from datetime import timedelta
+
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from messaging.models import AgentSession, Delivery, Message
+    from messaging.principals import session_principal
+    from messaging.services.delivery import inbox_ack, inbox_pull
+    from messaging.services.sending import message_send
+    from messaging.services.sessions import session_register
+
+    alice = session_register(name=f"alice-{shape}").session
+    out = {}
+    have = 0
+    bob = session_register(name=f"bob-{shape}").session
+    long_ago = timezone.now() - timedelta(days=2)
+    for n in sizes:
+        # Top the inbox up to n messages, written in bulk (older than every dedupe/loop window).
+        with transaction.atomic():
+            while have < n:
+                chunk = min(5000, n - have)
+                messages = Message.objects.bulk_create(
+                    [
+                        Message(
+                            sender=alice,
+                            text=f"history {have + i} " + "x" * 120,
+                            size=140,
+                            sha256=uuid.uuid4().hex * 2,
+                            request_hash="",
+                        )
+                        for i in range(chunk)
+                    ]
+                )
+                state = "queued" if shape == "unread" else "read"
+                Delivery.objects.bulk_create(
+                    [
+                        Delivery(
+                            message=m,
+                            recipient=bob,
+                            state=state,
+                            queued_at=long_ago,
+                            delivered_at=None if state == "queued" else long_ago,
+                            read_at=None if state == "queued" else long_ago,
+                        )
+                        for m in messages
+                    ]
+                )
+                have += chunk
+            Message.objects.filter(sender=alice).update(created_at=long_ago)
+        with connection.cursor() as c:
+            c.execute("ANALYZE messaging_message; ANALYZE messaging_delivery; ANALYZE messaging_auditevent")
+        actor = session_principal(bob)
+        sends, reads = [], []
+        for i in range(rounds):
+            t = time.perf_counter()
+            sent = message_send(sender=alice, to=bob.ref, text=f"new {shape} {n} {i}")
+            sends.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            if shape == "unread":
+                # Read the oldest one (keeps n unread), as the file mailbox does.
+                got = inbox_pull(recipient=bob, actor=actor, limit=1)
+            else:
+                got = inbox_pull(recipient=bob, actor=actor, limit=10)
+            inbox_ack(recipient=bob, actor=actor, message_ids=[str(d.message_id) for d in got])
+            reads.append(time.perf_counter() - t)
+            assert got, "the read found nothing"
+            assert sent.status == "queued"
+        out[n] = {"send": summary_ms(sends), "read": summary_ms(reads)}
+        AgentSession.objects.filter(pk=bob.pk).update(last_seen=timezone.now())
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+    sizes = [10, 1_000] if args.smoke else [10, 10_000, 100_000]
+    rounds = 20 if args.smoke else args.rounds
+    db = database_migrated()
+    try:
+        django_in_process(database_url=db)
+        result: dict[str, Any] = {"sizes": sizes, "rounds": rounds}
+        result["hub_unread"] = hub_costs(sizes, rounds, "unread")
+        result["hub_history"] = hub_costs(sizes, rounds, "history")
+        result["file_mailbox"] = file_costs(sizes, rounds)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        database_drop(db)
+    report(result)
+    write_result("inbox_scaling", result)
+
+
+def report(result: dict[str, Any]) -> None:
+    sizes = result["sizes"]
+    small, big = sizes[0], sizes[-1]
+    print("\nSend and inbox read, p50 in ms, by messages already in the inbox")
+    print(f"  {'':<26}" + "".join(f"{n:>12,}" for n in sizes) + f"{'big/small':>12}")
+    for key, label in (
+        ("hub_unread", "hub, N unread"),
+        ("hub_history", "hub, N read (history)"),
+        ("file_mailbox", "file mailbox"),
+    ):
+        for op in ("send", "read"):
+            row = result[key]
+            values = [row[n][op]["p50_ms"] for n in sizes]
+            ratio = values[-1] / values[0]
+            print(f"  {label + ' ' + op:<26}" + "".join(f"{v:>12.3f}" for v in values) + f"{ratio:>11.2f}×")
+    print()
+    for key in ("hub_unread", "hub_history"):
+        for op in ("send", "read"):
+            ratio = result[key][big][op]["p50_ms"] / result[key][small][op]["p50_ms"]
+            line(f"{key} {op} at {big:,} vs {small}", f"{ratio:.2f}×", "target ≤ 1.2×")
+        vs_file = result["file_mailbox"][big]["send"]["p50_ms"] / result[key][big]["send"]["p50_ms"]
+        line(f"file mailbox send / {key} send at {big:,}", f"{vs_file:.1f}×")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+"""Send → push latency and sustained send throughput, production topology and embedded mode.
+
+    .venv/bin/python bench/send_path.py            # full run (about 3 minutes)
+    .venv/bin/python bench/send_path.py --smoke    # a few seconds per phase, to check it works
+
+Production: two daphne web processes, a Celery worker and beat, PostgreSQL, a private Redis.
+Embedded: `switchboard serve` (one process, SQLite, in-memory layer). In the same run it measures:
+
+- the floor: one PostgreSQL commit + one Redis PUBLISH + one Unix-socket write and read, in a loop;
+- send → push latency: an agent on the WebSocket of web 1, a sender posting to web 0 at a fixed
+  offered rate (open loop, 100 messages/s), latency from the start of the POST to the push arriving;
+- sustained single sends/s with wrk on both web processes, against the rate of the authenticated
+  no-op `GET /api/v1/ping` on the same processes in the same run;
+- batch sends (`POST /api/v1/messages/batch`, 100 messages per request), messages/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from common import line, summary_ms, write_result, wrk_parallel
+
+from tests.integration.harness import (
+    ENROLL_KEY,
+    VENV_BIN,
+    Proc,
+    RedisServer,
+    Registered,
+    database_drop,
+    database_migrated,
+    free_port,
+    hub_start,
+    rss_mb,
+    wait_until,
+)
+from tests.integration.ledger import LOAD_ENV
+
+
+def measure_floor(pg_url: str, redis_url: str, *, n: int) -> dict[str, Any]:
+    """One commit + one publish + one Unix-socket write (and its read), n times in a row."""
+    import psycopg
+    import redis
+
+    conn = psycopg.connect(pg_url)
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, body text)")
+    conn.commit()
+    r = redis.Redis.from_url(redis_url)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    payload = json.dumps({"id": "x" * 36, "text": "floor " * 8})
+    times: list[float] = []
+    started = time.perf_counter()
+    for _ in range(n):
+        t = time.perf_counter()
+        conn.execute("INSERT INTO bench_floor (body) VALUES (%s)", (payload,))
+        conn.commit()
+        r.publish("bench.floor", payload)
+        a.sendall(payload.encode() + b"\n")
+        got = b""
+        while not got.endswith(b"\n"):
+            got += b.recv(65536)
+        times.append(time.perf_counter() - t)
+    total = time.perf_counter() - started
+    conn.execute("DROP TABLE bench_floor")
+    conn.commit()
+    conn.close()
+    a.close()
+    b.close()
+    return {**summary_ms(times), "per_s": round(n / total, 1)}
+
+
+def register(url: str, name: str, **fields: Any) -> Registered:
+    r = httpx.post(
+        f"{url}/api/v1/sessions",
+        json={"name": name, **fields},
+        headers={"Authorization": f"Bearer {ENROLL_KEY}"},
+        timeout=30,
+    )
+    r.raise_for_status()
+    body = r.json()
+    return Registered(id=body["id"], name=body["name"], ref=body["ref"], token=body["token"])
+
+
+class PushTimer(threading.Thread):
+    """An agent on /ws/agent/ that notes when each message id arrives (and acks)."""
+
+    def __init__(self, url: str, agent: Registered):
+        super().__init__(daemon=True)
+        self.url = url.replace("http://", "ws://") + "/ws/agent/"
+        self.agent = agent
+        self.arrived: dict[str, float] = {}
+        self.ready = threading.Event()
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        from websockets.sync.client import connect
+
+        with connect(self.url, additional_headers=self.agent.headers, open_timeout=20) as ws:
+            while not self.halt.is_set():
+                try:
+                    raw = ws.recv(timeout=0.2)
+                except TimeoutError:
+                    continue
+                now = time.perf_counter()
+                frame = json.loads(raw)
+                if frame["type"] == "hello":
+                    self.ready.set()
+                elif frame["type"] == "messages":
+                    ids = [m["id"] for m in frame["messages"]]
+                    for mid in ids:
+                        self.arrived.setdefault(mid, now)
+                    ws.send(json.dumps({"type": "ack", "ids": ids}))
+
+
+def push_latency(send_url: str, push_url: str, *, rate: float, seconds: float, tag: str) -> dict[str, Any]:
+    """Open-loop sends at `rate`/s to web `send_url`; an agent on `push_url` times the pushes."""
+    sender = register(send_url, f"lat-sender-{tag}")
+    agent = register(push_url, f"lat-agent-{tag}")
+    timer = PushTimer(push_url, agent)
+    timer.start()
+    if not timer.ready.wait(20):
+        raise RuntimeError("the timing agent never connected")
+    n = int(rate * seconds)
+    started_at: dict[str, float] = {}
+    failures: list[str] = []
+    local = threading.local()
+
+    def client() -> httpx.Client:
+        if not hasattr(local, "c"):
+            local.c = httpx.Client(base_url=send_url, headers=sender.headers, timeout=30)
+        return local.c
+
+    def one(i: int, due: float) -> None:
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        t = time.perf_counter()
+        r = client().post("/api/v1/messages", json={"to": agent.ref, "message": f"latency {tag} {i}"})
+        if r.status_code != 201:
+            failures.append(f"{r.status_code} {r.text[:100]}")
+            return
+        started_at[r.json()["id"]] = t
+
+    begin = time.perf_counter() + 0.5
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(one, i, begin + i / rate) for i in range(n)]
+        for f in futures:
+            f.result()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(set(started_at) & set(timer.arrived)) < len(started_at):
+        time.sleep(0.05)
+    timer.halt.set()
+    timer.join(5)
+    lat = [timer.arrived[m] - t for m, t in started_at.items() if m in timer.arrived]
+    return {
+        "offered_per_s": rate,
+        "sent": len(started_at),
+        "pushed": len(lat),
+        "failed_sends": len(failures),
+        "failures": failures[:5],
+        **summary_ms(lat),
+    }
+
+
+def batch_rate(
+    urls: list[str], senders: list[Registered], to: str, *, seconds: float, size: int = 100
+) -> dict:
+    """Closed-loop batch sends (one request carries `size` messages), one client per web process."""
+    sent = [0] * len(urls)
+    failures: list[str] = []
+    stop_at = time.perf_counter() + seconds
+
+    def run(i: int) -> None:
+        with httpx.Client(base_url=urls[i], headers=senders[i].headers, timeout=60) as c:
+            k = 0
+            while time.perf_counter() < stop_at:
+                body = {"messages": [{"to": to, "message": f"batch {i}-{k}-{j}"} for j in range(size)]}
+                k += 1
+                r = c.post("/api/v1/messages/batch", json=body)
+                if r.status_code == 404:
+                    failures.append("no batch endpoint")
+                    return
+                if r.status_code != 201:
+                    failures.append(f"{r.status_code} {r.text[:200]}")
+                    return
+                sent[i] += len(r.json()["results"])
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(urls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    return {
+        "messages": sum(sent),
+        "per_s": round(sum(sent) / elapsed, 1),
+        "batch": size,
+        "failures": failures[:3],
+    }
+
+
+def throughput(urls: list[str], *, seconds: float, tag: str) -> dict[str, Any]:
+    """wrk on every web process: the no-op ping, then single sends, then batch sends."""
+    sender = register(urls[0], f"tp-sender-{tag}")
+    sink = register(urls[0], f"tp-sink-{tag}")
+    ping = wrk_parallel(
+        urls, method="GET", path="/api/v1/ping", token=sender.token, seconds=seconds, connections=4
+    )
+    body = json.dumps({"to": sink.ref, "message": "throughput " + tag + " {n}"})
+    sends = wrk_parallel(
+        urls,
+        method="POST",
+        path="/api/v1/messages",
+        token=sender.token,
+        template=body,
+        seconds=seconds,
+        connections=4,
+    )
+    batch_senders = [register(u, f"tp-batch-{tag}-{i}") for i, u in enumerate(urls)]
+    batch = batch_rate(urls, batch_senders, sink.ref, seconds=seconds)
+    return {
+        "ping_per_s": ping["requests_per_s"],
+        "ping_non_2xx": ping["non_2xx"],
+        "sends_per_s": sends["requests_per_s"],
+        "sends_non_2xx": sends["non_2xx"],
+        "sends_vs_ping": round(sends["requests_per_s"] / ping["requests_per_s"], 3),
+        "batch": batch,
+        "wrk": {"ping": ping["runs"], "sends": sends["runs"]},
+    }
+
+
+def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    (workdir / "redis").mkdir()
+    redis = RedisServer(workdir / "redis").start()
+    db = database_migrated()
+    hub = None
+    try:
+        hub = hub_start(
+            database_url=db, redis_url=redis.url(), workdir=workdir / "hub", migrate=False, extra_env=LOAD_ENV
+        )
+        floor = measure_floor(db, redis.url(), n=args.floor_n)
+        latency = push_latency(
+            hub.web_urls[0], hub.web_urls[1], rate=args.rate, seconds=args.seconds, tag="prod"
+        )
+        tp = throughput(hub.web_urls, seconds=args.seconds, tag="prod")
+        memory = {p.name: round(rss_mb(p.pid), 1) for p in hub.webs}
+        return {"floor": floor, "latency": latency, "throughput": tp, "web_rss_mb": memory}
+    finally:
+        if hub:
+            hub.stop()
+        redis.stop()
+        database_drop(db)
+
+
+def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    home = workdir / "embedded-home"
+    home.mkdir(mode=0o700)
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (k.startswith("SWITCHBOARD_") or k in {"DATABASE_URL", "REDIS_URL"})
+    }
+    env.update(LOAD_ENV, SWITCHBOARD_HOME=str(home), SWITCHBOARD_ENROLL_KEY=ENROLL_KEY, PYTHONUNBUFFERED="1")
+    proc = Proc(
+        "serve", [str(VENV_BIN / "switchboard"), "serve", "--port", str(port)], env, workdir / "serve.log"
+    )
+    proc.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(
+            lambda: httpx.get(f"{url}/api/openapi.json", timeout=2).status_code == 200,
+            timeout=90,
+            what="switchboard serve",
+            interval=0.2,
+        )
+        latency = push_latency(url, url, rate=args.rate, seconds=args.seconds, tag="emb")
+        tp = throughput([url], seconds=args.seconds, tag="emb")
+        return {"latency": latency, "throughput": tp, "rss_mb": round(rss_mb(proc.pid), 1)}
+    finally:
+        proc.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="2 s phases: check that it runs")
+    parser.add_argument("--rate", type=float, default=100.0, help="offered sends/s for the latency phase")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
+    parser.add_argument("--floor-n", type=int, default=2000)
+    parser.add_argument("--only", choices=["production", "embedded"], default=None)
+    args = parser.parse_args()
+    if args.smoke:
+        args.seconds, args.floor_n = 2.0, 200
+    workdir = Path(tempfile.mkdtemp(prefix="sb-bench-"))
+    try:
+        result: dict[str, Any] = {"args": vars(args)}
+        if args.only in (None, "production"):
+            result["production"] = production(args, workdir)
+        if args.only in (None, "embedded"):
+            result["embedded"] = embedded(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report(result)
+    write_result("send_path", result)
+
+
+def report(result: dict[str, Any]) -> None:
+    print("\nSend path")
+    prod = result.get("production")
+    if prod:
+        f, lat, tp = prod["floor"], prod["latency"], prod["throughput"]
+        print(" production topology (2 daphne, Celery worker + beat, PostgreSQL, Redis)")
+        line("floor: commit + publish + socket write, p50 / p99", f"{f['p50_ms']:.2f} / {f['p99_ms']:.2f} ms")
+        line("floor rate (sequential)", f"{f['per_s']:.0f}/s")
+        line(
+            f"send → push p50 / p99 at {lat['offered_per_s']:.0f}/s offered",
+            f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} ms",
+            "target ≤ 5 / ≤ 25 ms",
+        )
+        line(
+            "  ratio to the floor (p50 / p99)",
+            f"{lat['p50_ms'] / f['p50_ms']:.1f}× / {lat['p99_ms'] / f['p99_ms']:.1f}×",
+        )
+        line("  pushed / sent", f"{lat['pushed']} / {lat['sent']}")
+        line("authenticated no-op GET /api/v1/ping", f"{tp['ping_per_s']:.0f}/s")
+        line("single sends", f"{tp['sends_per_s']:.0f}/s", "target ≥ 800/s")
+        line("  as a share of the no-op rate", f"{tp['sends_vs_ping']:.0%}", "target ≥ 60%")
+        line("  ratio to the floor rate", f"{tp['sends_per_s'] / f['per_s']:.2f}×")
+        line("batch sends (100 per request)", f"{tp['batch']['per_s']:.0f} msg/s", "target ≥ 5,000/s")
+        line("non-2xx answers (ping / sends)", f"{tp['ping_non_2xx']} / {tp['sends_non_2xx']}")
+    emb = result.get("embedded")
+    if emb:
+        lat, tp = emb["latency"], emb["throughput"]
+        print(" embedded mode (switchboard serve: one process, SQLite, in-memory layer)")
+        line(
+            f"send → push p50 / p99 at {lat['offered_per_s']:.0f}/s offered",
+            f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} ms",
+        )
+        line("authenticated no-op GET /api/v1/ping", f"{tp['ping_per_s']:.0f}/s")
+        line("single sends", f"{tp['sends_per_s']:.0f}/s", "target ≥ 400/s")
+        line("  as a share of the no-op rate", f"{tp['sends_vs_ping']:.0%}")
+        line("batch sends (100 per request)", f"{tp['batch']['per_s']:.0f} msg/s")
+
+
+if __name__ == "__main__":
+    main()
