@@ -354,6 +354,7 @@ class Hub:
     redis_url: str
     workdir: Path
     extra_env: dict[str, str] = field(default_factory=dict)
+    web_args: list[str] = field(default_factory=list)  # extra daphne options, e.g. --ping-timeout
     webs: list[Proc] = field(default_factory=list)
     web_urls: list[str] = field(default_factory=list)
     worker: Proc | None = None
@@ -406,6 +407,7 @@ class Hub:
                 str(port),
                 "--http-timeout",
                 "120",
+                *self.web_args,
                 "console.asgi:application",
             ],
             self.env,
@@ -532,11 +534,18 @@ def hub_start(
     beat: bool = True,
     extra_env: dict[str, str] | None = None,
     migrate: bool = True,
+    web_args: list[str] | None = None,
 ) -> Hub:
     """Migrate (unless the database is already migrated), then start `webs` daphne processes, a
     worker and beat. Stops what started on failure."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sb-prod-hub-"))
-    hub = Hub(database_url=database_url, redis_url=redis_url, workdir=workdir, extra_env=extra_env or {})
+    hub = Hub(
+        database_url=database_url,
+        redis_url=redis_url,
+        workdir=workdir,
+        extra_env=extra_env or {},
+        web_args=web_args or [],
+    )
     try:
         if migrate:
             hub.migrate()
@@ -568,3 +577,11 @@ def running_hub(**kwargs: Any) -> Iterator[Hub]:
         redis.stop()
         database_drop(db_url)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of one process, in MiB (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")

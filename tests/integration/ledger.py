@@ -386,3 +386,27 @@ class WebSocketAgent(threading.Thread):
     def stop(self) -> None:
         self.halt.set()
         self.join(timeout=10)
+
+
+def stalled_websocket(base_url: str, agent: Registered) -> Any:
+    """Open the agent WebSocket with a tiny receive buffer, complete the handshake, and return the
+    raw socket: the caller never reads from it again (a client that stopped reading)."""
+    import base64
+    import os
+    import socket as socket_module
+
+    host, port = base_url.removeprefix("http://").split(":")
+    sock = socket_module.socket()
+    sock.setsockopt(socket_module.SOL_SOCKET, socket_module.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect((host, int(port)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            f"GET /ws/agent/ HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer {agent.token}\r\n\r\n"
+        ).encode()
+    )
+    head = sock.recv(1024)
+    assert head.startswith(b"HTTP/1.1 101"), head[:200]
+    return sock
