@@ -25,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 from nacl.exceptions import CryptoError
 from nacl.public import PublicKey, SealedBox
@@ -203,9 +204,27 @@ def hosts_cache_clear() -> None:
     _hosts_cache.clear()
 
 
+def reply_peer_urls(target: str) -> list[str]:
+    """URLs of hubs whose agents by this name (or ref) wrote to us directly with a valid signature:
+    so an agent can answer a LAN peer that this hub was never configured to ask."""
+    from federation.models import Peer
+
+    key = normalize_name(target)
+    hubs = RemoteSession.objects.filter(Q(session__name_key=key) | Q(remote_ref=target.lower())).values_list(
+        "hub_key", flat=True
+    )
+    return list(
+        Peer.objects.filter(public_key__in=list(hubs)[:20], revoked=False, tier=FederationTier.LAN)
+        .exclude(url="")
+        .values_list("url", flat=True)
+    )
+
+
 def _lan_route(target: str, exclude: set[str]) -> RemoteRoute | None:
     me = hub_identity().public_key
-    for url in lan_peer_urls():
+    urls = lan_peer_urls()
+    urls += [u for u in reply_peer_urls(target) if u not in urls]
+    for url in urls:
         found = hosts_lookup(url, target)
         if not found or found.get("hub_key") in exclude or found.get("hub_key") == me:
             continue

@@ -277,6 +277,16 @@ def test_lan_delivery(fed):
     _wait_state(fed.a, alice, sent.json()["id"], "delivered")
 
 
+def test_a_reply_goes_back_over_the_lan_to_a_hub_that_wrote_first(fed):
+    alice, carol = fed.agents["alice"], fed.agents["carol"]
+    fed.a.inbox(alice)  # empty it
+    reply = fed.c.send(carol, "alice", "got it, thanks")  # C has no LAN peers configured
+    assert reply.status_code == 201, reply.text
+    [frame] = _wait_inbox(fed.a, alice)
+    assert frame["text"] == "got it, thanks"
+    assert (frame["delivery_tier"], frame["trust"]) == ("lan", "lan-verified")
+
+
 def test_relay_delivery_sealed_end_to_end_with_receipts(fed):
     bob, carol = fed.agents["bob"], fed.agents["carol"]
     secret = f"relay-plaintext-{uuid.uuid4().hex}"
