@@ -19,7 +19,7 @@ import base64
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -78,7 +78,6 @@ class SendRoute:
     recipient: AgentSession
     resolution: Resolution
     target: str
-    notes: list[str] = field(default_factory=list)
 
     @property
     def tier(self) -> str:
@@ -244,7 +243,11 @@ def _relay_route(target: str, exclude: set[str]) -> RemoteRoute | None:
     relay = settings.SWITCHBOARD_RELAY_URL
     if not relay:
         return None
-    found = hosts_lookup_relay(relay, target)
+    from messaging.addressing import parse_address
+
+    address = parse_address(target)
+    # The relay knows names only (leases): `name [ref]` asks for the name.
+    found = hosts_lookup_relay(relay, address.name_ref[0] if address.name_ref else target)
     if not found or found.get("hub_key") in exclude or found.get("hub_key") == hub_identity().public_key:
         return None
     return RemoteRoute(
@@ -419,7 +422,11 @@ def forward_attempt(*, delivery_id: int) -> str:
     rd = RemoteDelivery.objects.filter(delivery_id=delivery_id).first()
     if rd is None:
         return "unknown"
-    delivery = Delivery.objects.select_related("message", "message__sender").filter(pk=delivery_id).first()
+    delivery = (
+        Delivery.objects.select_related("message", "message__sender", "recipient")
+        .filter(pk=delivery_id)
+        .first()
+    )
     if delivery is None or delivery.state not in (S.RELAYED, S.QUEUED):
         return "not-forwardable"
     if rd.remote_state not in ("pending", "retry"):
@@ -430,7 +437,9 @@ def forward_attempt(*, delivery_id: int) -> str:
         except TooLarge as exc:
             _fail(rd, delivery, reason=exc.detail)
             return "failed"
-        envelope = envelope_build(message=delivery.message, target=rd.target)
+        # The relay and the hub behind it know the agent by the leased name, not this hub's address.
+        to = delivery.recipient.name if rd.tier == FederationTier.RELAY else rd.target
+        envelope = envelope_build(message=delivery.message, target=to)
         try:
             if rd.tier == FederationTier.RELAY:
                 try:
@@ -445,7 +454,7 @@ def forward_attempt(*, delivery_id: int) -> str:
                     {
                         "message_id": envelope["id"],
                         "dest_hub": rd.hub_key,
-                        "agent": rd.target,
+                        "agent": to,
                         "sealed": base64.b64encode(sealed).decode("ascii"),
                     },
                 )
@@ -501,9 +510,13 @@ def _reroute(rd: RemoteDelivery, delivery: Delivery, *, reason: str) -> bool:
     route = route_find(target=rd.target, exclude=tried)
     if route is None:
         return False
+    sender = delivery.message.sender
+    if delivery.state == S.RELAYED and sender is not None and isolation_applies(sender=sender, route=route):
+        return False  # leaving the machine needs an operator's approval, which this one never had
     recipient = remote_session_for_route(route)
     with transaction.atomic():
         Delivery.objects.filter(pk=delivery.pk).update(tier=route.tier, recipient=recipient)
+        delivery.recipient, delivery.tier = recipient, route.tier
         rd.tried_hubs = ",".join(sorted(tried))
         rd.tier, rd.hub_key, rd.url = route.tier, route.hub_key, route.url
         rd.save(update_fields=["tier", "hub_key", "url", "tried_hubs", "updated_at"])

@@ -261,3 +261,16 @@ def test_a_stopped_local_agent_hosted_nowhere_else_is_held_here(
     sent = _send(api, alice, "bob", "wait for me", django_capture_on_commit_callbacks)
     assert sent.json_body["status"] == "held"
     assert Delivery.objects.get().hold_reason == "recipient_stopped"
+
+
+def test_re_routing_never_takes_an_unapproved_message_off_the_machine(
+    api, register, routes, hubs, settings, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.extend([_route("channel", HUB_B), _route("lan", HUB_C)])
+    settings.SWITCHBOARD_ISOLATED = True
+    hubs.answers = [PermanentError(404, {"error": "not_found"})]
+    sent = _send(api, alice, "bob", "stay home", django_capture_on_commit_callbacks)
+    assert sent.json_body["status"] == "relayed"
+    assert [c[1] for c in hubs.calls] == ["http://channel.invalid"]
+    assert Delivery.objects.get().state == "failed"

@@ -192,10 +192,14 @@ def test_hosts_lookup_answers_for_live_local_agents_only(hub_client, register, a
     assert no.json_body["hosted"] is False
 
 
-def test_a_forward_larger_than_the_json_form_limit_still_arrives(hub_client, register, api, other_hub, settings):
+def test_a_forward_larger_than_the_json_form_limit_still_arrives(
+    hub_client, register, api, other_hub, settings
+):
     bob = register("bob")
     big = b"z" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1024)
-    sent = _forward(hub_client, other_hub, other_hub.envelope(to="bob", text="big one", files=[_file(big, "big.bin")]))
+    sent = _forward(
+        hub_client, other_hub, other_hub.envelope(to="bob", text="big one", files=[_file(big, "big.bin")])
+    )
     assert sent.status_code == 201, sent.json_body
     [frame] = api.get("inbox", bob.token).json_body["messages"]
     assert frame["files"][0]["size"] == len(big)
