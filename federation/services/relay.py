@@ -34,6 +34,7 @@ from messaging.services.audit import audit_event
 
 log = logging.getLogger(__name__)
 MAX_SEALED_BYTES = 80 * 1024 * 1024  # 50 MB of files, base64, plus the text
+_warned_leases: set[str] = set()  # names whose refused lease was already reported (per process)
 
 
 def require_relay() -> None:
@@ -261,10 +262,13 @@ def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str
         log.info("relay pull failed: %s", exc)
         return counts
     refused = [name for name, state in (answer.get("leases") or {}).items() if state != "ok"]
-    if refused:
-        # Another hub holds these names' leases: their messages go there, not here.
-        log.warning("relay: another hub holds the lease on %s", ", ".join(refused))
-        counts["refused_leases"] = len(refused)
+    counts["refused_leases"] = len(refused)
+    for name in set(refused) - _warned_leases:
+        # Another hub holds this name's lease: its relay messages go there, not to this copy.
+        log.warning("relay: another hub holds the lease on %r; this hub's copy gets no relay messages", name)
+        audit_event("relay.lease_refused", actor="hub", target=name, detail={"relay": relay})
+    _warned_leases.clear()
+    _warned_leases.update(refused)
     done: list[str] = []
     release: list[str] = []
     for item in answer.get("messages") or []:
