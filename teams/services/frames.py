@@ -23,7 +23,7 @@ from messaging.services.audit import audit_event
 from messaging.services.events import announce
 from messaging.services.sending import SendOutcome
 from teams.models import FrameRequest, Membership, RequestKind, RequestState, Role, Team
-from teams.services.notify import frame_deliver
+from teams.services.notify import frame_deliver, hub_notify
 from teams.services.teams import member_require_live, requests_close, team_require_live
 
 
@@ -390,8 +390,6 @@ def _state_now(request: FrameRequest, now: Any) -> str:
 
 def requests_expire_due(*, now: Any = None) -> list[FrameRequest]:
     """Close open requests past their deadline, once each, and tell the requester plainly."""
-    from teams.services.notify import notify_safely
-
     now = now or timezone.now()
     due = list(
         FrameRequest.objects.filter(state=RequestState.OPEN, expires_at__lte=now)
@@ -417,8 +415,7 @@ def requests_expire_due(*, now: Any = None) -> list[FrameRequest]:
             )
             announce("team.request", request_summary(request), teams=[request.team_id])
             if request.requester.left_at is None:
-                notify_safely(
-                    sender=request.responder.session,
+                hub_notify(
                     recipient=request.requester.session,
                     text=_expiry_sentence(request),
                     summary=f"{request.kind} request to {request.responder.name} timed out",

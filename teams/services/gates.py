@@ -31,7 +31,7 @@ from messaging.principals import HUB, Principal
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
 from teams.models import CheckState, GateCheck, GateEvent, QualityGate, Task, TaskStatus, Team
-from teams.services.notify import notify_safely
+from teams.services.notify import hub_notify
 
 log = logging.getLogger(__name__)
 RUN_TASK = "teams.tasks.run_gate_check"
@@ -282,8 +282,7 @@ def _apply(check: GateCheck, *, allow: bool, reason: str) -> None:
 
 
 def _tell(check: GateCheck, recipient: Any, text: str, summary: str) -> None:
-    team = Team.objects.select_related("lead_session").get(pk=check.team_id)
-    notify_safely(sender=team.lead_session, recipient=recipient, text=text, summary=summary, actor=HUB)
+    hub_notify(recipient=recipient, text=text, summary=summary)
 
 
 def gate_checks_run_due(*, now: datetime | None = None, limit: int = 100) -> int:

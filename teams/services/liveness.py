@@ -16,7 +16,7 @@ from django.utils import timezone
 from messaging.models import AgentSession, MessageKind, SessionStatus
 from messaging.principals import HUB, Principal
 from teams.models import GateEvent, Membership, Role
-from teams.services.notify import clip, frame_text, notify_safely
+from teams.services.notify import clip, frame_text, hub_notify, notify_safely
 
 LIVE = (SessionStatus.BUSY, SessionStatus.IDLE)
 
@@ -122,13 +122,11 @@ def _leave_on_exit(session: AgentSession, actor: Principal) -> None:
         .first()
     )
     if lead is not None:
-        notify_safely(
-            sender=session,
+        hub_notify(
             recipient=lead.session,
             text=f"Teammate {member.name} ({member.id}) exited and left the roster; its unfinished tasks "
             "are back on the board.",
             summary=f"{member.name} exited",
-            actor=actor,
         )
 
 

@@ -15,9 +15,10 @@ from django.conf import settings
 from django.db import transaction
 
 from messaging.errors import SwitchboardError
-from messaging.models import AgentSession, MessageKind
+from messaging.models import AgentSession, Message, MessageKind
 from messaging.principals import Principal, session_principal
 from messaging.services.audit import audit_event
+from messaging.services.notifications import Notice, notifications_send
 from messaging.services.sending import SendOutcome, message_send
 
 log = logging.getLogger(__name__)
@@ -95,3 +96,12 @@ def notify_safely(
             detail={"kind": kind, "frame_type": frame_type, "error": exc.code},
         )
         return None
+
+
+def hub_notify(*, recipient: AgentSession, text: str, summary: str) -> Message | None:
+    """A notice from the hub itself (`FROM=hub`, kind notification): facts the hub states, such as
+    a task being unblocked, a gate's verdict or a request expiring. Never impersonates a session.
+    Returns the stored message, or None when the recipient cannot receive (exited, user-stopped).
+    Must run inside the transaction that made the change it reports."""
+    sent = notifications_send([Notice(recipient_id=recipient.id, text=text, summary=summary)])
+    return sent[0].message if sent else None

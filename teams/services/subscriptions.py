@@ -14,11 +14,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from messaging.errors import Invalid, NotFound
+from messaging.errors import Forbidden, Invalid, NotFound
 from messaging.models import AgentSession, SessionStatus
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
-from teams.models import Subscription, SubscriptionState
+from teams.models import Observer, Subscription, SubscriptionState
 from teams.services.notify import clip, notify_safely
 
 
@@ -26,6 +26,8 @@ def subscription_create(*, subscriber: AgentSession, target: AgentSession, actor
     """Subscribe to `target`'s next idle or exit. An existing waiting subscription is returned as is."""
     if subscriber.id == target.id:
         raise Invalid("self_target", "A session cannot wait for itself to go idle.")
+    if Observer.objects.filter(session=subscriber).exists():
+        raise Forbidden("Observers receive nothing, so they cannot subscribe.", reason="observer")
     now = timezone.now()
     existing = Subscription.objects.filter(
         subscriber=subscriber, target=target, state=SubscriptionState.WAITING, expires_at__gt=now

@@ -14,12 +14,11 @@ from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, Invalid, NotFound
-from messaging.models import MessageKind
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
 from teams.models import GateEvent, Membership, Role, Task, TaskEdge, TaskStatus, Team
-from teams.services.notify import frame_deliver, frame_text, notify_safely
+from teams.services.notify import frame_deliver, frame_text, hub_notify
 from teams.services.teams import member_require_lead, member_require_live, team_require_live
 
 TITLE_MAX = 200
@@ -378,7 +377,6 @@ def task_finish(*, task: Task, actor: Principal, result: str | None = None) -> T
 
 def _tell_unblocked(done: Task, actor: Principal) -> None:
     dependants = Task.objects.filter(edges_in__blocker=done).select_related("owner__session", "team")
-    completer = done.owner.session if done.owner_id else done.team.lead_session
     for dependant in dependants:
         if _unfinished_blockers(dependant).exists():
             continue
@@ -392,16 +390,17 @@ def _tell_unblocked(done: Task, actor: Principal) -> None:
         )
         _announce(dependant)
         if dependant.owner_id and dependant.owner.left_at is None:
-            notify_safely(
-                sender=completer,
+            hub_notify(
                 recipient=dependant.owner.session,
                 text=frame_text(
                     "task_unblocked",
-                    {"team_id": str(done.team_id), "task": task_summary(dependant), "unblocked_by": done.pk},
+                    {
+                        "team_id": str(done.team_id),
+                        "task": {"id": dependant.pk, "title": dependant.title, "status": dependant.status},
+                        "unblocked_by": done.pk,
+                    },
                 ),
                 summary=f"Task {dependant.pk} is unblocked: {dependant.title}",
-                kind=MessageKind.NOTIFICATION,
-                actor=actor,
             )
 
 

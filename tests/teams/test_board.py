@@ -100,6 +100,7 @@ def test_completing_the_last_blocker_tells_the_dependants_owner(api, crew):
     api.post(f"tasks/{b['id']}/complete", crew.alice.token, {})
     told = frames_in(api, crew.bob)
     assert len(told) == 1 and told[0]["kind"] == "notification"
+    assert told[0]["from"] is None and "FROM=hub" in told[0]["marker"]  # a hub fact, not a peer's word
     assert f"Task {waiting['id']} is unblocked" in told[0]["summary"]
     assert api.get(f"tasks/{waiting['id']}", crew.bob.token).json_body["status"] == "in_progress"
 

@@ -72,6 +72,7 @@ def test_task_completed_gate_rejects_with_a_reason_that_reaches_the_teammate(api
     assert after["gate_pending"] is None and after["gate_reason"] == "coverage dropped below 80%"
     told = [m for m in frames_in(api, crew.alice) if m["kind"] == "notification"]
     assert len(told) == 1 and "coverage dropped below 80%" in told[0]["text"]
+    assert told[0]["from"] is None  # the hub reports the gate's verdict; the lead did not say it
     # Fixed, completed again, accepted this time.
     hook.answer(200)
     api.post(f"tasks/{task['id']}/complete", crew.alice.token, {})

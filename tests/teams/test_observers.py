@@ -76,3 +76,10 @@ def test_a_session_registers_only_itself_unless_operator(api, register, operator
     assert api.post("teams/observers", a.token, {"session": b.id, "target_session": a.id}).status_code == 403
     made = api.post("teams/observers", operator_token, {"session": b.id, "target_session": a.id})
     assert made.status_code == 201 and made.json_body["session"] == b.id
+
+
+def test_an_observer_cannot_subscribe_to_idle_notifications(api, register):
+    watcher, worker = register("watcher"), register("worker")
+    _observe(api, watcher, target_session=worker.id)
+    refused = api.post("teams/subscriptions", watcher.token, {"target": worker.id})
+    assert refused.status_code == 403 and refused.json_body["reason"] == "observer"
