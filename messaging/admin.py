@@ -120,6 +120,17 @@ class OperatorTokenAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def save_model(self, request: HttpRequest, obj: OperatorToken, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if "revoked" in form.changed_data:
+            from messaging.services.audit import audit_event
+
+            audit_event(
+                "operator_token.revoked" if obj.revoked else "operator_token.restored",
+                actor=f"operator:{request.user.get_username()}",
+                target=obj.name,
+            )
+
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):

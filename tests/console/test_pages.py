@@ -154,3 +154,17 @@ def test_operator_create_refuses_a_short_password(db, monkeypatch):
     with pytest.raises(CommandError, match="too short"):
         call_command("operator_create", "grace", "--password-stdin")
     assert not get_user_model().objects.filter(username="grace").exists()
+
+
+def test_revoking_an_operator_token_in_the_admin_is_audited_and_takes_effect(api, operator_token):
+    from messaging.models import OperatorToken
+
+    admin = get_user_model().objects.create_superuser("root", password="root-password-1")
+    client = Client()
+    client.force_login(admin)
+    row = OperatorToken.objects.get(name="test-operator")
+    assert api.get("audit", operator_token).status_code == 200
+    response = client.post(f"/admin/messaging/operatortoken/{row.pk}/change/", {"revoked": "on"})
+    assert response.status_code == 302
+    assert AuditEvent.objects.filter(kind="operator_token.revoked", actor="operator:root").exists()
+    assert api.get("audit", operator_token).status_code == 401
