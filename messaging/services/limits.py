@@ -47,7 +47,7 @@ def gcra(tat: float | None, capacity: int, per: float, now: float) -> tuple[floa
     interval = per / capacity
     tat = max(tat if tat is not None else now, now)
     new = tat + interval
-    if new - now > per + 1e-9:
+    if new - now > per + 1e-6:
         return tat, new - now - per
     return new, 0.0
 
@@ -82,8 +82,9 @@ local per = tonumber(ARGV[3])
 local tat = tonumber(redis.call('GET', KEYS[1]) or ARGV[1])
 if tat < now then tat = now end
 local new = tat + interval
-if new - now > per + 1e-9 then return tostring(new - now - per) end
-redis.call('SET', KEYS[1], tostring(new), 'PX', math.ceil(per * 1000) + 1000)
+if new - now > per + 1e-6 then return string.format('%.6f', new - now - per) end
+-- %.6f, not tostring: Lua's tostring keeps 14 digits, which rounds a Unix time to 0.1 ms.
+redis.call('SET', KEYS[1], string.format('%.6f', new), 'PX', math.ceil(per * 1000) + 1000)
 return '0'
 """
 
