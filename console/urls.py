@@ -13,7 +13,9 @@ console_patterns = [
     path("holds/decide", views.holds_decide_view, name="holds-decide"),
     path("sessions/<uuid:session_id>/", views.session_detail, name="session"),
     path("sessions/<uuid:session_id>/policy", views.session_policy, name="session-policy"),
-    path("sessions/<uuid:session_id>/sender-policy", views.session_sender_policy, name="session-sender-policy"),
+    path(
+        "sessions/<uuid:session_id>/sender-policy", views.session_sender_policy, name="session-sender-policy"
+    ),
     path("teams/<uuid:team_id>/", views.team_detail, name="team"),
     path("messages/<uuid:message_id>/", views.message_detail, name="message"),
     path("audit/", views.audit, name="audit"),
