@@ -230,7 +230,7 @@ def my_team(request: HttpRequest) -> dict[str, Any]:
     return {"team": team_summary(member.team), "member": member_summary(member)}
 
 
-# Registered before /teams/{uuid:team_id} so these fixed paths are never read as a team id.
+# Registered before /teams/{team_id} so these fixed paths are never read as a team id.
 @router.post("/teams/subscriptions", response={201: dict, **ERRORS}, auth=AUTH)
 def subscribe(request: HttpRequest, body: SubscribeIn) -> Status:
     """notify_when_idle: be told once at the target's next idle or exit (at once if idle now; 12 h)."""
@@ -303,14 +303,14 @@ def list_observers(request: HttpRequest) -> dict[str, Any]:
     return {"observers": [observer_summary(o) for o in Observer.objects.order_by("created_at")[:500]]}
 
 
-@router.get("/teams/{uuid:team_id}", response={200: dict, **ERRORS}, auth=AUTH)
+@router.get("/teams/{team_id}", response={200: dict, **ERRORS}, auth=AUTH)
 def team_detail(request: HttpRequest, team_id: uuid.UUID, include_left: bool = False) -> dict[str, Any]:
     """A team and its roster, with each member's liveness (busy / idle / dead / stopped)."""
     _, team = _visible_team(request, team_id)
     return team_summary(team, include_left=include_left)
 
 
-@router.post("/teams/{uuid:team_id}/end", response={200: dict, **ERRORS}, auth=AUTH)
+@router.post("/teams/{team_id}/end", response={200: dict, **ERRORS}, auth=AUTH)
 def end_team(request: HttpRequest, team_id: uuid.UUID) -> dict[str, Any]:
     """End the team (lead or operator). Its tasks and history stay, read-only."""
     caller = principal(request)
@@ -318,7 +318,7 @@ def end_team(request: HttpRequest, team_id: uuid.UUID) -> dict[str, Any]:
     return team_summary(team, include_left=True)
 
 
-@router.post("/teams/{uuid:team_id}/members", response={201: dict, **ERRORS}, auth=AUTH)
+@router.post("/teams/{team_id}/members", response={201: dict, **ERRORS}, auth=AUTH)
 def add_member(request: HttpRequest, team_id: uuid.UUID, body: MemberIn) -> Status:
     """Add a session to the roster as a teammate (lead or operator). Returns its member id."""
     caller = principal(request)
@@ -330,7 +330,7 @@ def add_member(request: HttpRequest, team_id: uuid.UUID, body: MemberIn) -> Stat
     )
 
 
-@router.delete("/teams/{uuid:team_id}/members/{uuid:member_id}", response={200: dict, **ERRORS}, auth=AUTH)
+@router.delete("/teams/{team_id}/members/{member_id}", response={200: dict, **ERRORS}, auth=AUTH)
 def remove_member(request: HttpRequest, team_id: uuid.UUID, member_id: uuid.UUID) -> dict[str, Any]:
     """Leave the team (yourself), or take a teammate off it (lead, operator)."""
     caller = principal(request)
@@ -340,7 +340,7 @@ def remove_member(request: HttpRequest, team_id: uuid.UUID, member_id: uuid.UUID
 
 
 @router.post(
-    "/teams/{uuid:team_id}/messages", response={201: dict, **ERRORS, 413: ErrorOut, 429: ErrorOut}, auth=AUTH
+    "/teams/{team_id}/messages", response={201: dict, **ERRORS, 413: ErrorOut, 429: ErrorOut}, auth=AUTH
 )
 def team_message(request: HttpRequest, team_id: uuid.UUID, body: TeamMessageIn) -> Status:
     """A plain message to a member by member id: refused if that member has left the roster, so a
@@ -364,7 +364,7 @@ def team_message(request: HttpRequest, team_id: uuid.UUID, body: TeamMessageIn) 
 
 
 @router.post(
-    "/teams/{uuid:team_id}/frames", response={201: dict, **ERRORS, 413: ErrorOut, 429: ErrorOut}, auth=AUTH
+    "/teams/{team_id}/frames", response={201: dict, **ERRORS, 413: ErrorOut, 429: ErrorOut}, auth=AUTH
 )
 def send_frame(request: HttpRequest, team_id: uuid.UUID, body: FrameIn) -> Status:
     """Send a structured frame (role-checked; responses must match an open request)."""
@@ -383,16 +383,14 @@ def send_frame(request: HttpRequest, team_id: uuid.UUID, body: FrameIn) -> Statu
     return Status(201, _frame_out(result))
 
 
-@router.get("/teams/{uuid:team_id}/requests", response={200: dict, **ERRORS}, auth=AUTH)
+@router.get("/teams/{team_id}/requests", response={200: dict, **ERRORS}, auth=AUTH)
 def list_requests(request: HttpRequest, team_id: uuid.UUID, state: str | None = None) -> dict[str, Any]:
     """Protocol requests (shutdown, plan approval, permission) and their state."""
     _, team = _visible_team(request, team_id)
     return {"requests": [request_summary(r) for r in requests_of_team(team=team, state=state)]}
 
 
-@router.post(
-    "/teams/{uuid:team_id}/requests/{uuid:request_id}/respond", response={201: dict, **ERRORS}, auth=AUTH
-)
+@router.post("/teams/{team_id}/requests/{request_id}/respond", response={201: dict, **ERRORS}, auth=AUTH)
 def respond(request: HttpRequest, team_id: uuid.UUID, request_id: uuid.UUID, body: RespondIn) -> Status:
     """Answer an open request addressed to you: approve, or reject with a reason."""
     caller = principal(request)
@@ -410,9 +408,7 @@ def respond(request: HttpRequest, team_id: uuid.UUID, request_id: uuid.UUID, bod
     return Status(201, _frame_out(result))
 
 
-@router.post(
-    "/teams/{uuid:team_id}/members/{uuid:member_id}/shutdown", response={201: dict, **ERRORS}, auth=AUTH
-)
+@router.post("/teams/{team_id}/members/{member_id}/shutdown", response={201: dict, **ERRORS}, auth=AUTH)
 def ask_shutdown(request: HttpRequest, team_id: uuid.UUID, member_id: uuid.UUID, body: ShutdownIn) -> Status:
     """The lead asks a teammate to shut down (asking again returns the open request)."""
     caller = principal(request)
@@ -422,7 +418,7 @@ def ask_shutdown(request: HttpRequest, team_id: uuid.UUID, member_id: uuid.UUID,
     )
 
 
-@router.post("/teams/{uuid:team_id}/shutdown/{uuid:request_id}", response={201: dict, **ERRORS}, auth=AUTH)
+@router.post("/teams/{team_id}/shutdown/{request_id}", response={201: dict, **ERRORS}, auth=AUTH)
 def answer_shutdown(
     request: HttpRequest, team_id: uuid.UUID, request_id: uuid.UUID, body: RespondIn
 ) -> Status:
@@ -435,7 +431,7 @@ def answer_shutdown(
     return Status(201, _frame_out(result))
 
 
-@router.get("/teams/{uuid:team_id}/gates", response={200: dict, **ERRORS}, auth=AUTH)
+@router.get("/teams/{team_id}/gates", response={200: dict, **ERRORS}, auth=AUTH)
 def list_gates(request: HttpRequest, team_id: uuid.UUID) -> dict[str, Any]:
     """The team's quality gates and recent checks."""
     _, team = _visible_team(request, team_id)
@@ -445,7 +441,7 @@ def list_gates(request: HttpRequest, team_id: uuid.UUID) -> dict[str, Any]:
     }
 
 
-@router.put("/teams/{uuid:team_id}/gates/{event}", response={200: dict, **ERRORS}, auth=AUTH)
+@router.put("/teams/{team_id}/gates/{event}", response={200: dict, **ERRORS}, auth=AUTH)
 def put_gate(
     request: HttpRequest,
     team_id: uuid.UUID,
@@ -468,7 +464,7 @@ def put_gate(
     return gate_summary(gate)
 
 
-@router.delete("/teams/{uuid:team_id}/gates/{event}", response={200: dict, **ERRORS}, auth=AUTH)
+@router.delete("/teams/{team_id}/gates/{event}", response={200: dict, **ERRORS}, auth=AUTH)
 def delete_gate(request: HttpRequest, team_id: uuid.UUID, event: str) -> dict[str, Any]:
     """Remove the team's hook for one event (lead or operator)."""
     caller = principal(request)
@@ -480,7 +476,7 @@ def delete_gate(request: HttpRequest, team_id: uuid.UUID, event: str) -> dict[st
 # --- the task board -------------------------------------------------------------------------------
 
 
-@router.post("/teams/{uuid:team_id}/tasks", response={201: dict, **ERRORS}, auth=AUTH)
+@router.post("/teams/{team_id}/tasks", response={201: dict, **ERRORS}, auth=AUTH)
 def create_task(request: HttpRequest, team_id: uuid.UUID, body: TaskIn) -> Status:
     """Put a task on the board (any member or an operator), optionally blocked by others."""
     caller = principal(request)
@@ -494,7 +490,7 @@ def create_task(request: HttpRequest, team_id: uuid.UUID, body: TaskIn) -> Statu
     return Status(201, task_summary(task))
 
 
-@router.get("/teams/{uuid:team_id}/tasks", response={200: dict, **ERRORS}, auth=AUTH)
+@router.get("/teams/{team_id}/tasks", response={200: dict, **ERRORS}, auth=AUTH)
 def list_tasks(
     request: HttpRequest, team_id: uuid.UUID, status: str | None = None, owner: uuid.UUID | None = None
 ) -> dict[str, Any]:
@@ -521,14 +517,14 @@ def _visible_task(request: HttpRequest, task_id: int) -> tuple[Principal, Any]:
     return caller, task
 
 
-@router.get("/tasks/{int:task_id}", response={200: dict, **ERRORS}, auth=AUTH)
+@router.get("/tasks/{task_id}", response={200: dict, **ERRORS}, auth=AUTH)
 def task_detail(request: HttpRequest, task_id: int) -> dict[str, Any]:
     """One task: status, owner, blockers, revision, gate state."""
     _, task = _visible_task(request, task_id)
     return task_summary(task)
 
 
-@router.patch("/tasks/{int:task_id}", response={200: dict, **ERRORS}, auth=AUTH)
+@router.patch("/tasks/{task_id}", response={200: dict, **ERRORS}, auth=AUTH)
 def link_task(request: HttpRequest, task_id: int, body: TaskPatch) -> dict[str, Any]:
     """Add or remove `blocked_by` edges (a cycle is refused)."""
     caller, task = _visible_task(request, task_id)
@@ -537,28 +533,28 @@ def link_task(request: HttpRequest, task_id: int, body: TaskPatch) -> dict[str, 
     )
 
 
-@router.post("/tasks/{int:task_id}/claim", response={200: dict, **ERRORS}, auth=AUTH)
+@router.post("/tasks/{task_id}/claim", response={200: dict, **ERRORS}, auth=AUTH)
 def claim(request: HttpRequest, task_id: int, body: ClaimIn) -> dict[str, Any]:
     """Claim one task (atomic: one winner; 409 `not_claimable` for the others)."""
     caller, task = _visible_task(request, task_id)
     return task_summary(task_claim(task=task, actor=caller, expected_revision=body.expected_revision))
 
 
-@router.post("/tasks/{int:task_id}/assign", response={200: dict, **ERRORS}, auth=AUTH)
+@router.post("/tasks/{task_id}/assign", response={200: dict, **ERRORS}, auth=AUTH)
 def assign(request: HttpRequest, task_id: int, body: AssignIn) -> dict[str, Any]:
     """The lead assigns a task to a member (who gets a `task_assignment` frame)."""
     caller, task = _visible_task(request, task_id)
     return task_summary(task_assign(task=task, member_id=body.member_id, actor=caller))
 
 
-@router.post("/tasks/{int:task_id}/complete", response={200: dict, **ERRORS}, auth=AUTH)
+@router.post("/tasks/{task_id}/complete", response={200: dict, **ERRORS}, auth=AUTH)
 def complete(request: HttpRequest, task_id: int, body: CompleteIn) -> dict[str, Any]:
     """Complete your task. With a task_completed gate, `gate_pending` shows it awaits the hook."""
     caller, task = _visible_task(request, task_id)
     return task_summary(task_complete(task=task, actor=caller, result=body.result))
 
 
-@router.post("/tasks/{int:task_id}/release", response={200: dict, **ERRORS}, auth=AUTH)
+@router.post("/tasks/{task_id}/release", response={200: dict, **ERRORS}, auth=AUTH)
 def release(request: HttpRequest, task_id: int) -> dict[str, Any]:
     """Put your unfinished task back on the board, unowned."""
     caller, task = _visible_task(request, task_id)

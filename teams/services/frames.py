@@ -142,7 +142,8 @@ def frame_send(
     try:
         recipient = _recipient(team, sender, to_member)
     except SwitchboardError as exc:
-        raise _refuse(exc, actor=actor, team=team, frame_type=frame_type, why="stale_member") from None
+        why = str(exc.extra.get("reason") or getattr(exc, "reason", "") or exc.code)
+        raise _refuse(exc, actor=actor, team=team, frame_type=frame_type, why=why) from None
     if frame_type == "mode_change":
         mode = body.get("mode")
         if mode not in PermissionMode.values:

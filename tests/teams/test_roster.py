@@ -129,3 +129,10 @@ def test_ended_teams_are_purged_after_the_retention_period(api, crew, settings):
     later = timezone.now() + timedelta(days=settings.SWITCHBOARD_TEAM_RETENTION_DAYS, minutes=1)
     assert teams_purge_ended(now=later) == 1
     assert not Team.objects.exists() and not Task.objects.exists()
+
+
+def test_malformed_ids_get_the_json_error_shape(api, crew):
+    for path in ("teams/not-a-team", "tasks/not-a-task", f"teams/{crew.team_id}/members/xyz/shutdown"):
+        response = api.call("GET" if "shutdown" not in path else "POST", path, crew.lead.token, {})
+        assert response.status_code in (400, 404), (path, response.status_code)
+        assert response.json_body["error"] in ("invalid", "not_found")
