@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from federation.services.forwarding import forward_attempt, forwards_due
+from federation.services.forwarding import forward_attempt, forwards_due, forwards_expire_unclaimed
 from federation.services.receipts import receipts_flush
 from federation.services.registry import registry_refresh, registry_remove_stale
 from federation.services.relay import live_session_names, relay_expire, relay_pull_once
@@ -20,7 +20,8 @@ def forward_delivery(delivery_id: int) -> str:
 
 @shared_task(name="federation.tasks.retry_forwards")
 def retry_forwards() -> int:
-    """Start the forwards whose backoff has run out."""
+    """Start the forwards whose backoff has run out; give up on relay messages nobody pulled."""
+    forwards_expire_unclaimed()
     due = forwards_due()
     for delivery_id in due:
         forward_attempt(delivery_id=delivery_id)

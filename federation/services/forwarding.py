@@ -552,6 +552,23 @@ def _fail(rd: RemoteDelivery, delivery: Delivery, *, reason: str) -> None:
         )
 
 
+def forwards_expire_unclaimed(*, now: Any = None) -> int:
+    """Fail relayed deliveries the relay held longer than it keeps anything (plus an hour's grace):
+    nobody pulled them, so the sender should stop waiting."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.SWITCHBOARD_RELAY_EXPIRY_SECONDS + 3600)
+    stale = list(
+        RemoteDelivery.objects.filter(
+            tier=FederationTier.RELAY, remote_state="at_relay", updated_at__lt=cutoff
+        )[:500]
+    )
+    for rd in stale:
+        delivery = Delivery.objects.filter(pk=rd.delivery_id).first()
+        if delivery is not None:
+            _fail(rd, delivery, reason="no hub picked it up from the relay before it expired")
+    return len(stale)
+
+
 def forwards_due(*, now: Any = None, batch: int = 100) -> list[int]:
     """Remote deliveries whose retry time has come."""
     now = now or timezone.now()

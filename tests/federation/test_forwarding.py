@@ -274,3 +274,22 @@ def test_re_routing_never_takes_an_unapproved_message_off_the_machine(
     assert sent.json_body["status"] == "relayed"
     assert [c[1] for c in hubs.calls] == ["http://channel.invalid"]
     assert Delivery.objects.get().state == "failed"
+
+
+def test_a_relay_message_nobody_pulled_fails_after_the_relay_expiry(
+    api, register, routes, hubs, settings, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from federation.services.forwarding import forwards_expire_unclaimed
+
+    alice = register("alice")
+    routes.append(_route(tier="relay"))
+    hubs.answers = [{"id": "stored"}]
+    _send(api, alice, "bob", "anyone?", django_capture_on_commit_callbacks)
+    assert forwards_expire_unclaimed() == 0
+    later = timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_EXPIRY_SECONDS + 7200)
+    assert forwards_expire_unclaimed(now=later) == 1
+    assert Delivery.objects.get().state == "failed"
