@@ -24,7 +24,7 @@ from messaging.services.events import announce
 from messaging.services.sending import SendOutcome
 from teams.models import FrameRequest, Membership, RequestKind, RequestState, Role, Team
 from teams.services.notify import frame_deliver, hub_notify
-from teams.services.teams import member_require_live, requests_close, team_require_live
+from teams.services.teams import member_of_caller, member_require_live, requests_close
 
 
 @dataclass(frozen=True)
@@ -111,8 +111,8 @@ def frame_send(
         )
     rule = FRAME_RULES[frame_type]
     try:
-        team_require_live(team=team)
-        sender = _sender_member(team, actor)
+        sender = member_of_caller(team=team, actor=actor)
+        assert sender is not None
     except SwitchboardError as exc:
         raise _refuse(exc, actor=actor, team=team, frame_type=frame_type, why="not_a_member") from None
     if sender.role != rule.sender_role:
@@ -178,18 +178,6 @@ def frame_send(
             detail={"type": frame_type, "to_member": str(recipient.id)},
         )
     return FrameResult(outcome=outcome, request=None, frame_type=frame_type)
-
-
-def _sender_member(team: Team, actor: Principal) -> Membership:
-    session = actor.require_session()
-    member = (
-        Membership.objects.select_related("session")
-        .filter(team=team, session=session, left_at__isnull=True)
-        .first()
-    )
-    if member is None:
-        raise Forbidden("You are not on this team's roster, so you cannot send its frames.")
-    return member
 
 
 def _recipient(team: Team, sender: Membership, to_member: Any) -> Membership:

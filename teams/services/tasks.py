@@ -19,7 +19,7 @@ from messaging.services.audit import audit_event
 from messaging.services.events import announce
 from teams.models import GateEvent, Membership, Role, Task, TaskEdge, TaskStatus, Team
 from teams.services.notify import frame_deliver, frame_text, hub_notify
-from teams.services.teams import member_require_lead, member_require_live, team_require_live
+from teams.services.teams import member_of_caller, member_require_lead, member_require_live
 
 TITLE_MAX = 200
 DESCRIPTION_MAX = 20_000
@@ -47,17 +47,7 @@ def task_get(*, task_id: Any) -> Task:
 
 def _actor_member(team: Team, actor: Principal) -> Membership | None:
     """The caller's live membership (None for operators); Forbidden for outsiders."""
-    team_require_live(team=team)
-    if actor.is_operator:
-        return None
-    session = actor.require_session()
-    member = Membership.objects.select_related("session").filter(
-        team=team, session=session, left_at__isnull=True
-    )
-    found = member.first()
-    if found is None:
-        raise Forbidden("You are not on this team's roster.")
-    return found
+    return member_of_caller(team=team, actor=actor, operators=True)
 
 
 def _check_text(title: str, description: str) -> tuple[str, str]:

@@ -83,14 +83,18 @@ def member_require_live(*, team: Team, member_id: Any) -> Membership:
     return member
 
 
-def member_of_caller(*, team: Team, actor: Principal) -> Membership:
-    """The caller's live membership of `team` (a session acting as itself)."""
+def member_of_caller(*, team: Team, actor: Principal, operators: bool = False) -> Membership | None:
+    """The caller's live membership of a live `team`. With `operators`, an operator passes too
+    (and gets None); otherwise the caller must be a session on the roster."""
     team_require_live(team=team)
+    if operators and actor.is_operator:
+        return None
     session = actor.require_session()
-    member = Membership.objects.select_related("session").filter(
-        team=team, session=session, left_at__isnull=True
+    found = (
+        Membership.objects.select_related("session")
+        .filter(team=team, session=session, left_at__isnull=True)
+        .first()
     )
-    found = member.first()
     if found is None:
         raise Forbidden("You are not on this team's roster.")
     return found
