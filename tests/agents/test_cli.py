@@ -45,6 +45,9 @@ def test_a_script_registers_sends_pulls_and_acks(inprocess_hub: str, register, s
 
     code, out, _ = run(capsys, "send", "bob", "build 512 is green", "--session", "ci", "--summary", "ci")
     assert code == 0 and out.startswith(f"Queued for bob [{bob.ref}]")
+    sent_id = out.strip().rsplit(" ", 1)[1]
+    code, out, _ = run(capsys, "status", sent_id, "--session", "ci")
+    assert code == 0 and out.startswith(f"queued  (to bob [{bob.ref}])") and "delivery.queued" in out
 
     code, out, err = run(capsys, "inbox", "--session", "ci")
     assert (code, out) == (1, "") and "No messages waiting" in err  # nothing to do

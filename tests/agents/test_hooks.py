@@ -189,3 +189,23 @@ def test_a_hub_that_is_down_never_breaks_the_agent(db, monkeypatch: pytest.Monke
     # Nothing was ever registered, so ending the session has nothing to report.
     assert hook(event("SessionEnd", reason="other")) == (0, None)
     assert "unreachable" in (Path(os.environ["SWITCHBOARD_HOME"]) / "agent.log").read_text()
+
+
+def test_a_bypass_permissions_session_registers_as_bypass(inprocess_hub: str) -> None:
+    hook(event("SessionStart", source="startup", permission_mode="bypassPermissions"))
+
+    assert AgentSession.objects.get(name="billing").permission_mode == "bypass"
+
+
+def test_many_waiting_messages_stay_within_the_context_budget(started, register, send) -> None:
+    alice = register("alice")
+    for i in range(5):
+        send(alice, "billing", f"report {i}: " + "y" * 3000)
+
+    _, out = hook(event("PostToolUse", tool_name="Bash", tool_input={}, tool_use_id="toolu_3"))
+
+    text = out["hookSpecificOutput"]["additionalContext"]
+    assert len(text) < 10_000
+    assert text.count("=== BEGIN") == 6  # the header's mention and five messages, none dropped
+    assert "characters not shown here" in text and "include_unacked" in text
+    assert Delivery.objects.filter(state="delivered").count() == 5
