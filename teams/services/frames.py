@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, Invalid, NotFound, SwitchboardError
@@ -232,14 +232,50 @@ def _open(
 ) -> FrameResult:
     now = timezone.now()
     if kind == RequestKind.SHUTDOWN:
-        already = FrameRequest.objects.filter(
-            responder=recipient, kind=kind, state=RequestState.OPEN, expires_at__gt=now
-        ).first()
+        already = _open_shutdown(recipient, now)
         if already is not None:
             # Asking again while a request is open returns that request: no second frame, no loop.
             return FrameResult(outcome=None, request=already, frame_type=frame_type)
         # An open request past its deadline is settled first, so the new one can open.
         requests_expire_due(now=now)
+    try:
+        return _open_now(
+            team=team,
+            actor=actor,
+            sender=sender,
+            recipient=recipient,
+            frame_type=frame_type,
+            kind=kind,
+            reason=reason,
+            body=body,
+            now=now,
+        )
+    except IntegrityError:
+        # Two shutdown requests raced; the unique index let one open. Return that one.
+        already = _open_shutdown(recipient, now)
+        if already is None:
+            raise
+        return FrameResult(outcome=None, request=already, frame_type=frame_type)
+
+
+def _open_shutdown(recipient: Membership, now: Any) -> FrameRequest | None:
+    return FrameRequest.objects.filter(
+        responder=recipient, kind=RequestKind.SHUTDOWN, state=RequestState.OPEN, expires_at__gt=now
+    ).first()
+
+
+def _open_now(
+    *,
+    team: Team,
+    actor: Principal,
+    sender: Membership,
+    recipient: Membership,
+    frame_type: str,
+    kind: str,
+    reason: str,
+    body: dict[str, Any],
+    now: Any,
+) -> FrameResult:
     with transaction.atomic():
         request = FrameRequest.objects.create(
             team=team,

@@ -101,3 +101,22 @@ def test_a_shutdown_request_is_read_before_older_messages(api, crew, send):
     first, second = frames_in(api, crew.alice)
     assert first["frame_type"] == "shutdown_request" and first["priority"] == "urgent"
     assert second["text"] == "an older chat message"
+
+
+def test_two_racing_shutdown_requests_open_one(api, crew, monkeypatch):
+    """The second asker misses the first's request on its read (as in a race) and hits the unique
+    index instead: it still gets the first request back, and only one frame is sent."""
+    from teams.services import frames
+
+    first = _ask(api, crew)["request"]["id"]
+    real = frames._open_shutdown
+    calls = {"n": 0}
+
+    def blind_once(recipient, now):
+        calls["n"] += 1
+        return None if calls["n"] == 1 else real(recipient, now)
+
+    monkeypatch.setattr(frames, "_open_shutdown", blind_once)
+    second = _ask(api, crew)
+    assert second["request"]["id"] == first and second["repeated"] is True
+    assert len(frames_in(api, crew.alice, "shutdown_request")) == 1
