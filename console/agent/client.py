@@ -54,6 +54,7 @@ class HubClient:
     ) -> None:
         self.url = (url or hub_url()).rstrip("/")
         self.token = token
+        self.requests = 0  # round trips made (the hooks report how many each event cost)
         self._http = httpx.Client(
             base_url=f"{self.url}/api/v1", timeout=timeout, transport=transport or HubClient.default_transport
         )
@@ -84,6 +85,7 @@ class HubClient:
         extra: dict[str, Any] = {}
         if timeout is not None:
             extra["timeout"] = httpx.Timeout(timeout, connect=2.0)
+        self.requests += 1
         try:
             response = self._http.request(
                 method,

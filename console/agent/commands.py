@@ -75,12 +75,16 @@ def cmd_register(args: argparse.Namespace) -> int:
             peer_address=f"uds:{os.path.abspath(args.socket)}" if args.socket else "",
         )
     if args.save:
-        session_save(
-            SavedSession(
-                key=args.save, hub=client.url, token=body["token"], id=body["id"], name=body["name"],
-                ref=body["ref"], cwd=os.getcwd(), status=body["status"],
-            )
-        )  # fmt: skip
+        saved = SavedSession(
+            key=args.save,
+            hub=client.url,
+            token=body["token"],
+            id=body["id"],
+            name=body["name"],
+            ref=body["ref"],
+        )
+        saved.cwd, saved.status = os.getcwd(), body["status"]
+        session_save(saved)
     human = f"Registered {body['name']} [{body['ref']}]."
     human += (
         f" Saved as session {args.save!r}." if args.save else f"\nexport SWITCHBOARD_TOKEN={body['token']}"
@@ -130,8 +134,9 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 def cmd_ack(args: argparse.Namespace) -> int:
     with _client(args) as client:
         result = client.ack(args.ids)
-    _emit(args, result, f"acked {len(result['acked'])}, already read {len(result['already_read'])}, "
-                        f"not yours or unknown {len(result['unknown']) + len(result['not_acked'])}")  # fmt: skip
+    others = len(result["unknown"]) + len(result["not_acked"])
+    human = f"acked {len(result['acked'])}, already read {len(result['already_read'])}, not yours or unknown {others}"
+    _emit(args, result, human)
     return EXIT_OK if result["acked"] else EXIT_NOTHING
 
 
@@ -167,8 +172,10 @@ def cmd_listen(args: argparse.Namespace) -> int:
         client = _client(args, need_token=False)
         from console.agent.config import session_name
 
-        body = client.register(name=args.name or session_name(), cwd=os.getcwd(), kind="listener",
-                               peer_address=f"uds:{os.path.abspath(args.socket)}")  # fmt: skip
+        address = f"uds:{os.path.abspath(args.socket)}"
+        body = client.register(
+            name=args.name or session_name(), cwd=os.getcwd(), kind="listener", peer_address=address
+        )
         print(
             f"Registered {body['name']} [{body['ref']}] with socket {args.socket}.",
             file=sys.stderr,

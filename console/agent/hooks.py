@@ -65,18 +65,17 @@ class Hook:
         self.cwd = str(event.get("cwd") or os.getcwd())
         self.url = hub_url()
         self._make_client = make_client
-        self.requests = 0
+        self._clients: list[HubClient] = []
 
     def client(self, token: str | None) -> HubClient:
         client = self._make_client(self.url, token)
-        counted = client.call
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.requests += 1
-            return counted(*args, **kwargs)
-
-        client.call = call  # type: ignore[method-assign]
+        self._clients.append(client)
         return client
+
+    @property
+    def requests(self) -> int:
+        """HTTP round trips this hook call made."""
+        return sum(c.requests for c in self._clients)
 
     # --- sessions ------------------------------------------------------------------------------
     def saved(self) -> SavedSession | None:
