@@ -324,7 +324,7 @@ def add_agent_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_hook)
 
     p = add("install-hooks", cmd_install_hooks, "print (or --write) the Claude Code hooks and MCP config")
-    p.add_argument("--scope", choices=["project", "user"], default="project")
+    p.add_argument("--scope", choices=["project", "local", "user"], default="project")
     p.add_argument("--project-dir", default=".")
     p.add_argument("--write", action="store_true", help="merge into the settings files instead of printing")
 

@@ -68,8 +68,12 @@ def merge_hooks(existing: dict[str, Any], wanted: dict[str, Any]) -> dict[str, A
 
 
 def settings_path(scope: str, project_dir: Path) -> Path:
+    """Claude Code's settings file for a scope: user (all projects), project (shared through version
+    control), local (this project, this machine only: the commands hold absolute paths)."""
     if scope == "user":
         return Path.home() / ".claude" / "settings.json"
+    if scope == "local":
+        return project_dir / ".claude" / "settings.local.json"
     return project_dir / ".claude" / "settings.json"
 
 
@@ -100,7 +104,7 @@ def install(*, scope: str, project_dir: Path, write: bool) -> dict[str, Any]:
         server = mcp["mcpServers"]["switchboard"]
         env = " ".join(f"-e {k}={v}" for k, v in server["env"].items())
         report["mcp_command"] = (
-            f"claude mcp add --scope user {env} switchboard -- {server['command']} {' '.join(server['args'])}"
+            f"claude mcp add --scope {scope} {env} switchboard -- {server['command']} {' '.join(server['args'])}"
         )
     if write:
         write_json(settings_file, merge_hooks(read_json(settings_file), hooks))
