@@ -29,6 +29,26 @@ STOPPED_HOLD = "recipient_stopped"
 MAX_BULK = 1000
 
 
+# Why a delivery waits, in words for the sender (the codes come from messaging.policy and limits).
+HOLD_REASONS = {
+    "sensitive": "the text looks sensitive (a credential, a destructive command or a transcript request), "
+    "so a human must look at it first (escalate=required)",
+    "operator_policy": "an operator set the recipient to hold incoming messages",
+    "own_policy": "the recipient holds incoming messages",
+    "sender_override": "the recipient holds messages from you",
+    "sender_override_operator": "an operator set the recipient to hold messages from you",
+    "default_bypass_receiver": "the recipient runs without permission prompts, so it holds messages from "
+    "senders that do not",
+    "default_bypass_sender": "you run without permission prompts, so the recipient holds your messages",
+    "loop_suspected": "you and the recipient have exchanged many messages in both directions in a few "
+    "minutes, which looks like a reply loop",
+}
+
+
+def hold_reason_text(code: str) -> str:
+    return HOLD_REASONS.get(code, code or "inbound policy")
+
+
 def hold_expiry_for(recipient: AgentSession, now: datetime) -> datetime:
     """When a hold for `recipient` made at `now` expires: the session's setting, else the hub's."""
     seconds = recipient.hold_expiry_seconds or settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS

@@ -51,7 +51,7 @@ from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
 from messaging.services.audit import audit_events_bulk
 from messaging.services.events import announce
-from messaging.services.holds import hold_expiry_for, holds_make_room
+from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
 from messaging.services.limits import limits_find_duplicate, limits_loop_suspected, limits_take
 from messaging.services.policies import policy_lookup
 from messaging.services.transports import schedule_push
@@ -135,8 +135,8 @@ def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: 
                 f"start again, until {delivery.expires_at:%Y-%m-%d %H:%M} UTC. Do not resend."
             )
         return (
-            f"{again}HELD for {who} until an operator approves it ({delivery.hold_reason}); it expires "
-            f"at {delivery.expires_at:%Y-%m-%d %H:%M:%S} UTC if nobody decides. Do not resend; wait."
+            f"{again}HELD for {who} until an operator approves it: {hold_reason_text(delivery.hold_reason)}. "
+            f"It expires at {delivery.expires_at:%Y-%m-%d %H:%M:%S} UTC if nobody decides. Do not resend; wait."
         )
     if state == S.REFUSED:
         return f"{again}REFUSED by {who} ({delivery.decision_reason or 'inbound policy'}); do not retry."

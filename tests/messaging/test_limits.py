@@ -101,7 +101,7 @@ def test_a_reply_loop_is_held_for_an_operator(api, register, send, settings, ope
         assert send(alice, "bob", f"ping {i}").json_body["status"] == "queued"
         assert send(bob, "alice", f"pong {i}").json_body["status"] == "queued"
     r = send(alice, "bob", "ping 3")
-    assert r.json_body["status"] == "held"
+    assert r.json_body["status"] == "held" and "reply loop" in r.json_body["result"]
     [hold] = api.get("holds", operator_token).json_body["holds"]
     assert hold["hold_reason"] == "loop_suspected"
     assert send(bob, "alice", "pong 3").json_body["status"] == "held"

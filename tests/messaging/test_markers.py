@@ -59,6 +59,7 @@ def test_sensitive_text_is_held_for_a_human_with_escalation_even_under_accept(
     api.call("PUT", f"sessions/{bob.id}/policy", operator_token, {"policy": "accept"})
     r = send(alice, "bob", text)
     assert (r.json_body["status"], r.json_body["tier"]) == ("held", "sensitive")
+    assert "a human must look at it first" in r.json_body["result"]
     [hold] = api.get("holds", operator_token).json_body["holds"]
     assert (hold["hold_reason"], hold["escalate"], hold["tier"]) == ("sensitive", "required", "sensitive")
     api.post(f"holds/{hold['id']}/approve", operator_token)
