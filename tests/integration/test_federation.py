@@ -80,6 +80,7 @@ def _start(
     lan: list[str] = (),
     relay: str = "",
     port: int | None = None,
+    extra: dict[str, str] | None = None,
 ) -> FedHub:
     port = port or free_port()
     home = workdir / name
@@ -98,6 +99,7 @@ def _start(
         SWITCHBOARD_HOSTS_CACHE_SECONDS="1",
         SWITCHBOARD_JOBS="thread",
     )
+    env.update(extra or {})
     proc = Proc(
         f"fed-{name}",
         [str(VENV_BIN / "switchboard"), "serve", "--host", "127.0.0.1", "--port", str(port), "--role", role],
@@ -133,7 +135,13 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     shared, other = work / "registry-shared", work / "registry-c"
     started: list[FedHub] = []
     try:
-        r = _start("relay", work, role="relay", registry=work / "registry-relay")
+        r = _start(
+            "relay",
+            work,
+            role="relay",
+            registry=work / "registry-relay",
+            extra={"SWITCHBOARD_RELAY_LEASE_SECONDS": "3"},  # hubs renew every 0.5 s
+        )
         started.append(r)
         c_port = free_port()
         c = _start("hub-c", work, registry=other, relay=r.url, port=c_port)
@@ -329,6 +337,33 @@ def test_tier_order_channel_before_lan_before_relay(fed):
     assert second.status_code == 201, second.text
     assert _wait_inbox(fed.c, dup_c)[0]["delivery_tier"] == "lan"
 
+    # Only a relay-reachable copy left: a hub (this test's key) that leases the name at the relay.
+    fed.c.call("DELETE", "sessions/me", dup_c["token"])
+    far = HubKey("far-hub")
+    wait_until(
+        lambda: far.call(fed.r, "POST", "relay/leases", {"agent": "dup"}).status_code == 200,
+        timeout=15,
+        what="C's lease on dup to lapse",
+        interval=0.5,
+    )
+    time.sleep(1.2)  # past the hosts cache
+    third = fed.a.send(alice, "dup", "and via the relay?", idempotency_key="dup-3")
+    assert third.status_code == 201, third.text
+    assert third.json()["status"] == "relayed"
+    items = wait_until(
+        lambda: far.call(fed.r, "POST", "relay/pull", {"agents": ["dup"]}).json()["messages"],
+        timeout=20,
+        what="A's message at the relay",
+        interval=0.3,
+    )
+    opened = json.loads(
+        SealedBox(far.key.to_curve25519_private_key()).decrypt(base64.b64decode(items[0]["sealed"]))
+    )
+    assert opened["text"] == "and via the relay?" and opened["from"]["hub"] == fed.a.public_key()
+    status = fed.a.status(alice, third.json()["id"])
+    assert status["deliveries"][0]["tier"] == "relay"
+    assert status["deliveries"][0]["remote"]["remote_state"] == "at_relay"
+
 
 def test_a_session_live_in_another_hub_on_this_machine_cannot_register_again(fed):
     response = fed.a.call("POST", "sessions", ENROLL, {"name": "bob", "cwd": "/w/bob"})
@@ -459,6 +494,10 @@ def test_claims_are_atomic_between_concurrent_pullers(fed):
 
     def pull(slot: int, who: HubKey) -> None:
         for _ in range(20):
+            if who is owner:  # the lease holder's pull cycle: renew the lease, claim
+                response = who.call(fed.r, "POST", "relay/pull", {"agents": [agent]})
+                got[slot].extend(item["message_id"] for item in response.json()["messages"])
+                continue
             response = who.call(fed.r, "POST", "relay/claims", {"agent": agent, "kind": "message"})
             if response.status_code != 200:
                 got[slot].append(f"refused:{response.status_code}")
