@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, Literal
 
 import anyio
@@ -164,6 +166,17 @@ async def tool_schema_size(server: MCPServer) -> int:
 
 def main() -> int:
     logging.basicConfig(level=logging.WARNING)  # stderr: stdout carries the protocol
-    server = build_server(Identity.from_env())
+    identity = Identity.from_env()
+    server = build_server(identity)
+
+    def stop(signum: int, frame: object) -> None:
+        # MCP clients stop a server by closing stdin, then SIGTERM. A thread blocked reading stdin
+        # cannot be cancelled, so a signal deregisters here and ends the process at once.
+        with suppress(Exception):
+            identity.close()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     server.run("stdio")
     return 0
