@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -181,6 +183,8 @@ def cmd_listen(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop like Ctrl-C: clean up, deregister
     try:
         taken = listen(
             args.socket, out_file=args.out, as_json=args.json, count=args.count, seconds=args.seconds
