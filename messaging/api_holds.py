@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.db.models import Q
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Field, Path, Router, Schema
 
 from messaging.auth import AUTH, operator, principal
 from messaging.errors import Conflict, NotFound
@@ -30,6 +30,7 @@ from messaging.services.policies import (
 router = Router(tags=["holds and policy"])
 
 Action = Literal["accept", "hold", "refuse"]
+DeliveryId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 
 
 class ErrorOut(Schema):
@@ -45,7 +46,9 @@ class ReasonIn(Schema):
 
 
 class DecideIn(Schema):
-    ids: list[int] = Field(..., description="Delivery ids of the holds (`id` in GET /holds).")
+    ids: list[DeliveryId] = Field(
+        ..., min_length=1, max_length=1000, description="Delivery ids of the holds (`id` in GET /holds)."
+    )
     approve: bool
     reason: str = Field("", max_length=500)
 
@@ -110,13 +113,17 @@ def _decide_one(request: HttpRequest, delivery_id: int, approve: bool, reason: s
 
 
 @router.post("/holds/{delivery_id}/approve", response={200: dict, **ERRORS}, auth=AUTH)
-def approve(request: HttpRequest, delivery_id: int, body: ReasonIn | None = None) -> dict[str, Any]:
+def approve(
+    request: HttpRequest, delivery_id: Annotated[int, Path(ge=1, le=2**63 - 1)], body: ReasonIn | None = None
+) -> dict[str, Any]:
     """Approve one hold: it is queued for its recipient and pushed now (operators only)."""
     return _decide_one(request, delivery_id, True, body.reason if body else "")
 
 
 @router.post("/holds/{delivery_id}/deny", response={200: dict, **ERRORS}, auth=AUTH)
-def deny(request: HttpRequest, delivery_id: int, body: ReasonIn | None = None) -> dict[str, Any]:
+def deny(
+    request: HttpRequest, delivery_id: Annotated[int, Path(ge=1, le=2**63 - 1)], body: ReasonIn | None = None
+) -> dict[str, Any]:
     """Deny one hold, with an optional reason the sender is told (operators only)."""
     return _decide_one(request, delivery_id, False, body.reason if body else "")
 
@@ -135,10 +142,8 @@ def get_policy(request: HttpRequest, session_ref: str) -> dict[str, Any]:
     """A session's inbound policy and per-sender overrides (`me`, or any session for operators)."""
     caller = principal(request)
     session = _session(caller, session_ref)
-    if not caller.is_operator:
-        caller.require_session()
-        if caller.session is None or caller.session.id != session.id:
-            caller.require_operator()
+    if not caller.is_operator and (caller.session is None or caller.session.id != session.id):
+        caller.require_operator()
     return policy_view(session=session)
 
 

@@ -277,3 +277,11 @@ def test_policy_changes_are_audited_with_who_made_them(api, register, put, opera
     events = AuditEvent.objects.filter(kind="session.policy", target=bob.id).order_by("id")
     assert [e.actor for e in events] == ["operator:test-operator", f"session:bob [{bob.ref}]"]
     assert events[1].detail["after"]["inbound_policy"] == "refuse"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2**63, 10**30])
+def test_out_of_range_hold_ids_are_a_400_not_a_crash(api, operator_token, bad):
+    assert api.post(f"holds/{bad}/approve", operator_token).status_code in (400, 404)
+    r = api.post("holds/decide", operator_token, {"ids": [bad], "approve": False})
+    assert r.status_code == 400 and r.json_body["error"] == "invalid"
+    assert api.post("holds/decide", operator_token, {"ids": [], "approve": True}).status_code == 400
