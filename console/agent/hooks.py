@@ -33,6 +33,7 @@ from console.agent.config import (
     SavedSession,
     hub_url,
     log_path,
+    session_forget,
     session_load,
     session_name,
     session_save,
@@ -138,9 +139,20 @@ class Hook:
         with self.client(saved.token) as client:
             return client.inbox(limit=INBOX_LIMIT)
 
-    def on_inject(self, event_name: str) -> dict[str, Any] | None:
+    def session_and_messages(self) -> tuple[SavedSession, list[dict[str, Any]]]:
+        """The session and its waiting messages. A hub that no longer knows the saved token (it was
+        reset, or the session was ended) gets a fresh registration, once."""
         saved = self.session()
-        messages = self.pull(saved)
+        try:
+            return saved, self.pull(saved)
+        except HubError as exc:
+            if exc.status != 401:
+                raise
+        saved = self.register()
+        return saved, self.pull(saved)
+
+    def on_inject(self, event_name: str) -> dict[str, Any] | None:
+        saved, messages = self.session_and_messages()
         if event_name == "UserPromptSubmit" and saved.status != "busy":
             with self.client(saved.token) as client:
                 client.set_status("busy")
@@ -151,8 +163,7 @@ class Hook:
         return _context(event_name, render_messages(messages, how_to_reread=REREAD))
 
     def on_stop(self) -> dict[str, Any] | None:
-        saved = self.session()
-        messages = self.pull(saved)
+        saved, messages = self.session_and_messages()
         if messages:
             reason = render_messages(messages, how_to_reread=REREAD)
             return {"decision": "block", "reason": reason + "\n\nHandle these messages before you stop."}
@@ -170,6 +181,7 @@ class Hook:
         session_save(saved)  # even if the hub is down, the next SessionStart registers afresh
         with self.client(saved.token) as client:
             client.deregister()
+        session_forget(saved.key)
         return None
 
     def run(self) -> dict[str, Any] | None:

@@ -165,7 +165,7 @@ def test_session_end_reports_exit(started) -> None:
     assert (code, out) == (0, None)
     started.refresh_from_db()
     assert started.status == "exited"
-    assert session_load(SESSION_ID).ended
+    assert session_load(SESSION_ID) is None  # the token file is gone
 
 
 def test_a_hub_that_is_down_never_breaks_the_agent(db, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,3 +209,18 @@ def test_many_waiting_messages_stay_within_the_context_budget(started, register,
     assert text.count("=== BEGIN") == 6  # the header's mention and five messages, none dropped
     assert "characters not shown here" in text and "include_unacked" in text
     assert Delivery.objects.filter(state="delivered").count() == 5
+
+
+def test_a_hub_that_forgot_the_session_gets_a_fresh_registration(started, register, send) -> None:
+    from messaging.principals import HUB
+    from messaging.services.sessions import session_deregister
+
+    session_deregister(session=started, actor=HUB)  # e.g. the hub was reset or ended the session
+
+    assert hook(event("PostToolUse", tool_name="Bash", tool_input={}, tool_use_id="toolu_4")) == (0, None)
+    assert "3 request(s)" in last_log_line()  # refused, registered again, pulled
+    send(register("alice"), "billing", "hello again")  # reaches the new registration by name
+    code, out = hook(event("PostToolUse", tool_name="Bash", tool_input={}, tool_use_id="toolu_5"))
+
+    assert code == 0 and "hello again" in out["hookSpecificOutput"]["additionalContext"]
+    assert AgentSession.objects.filter(name="billing", status="busy").count() == 1
