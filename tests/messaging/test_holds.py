@@ -285,3 +285,16 @@ def test_out_of_range_hold_ids_are_a_400_not_a_crash(api, operator_token, bad):
     r = api.post("holds/decide", operator_token, {"ids": [bad], "approve": False})
     assert r.status_code == 400 and r.json_body["error"] == "invalid"
     assert api.post("holds/decide", operator_token, {"ids": [], "approve": True}).status_code == 400
+
+
+def test_a_sender_that_exited_gets_no_notification_but_the_decision_stands(
+    api, register, send, hold_for, operator_token
+):
+    alice, bob = register("alice"), register("bob")
+    hold_for(bob)
+    mid = send(alice, "bob", "bye").json_body["id"]
+    api.delete("sessions/me", alice.token)
+    [hold] = api.get("holds", operator_token).json_body["holds"]
+    assert api.post(f"holds/{hold['id']}/approve", operator_token).json_body["state"] == "queued"
+    assert not Delivery.objects.filter(recipient_id=alice.id, message__kind="notification").exists()
+    assert [m["id"] for m in api.get("inbox", bob.token).json_body["messages"]] == [mid]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from messaging.models import MessageKind, Tier
+from messaging.names import strip_invisible
 from messaging.sensitivity import PATTERNS, classify, sensitive_matches
 
 # (pattern name, text that must match, near miss that must not match any pattern)
@@ -105,3 +108,24 @@ def test_scanning_a_megabyte_stays_fast() -> None:
     started = time.perf_counter()
     sensitive_matches(text[:1_000_000])
     assert time.perf_counter() - started < 10  # generous: catastrophic backtracking takes minutes
+
+
+INVISIBLE = ["\u200b", "\u200d", "\u202e", "\u2066", "\ufeff", "\U000e0041", "\U000e0020", "\u00ad"]
+
+
+@given(
+    st.sampled_from(CASES),
+    st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(INVISIBLE)), max_size=8),
+)
+def test_invisible_characters_cannot_hide_a_pattern(
+    case: tuple[str, str, str], inserts: list[tuple[int, str]]
+) -> None:
+    """The send pipeline strips invisible characters before classifying, so sprinkling them into
+    a sensitive text does not get it past the table."""
+    name, hit, _ = case
+    text = hit
+    for position, char in inserts:
+        at = position % (len(text) + 1)
+        text = text[:at] + char + text[at:]
+    cleaned, _removed = strip_invisible(text)
+    assert name in sensitive_matches(cleaned)
