@@ -10,7 +10,8 @@ Server → agent frames:
   {"type": "acked", ...}                              the answer to an ack
   {"type": "event", "kind": ..., "data": ...}         other live events (e.g. read receipts)
   {"type": "error", "error": code, "detail": sentence}
-Agent → server: {"type": "auth", "token"}, {"type": "ack", "ids": [message id, ...]}, {"type": "ping"}.
+Agent → server: {"type": "auth", "token"}, {"type": "ack", "ids": [message id, ...]}, {"type": "ping"}
+(a ping also counts as a heartbeat, like any authenticated HTTP call).
 
 The database stays the truth: a push only happens after the pull has moved the delivery to
 delivered, and a client that drops mid-push can fetch those again with `include_unacked`.
@@ -57,6 +58,11 @@ def _authenticate(token: str) -> AgentSession | None:
     if session is not None:
         session_touch(session)
     return session
+
+
+@database_sync_to_async
+def _touch(session: AgentSession) -> None:
+    session_touch(session)
 
 
 @database_sync_to_async
@@ -153,6 +159,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             self.unacked = max(0, self.unacked - len(result["acked"]) - len(result["already_read"]))
             await self.flush()  # acks open the window again
         elif kind == "ping":
+            await _touch(self.session)  # a connected agent that pings is alive (not `dead`)
             await self.send_json({"type": "pong"})
         else:
             await self._error("invalid", "Frames are `ack` or `ping`.")
