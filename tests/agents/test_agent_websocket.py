@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -130,4 +131,25 @@ async def test_a_bad_ack_frame_gets_an_error_and_the_socket_stays_open() -> None
 
     assert error["type"] == "error" and error["error"] == "invalid"
     assert await ws.receive_json_from(timeout=5) == {"type": "pong"}
+    await ws.disconnect()
+
+
+@database_sync_to_async
+def last_seen(session_id: object) -> object:
+    from messaging.models import AgentSession
+
+    return AgentSession.objects.get(pk=session_id).last_seen
+
+
+async def test_a_ping_counts_as_a_heartbeat() -> None:
+    bob = await register("bob")
+    ws = connect(bob.token)
+    await hello(ws)
+    before = await last_seen(bob.session.id)
+
+    await asyncio.sleep(0.05)
+    await ws.send_json_to({"type": "ping"})
+    assert await ws.receive_json_from(timeout=5) == {"type": "pong"}
+
+    assert await last_seen(bob.session.id) > before
     await ws.disconnect()
