@@ -14,7 +14,6 @@ import base64
 import hashlib
 import json
 import os
-import sqlite3
 import threading
 import time
 import uuid
@@ -25,98 +24,12 @@ from typing import Any
 
 import httpx
 import pytest
-from nacl.encoding import Base64Encoder
 from nacl.public import PublicKey, SealedBox
-from nacl.signing import SigningKey
 
-from tests.integration.harness import VENV_BIN, Proc, free_port, wait_until
+from tests.integration.fedhubs import ENROLL, FedHub, HubKey, start_hub, wait_inbox, wait_state
+from tests.integration.harness import free_port, wait_until
 
 pytestmark = pytest.mark.integration
-ENROLL = "fed-enroll-key-" + "f" * 24
-
-
-@dataclass
-class FedHub:
-    name: str
-    url: str
-    home: Path
-    proc: Proc
-
-    def call(
-        self, method: str, path: str, token: str | None = None, body: Any = None, **kw: Any
-    ) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.request(
-            method, f"{self.url}/api/v1/{path}", json=body, headers=headers, timeout=10, **kw
-        )
-
-    def register(self, name: str, **fields: Any) -> dict[str, Any]:
-        response = self.call("POST", "sessions", ENROLL, {"name": name, **fields})
-        assert response.status_code == 201, response.text
-        return response.json()
-
-    def send(self, who: dict[str, Any], to: str, text: str, **fields: Any) -> httpx.Response:
-        return self.call("POST", "messages", who["token"], {"to": to, "message": text, **fields})
-
-    def inbox(self, who: dict[str, Any]) -> list[dict[str, Any]]:
-        return self.call("GET", "inbox", who["token"]).json()["messages"]
-
-    def status(self, who: dict[str, Any], message_id: str) -> dict[str, Any]:
-        return self.call("GET", f"messages/{message_id}", who["token"]).json()
-
-    def public_key(self) -> str:
-        return self.call("GET", "federation/hub").json()["public_key"]
-
-    def db(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.home / "switchboard.sqlite3", timeout=10)
-
-
-def _start(
-    name: str,
-    workdir: Path,
-    *,
-    role: str = "hub",
-    registry: Path,
-    lan: list[str] = (),
-    relay: str = "",
-    port: int | None = None,
-    extra: dict[str, str] | None = None,
-) -> FedHub:
-    port = port or free_port()
-    home = workdir / name
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "DATABASE_URL", "REDIS_URL"))
-    }
-    env.update(
-        SWITCHBOARD_HOME=str(home),
-        SWITCHBOARD_HUB_NAME=name,
-        SWITCHBOARD_ENROLL_KEY=ENROLL,
-        SWITCHBOARD_REGISTRY_DIR=str(registry),
-        SWITCHBOARD_LAN_PEERS=",".join(lan),
-        SWITCHBOARD_RELAY_URL=relay,
-        SWITCHBOARD_FEDERATION_POLL_SECONDS="0.5",
-        SWITCHBOARD_HOSTS_CACHE_SECONDS="1",
-        SWITCHBOARD_JOBS="thread",
-    )
-    env.update(extra or {})
-    proc = Proc(
-        f"fed-{name}",
-        [str(VENV_BIN / "switchboard"), "serve", "--host", "127.0.0.1", "--port", str(port), "--role", role],
-        env,
-        workdir / f"{name}.log",
-    ).start()
-    hub = FedHub(name, f"http://127.0.0.1:{port}", home, proc)
-    try:
-        wait_until(
-            lambda: proc.alive() and hub.call("GET", "federation/hub").status_code == 200,
-            timeout=60,
-            what=f"hub {name}",
-        )
-    except TimeoutError:
-        proc.stop()
-        raise AssertionError(f"hub {name} did not start:\n{proc.log()[-3000:]}") from None
-    return hub
 
 
 @dataclass
@@ -135,7 +48,7 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     shared, other = work / "registry-shared", work / "registry-c"
     started: list[FedHub] = []
     try:
-        r = _start(
+        r = start_hub(
             "relay",
             work,
             role="relay",
@@ -144,11 +57,11 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
         )
         started.append(r)
         c_port = free_port()
-        c = _start("hub-c", work, registry=other, relay=r.url, port=c_port)
+        c = start_hub("hub-c", work, registry=other, relay=r.url, port=c_port)
         started.append(c)
-        a = _start("hub-a", work, registry=shared, lan=[c.url], relay=r.url)
+        a = start_hub("hub-a", work, registry=shared, lan=[c.url], relay=r.url)
         started.append(a)
-        b = _start("hub-b", work, registry=shared, relay=r.url)
+        b = start_hub("hub-b", work, registry=shared, relay=r.url)
         started.append(b)
         agents = {
             "alice": a.register("alice", cwd="/w/alice"),
@@ -171,85 +84,6 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
             hub.proc.stop()
 
 
-def _wait_state(
-    hub: FedHub, who: dict[str, Any], message_id: str, wanted: str, timeout: float = 20
-) -> dict[str, Any]:
-    return wait_until(
-        lambda: (s := hub.status(who, message_id))["status"] == wanted and s,
-        timeout=timeout,
-        what=f"{message_id} to be {wanted} on {hub.name}",
-        interval=0.2,
-    )
-
-
-def _wait_inbox(hub: FedHub, who: dict[str, Any], timeout: float = 20) -> list[dict[str, Any]]:
-    return wait_until(
-        lambda: hub.inbox(who), timeout=timeout, what=f"a message for {who['name']}", interval=0.2
-    )
-
-
-class HubKey:
-    """A hub key held by the test itself, to talk to hubs and the relay the way a hub does."""
-
-    def __init__(self, name: str = "test-hub") -> None:
-        self.key = SigningKey.generate()
-        self.name = name
-        self.public_key = self.key.verify_key.encode(Base64Encoder).decode()
-
-    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
-        stamp = str(int(time.time()))
-        data = "\n".join([method, path, stamp, hashlib.sha256(body).hexdigest()]).encode()
-        return {
-            "X-Switchboard-Hub": self.public_key,
-            "X-Switchboard-Hub-Name": self.name,
-            "X-Switchboard-Time": stamp,
-            "X-Switchboard-Signature": base64.b64encode(self.key.sign(data).signature).decode(),
-            "Content-Type": "application/json",
-        }
-
-    def call(self, hub: FedHub, method: str, path: str, body: Any = None) -> httpx.Response:
-        raw = b"" if body is None else json.dumps(body).encode()
-        full = f"/api/v1/{path}"
-        return httpx.request(
-            method, hub.url + full, content=raw, headers=self.headers(method, full, raw), timeout=10
-        )
-
-    def envelope(
-        self, *, to: str, text: str, hops: int = 1, files: list[dict[str, Any]] | None = None
-    ) -> dict[str, Any]:
-        envelope = {
-            "v": 1,
-            "id": str(uuid.uuid4()),
-            "from": {
-                "hub": self.public_key,
-                "hub_name": self.name,
-                "url": "",
-                "id": "t-1",
-                "name": "tester",
-                "ref": "tstr23",
-            },
-            "to": to,
-            "text": text,
-            "hops": hops,
-            "files": files or [],
-        }
-        signed = json.dumps(
-            {
-                "v": 1,
-                "id": envelope["id"],
-                "hub": self.public_key,
-                "sender": ["t-1", "tester"],
-                "to": to,
-                "sha256": hashlib.sha256(text.encode()).hexdigest(),
-                "files": [f["sha256"] for f in envelope["files"]],
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        ).encode()
-        envelope["signature"] = base64.b64encode(self.key.sign(signed).signature).decode()
-        return envelope
-
-
 def test_discovery_lists_remote_agents_with_their_tier(fed):
     listed = fed.a.call("GET", "agents", fed.agents["alice"]["token"]).json()["agents"]
     tiers = {(a["name"], a["tier"]) for a in listed}
@@ -266,12 +100,12 @@ def test_channel_delivery_with_receipts_back_to_the_sender(fed):
     body = sent.json()
     assert body["status"] in ("relayed", "delivered")
     message_id = body["id"]
-    [frame] = _wait_inbox(fed.b, bob)
+    [frame] = wait_inbox(fed.b, bob)
     assert frame["id"] == message_id
     assert frame["trust"] == "channel-verified" and frame["delivery_tier"] == "channel"
-    _wait_state(fed.a, alice, message_id, "delivered")
+    wait_state(fed.a, alice, message_id, "delivered")
     fed.b.call("POST", "inbox/ack", bob["token"], {"ids": [message_id]})
-    status = _wait_state(fed.a, alice, message_id, "read")
+    status = wait_state(fed.a, alice, message_id, "read")
     assert status["deliveries"][0]["tier"] == "channel"
 
 
@@ -279,10 +113,10 @@ def test_lan_delivery(fed):
     alice, carol = fed.agents["alice"], fed.agents["carol"]
     sent = fed.a.send(alice, "carol", "lan hello")
     assert sent.status_code == 201, sent.text
-    [frame] = _wait_inbox(fed.c, carol)
+    [frame] = wait_inbox(fed.c, carol)
     assert frame["text"] == "lan hello"
     assert frame["trust"] == "lan-verified" and frame["delivery_tier"] == "lan"
-    _wait_state(fed.a, alice, sent.json()["id"], "delivered")
+    wait_state(fed.a, alice, sent.json()["id"], "delivered")
 
 
 def test_a_reply_goes_back_over_the_lan_to_a_hub_that_wrote_first(fed):
@@ -290,7 +124,7 @@ def test_a_reply_goes_back_over_the_lan_to_a_hub_that_wrote_first(fed):
     fed.a.inbox(alice)  # empty it
     reply = fed.c.send(carol, "alice", "got it, thanks")  # C has no LAN peers configured
     assert reply.status_code == 201, reply.text
-    [frame] = _wait_inbox(fed.a, alice)
+    [frame] = wait_inbox(fed.a, alice)
     assert frame["text"] == "got it, thanks"
     assert (frame["delivery_tier"], frame["trust"]) == ("lan", "lan-verified")
 
@@ -302,11 +136,11 @@ def test_relay_delivery_sealed_end_to_end_with_receipts(fed):
     assert sent.status_code == 201, sent.text
     body = sent.json()
     assert body["status"] == "relayed" and "relay" in body["result"]
-    [frame] = _wait_inbox(fed.c, carol)
+    [frame] = wait_inbox(fed.c, carol)
     assert frame["text"] == secret
     assert frame["trust"] == "relay-verified" and frame["delivery_tier"] == "relay"
     fed.c.call("POST", "inbox/ack", carol["token"], {"ids": [frame["id"]]})
-    _wait_state(fed.b, bob, body["id"], "read", timeout=30)
+    wait_state(fed.b, bob, body["id"], "read", timeout=30)
     # The relay saw routing metadata only: the text is nowhere in its database files.
     for path in fed.r.home.glob("switchboard.sqlite3*"):
         assert secret.encode() not in path.read_bytes(), path
@@ -330,12 +164,12 @@ def test_tier_order_channel_before_lan_before_relay(fed):
     dup_c = fed.c.register("dup", cwd="/w/dup-c")
     first = fed.a.send(alice, "dup", "which tier?")
     assert first.status_code == 201, first.text
-    assert _wait_inbox(fed.b, dup_b)[0]["delivery_tier"] == "channel"
+    assert wait_inbox(fed.b, dup_b)[0]["delivery_tier"] == "channel"
     fed.b.call("DELETE", "sessions/me", dup_b["token"])
     time.sleep(1.2)  # past the hosts cache
     second = fed.a.send(alice, "dup", "and now?", idempotency_key="dup-2")
     assert second.status_code == 201, second.text
-    assert _wait_inbox(fed.c, dup_c)[0]["delivery_tier"] == "lan"
+    assert wait_inbox(fed.c, dup_c)[0]["delivery_tier"] == "lan"
 
     # Only a relay-reachable copy left: a hub (this test's key) that leases the name at the relay.
     fed.c.call("DELETE", "sessions/me", dup_c["token"])
@@ -428,7 +262,7 @@ def test_file_sent_across_hubs_arrives_intact_and_a_changed_file_is_left_out(fed
         files=[{"sha256": uploaded.json()["sha256"], "name": "/home/alice/data.bin"}],
     )
     assert sent.status_code == 201, sent.text
-    [frame] = _wait_inbox(fed.b, bob)
+    [frame] = wait_inbox(fed.b, bob)
     [kept] = frame["files"]
     assert kept["sha256"] == hashlib.sha256(data).hexdigest()
     assert Path(kept["path"]).read_bytes() == data
@@ -448,7 +282,7 @@ def test_file_sent_across_hubs_arrives_intact_and_a_changed_file_is_left_out(fed
         {"tier": "lan", "envelope": tester.envelope(to="filer", text="tampered file", files=[bad])},
     )
     assert response.status_code == 201, response.text
-    [frame] = _wait_inbox(fed.b, bob)
+    [frame] = wait_inbox(fed.b, bob)
     assert "FILES=0" in frame["marker"]
     assert "mismatch" in frame["files"][0]["problem"]
 
@@ -556,7 +390,7 @@ def test_a_hub_forwards_onward_one_hop_and_the_hop_cap_stops_it(fed):
         {"tier": "lan", "envelope": tester.envelope(to="bob-onward", text="via A")},
     )
     assert onward.status_code == 201, onward.text
-    [frame] = _wait_inbox(fed.b, bob)
+    [frame] = wait_inbox(fed.b, bob)
     assert frame["text"] == "via A" and frame["trust"] == "channel-verified"
     capped = tester.envelope(to="bob-onward", text="no further", hops=3)
     assert (
