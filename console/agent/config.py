@@ -17,6 +17,7 @@ import json
 import os
 import re
 import time
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from typing import Any
 from console.home import home_dir, write_private
 
 DEFAULT_URL = "http://127.0.0.1:8765"
-NAME_CHARS = re.compile(r"[^A-Za-z0-9 ._-]+")
+# Words that mean something else in an address (the hub refuses them as names).
+RESERVED_NAMES = frozenset({"lead", "hub", "operator", "switchboard"})
 SESSION_ID_CHARS = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
@@ -44,10 +46,15 @@ def enroll_key() -> str | None:
 
 
 def session_name(cwd: str | None = None) -> str:
-    """SWITCHBOARD_NAME, else the folder's name, cleaned to what the hub accepts in a name."""
+    """SWITCHBOARD_NAME, else the folder's name, cleaned to what the hub accepts in a name:
+    letters (any script), digits, space and - _ . ; a reserved address word gets `-agent` added."""
     raw = os.environ.get("SWITCHBOARD_NAME", "").strip() or Path(cwd or os.getcwd()).name
-    cleaned = NAME_CHARS.sub("-", raw).strip(" .-_")[:64]
-    return cleaned or "agent"
+    nfkc = unicodedata.normalize("NFKC", raw)
+    kept = "".join(c if unicodedata.category(c)[0] in "LN" or c in " ._-" else "-" for c in nfkc)
+    cleaned = re.sub(r"-{2,}", "-", kept).strip(" .-_")[:58]
+    if not cleaned:
+        return "agent"
+    return f"{cleaned}-agent" if cleaned.casefold() in RESERVED_NAMES else cleaned
 
 
 def sessions_dir() -> Path:
