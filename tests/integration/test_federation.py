@@ -53,7 +53,7 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
             work,
             role="relay",
             registry=work / "registry-relay",
-            extra={"SWITCHBOARD_RELAY_LEASE_SECONDS": "3"},  # hubs renew every 0.5 s
+            extra={"SWITCHBOARD_RELAY_LEASE_SECONDS": "5"},  # hubs renew every 0.5 s
         )
         started.append(r)
         c_port = free_port()
@@ -311,6 +311,7 @@ def test_claims_are_atomic_between_concurrent_pullers(fed):
     for i in range(30):
         mid = str(uuid.uuid4())
         ids.add(mid)
+        owner.call(fed.r, "POST", "relay/leases", {"agent": agent})  # leases here last 5 s: keep it
         stored = owner.call(
             fed.r,
             "POST",
