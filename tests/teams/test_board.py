@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from teams.services.tasks import would_cycle
 from tests.teams.conftest import frames_in
@@ -145,3 +147,39 @@ def test_outsiders_cannot_see_or_touch_the_board(api, crew, register):
     assert api.get(f"tasks/{task['id']}", stranger.token).status_code == 404
     assert api.post(f"tasks/{task['id']}/claim", stranger.token, {}).status_code == 404
     assert api.post(crew.path("/tasks"), stranger.token, {"title": "x"}).status_code == 403
+
+
+def _acyclic(edges: dict[int, set[int]]) -> bool:
+    """Kahn's algorithm: the graph has no cycle when every node can be peeled off."""
+    nodes = set(edges) | {b for bs in edges.values() for b in bs}
+    waiting = {n: len(edges.get(n, ())) for n in nodes}
+    dependants: dict[int, set[int]] = {}
+    for task, blockers in edges.items():
+        for b in blockers:
+            dependants.setdefault(b, set()).add(task)
+    ready = [n for n, count in waiting.items() if count == 0]
+    peeled = 0
+    while ready:
+        node = ready.pop()
+        peeled += 1
+        for d in dependants.get(node, ()):
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                ready.append(d)
+    return peeled == len(nodes)
+
+
+@given(
+    pairs=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), max_size=20),
+    task=st.integers(0, 7),
+    blockers=st.sets(st.integers(0, 7), min_size=1, max_size=3),
+)
+def test_would_cycle_agrees_with_a_topological_sort(pairs, task, blockers):
+    edges: dict[int, set[int]] = {}
+    for a, b in pairs:  # build an acyclic board the way the service would: refuse closing edges
+        if a != b and not would_cycle(edges=edges, task=a, blockers={b}):
+            edges.setdefault(a, set()).add(b)
+    assert _acyclic(edges)
+    after = {k: set(v) for k, v in edges.items()}
+    after.setdefault(task, set()).update(blockers)
+    assert would_cycle(edges=edges, task=task, blockers=blockers) is (not _acyclic(after))
