@@ -6,10 +6,13 @@ class TeamsConfig(AppConfig):
     verbose_name = "Teams"
 
     def ready(self) -> None:
+        from django.conf import settings
+
         from messaging.jobs import PERIODIC_JOBS, PeriodicJob
 
+        # Expire requests, lapse subscriptions, retry gate checks: as often as held deliveries expire.
         ours = [
-            PeriodicJob("teams.tasks.sweep_teams", 5),
+            PeriodicJob("teams.tasks.sweep_teams", settings.SWITCHBOARD_SWEEP_SECONDS),
             PeriodicJob("teams.tasks.purge_ended_teams", 3600),
         ]
         known = {job.task_name for job in PERIODIC_JOBS}
