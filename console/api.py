@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
-from ninja.errors import AuthenticationError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 
 from federation.api import router as federation_router
 from messaging.api import router as messaging_router
@@ -14,12 +17,47 @@ from messaging.api_holds import router as holds_router
 from messaging.errors import SwitchboardError
 from teams.api import router as teams_router
 
+
+class StorableTextParser(Parser):
+    """JSON bodies and query strings, refused with a 400 when they hold text the database cannot
+    store (a NUL character) or that is not valid Unicode (a lone surrogate), instead of a 500 later."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        data = super().parse_body(request)
+        _refuse_unstorable(data)  # raised inside ninja's body parsing: a 400 "Cannot parse request body"
+        return data
+
+    def parse_querydict(self, data: Any, list_fields: list[str], request: HttpRequest) -> Any:
+        result = super().parse_querydict(data, list_fields, request)
+        _refuse_unstorable(result)
+        return result
+
+
+def _refuse_unstorable(value: Any) -> None:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise HttpError(400, "Text may not contain NUL characters.")
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise HttpError(400, "Text must be valid Unicode (it holds a lone surrogate).") from None
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+
+
 api = NinjaAPI(
     title="Switchboard",
     version="1",
     description="A message hub for AI coding agents, with a human at the switchboard.",
     urls_namespace="api",
     docs_url="/docs",
+    parser=StorableTextParser(),
 )
 api.add_router("/v1/", messaging_router)
 api.add_router("/v1/", federation_router)
@@ -57,6 +95,23 @@ def auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
         request,
         {"error": "unauthorized", "detail": "Send a valid token as `Authorization: Bearer <token>`."},
         status=401,
+    )
+
+
+@api.exception_handler(HttpError)
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # ninja's own refusals (a body that is not JSON, a failed CSRF check), in the hub's error shape.
+    code = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(
+        exc.status_code, "error"
+    )
+    body = {"error": code, "detail": str(exc), **({"reason": "body"} if code == "invalid" else {})}
+    return api.create_response(request, body, status=exc.status_code)
+
+
+@api.exception_handler(Http404)
+def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return api.create_response(
+        request, {"error": "not_found", "detail": "There is nothing here."}, status=404
     )
 
 

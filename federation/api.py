@@ -5,6 +5,7 @@ key), never by a session token; the body is read raw so large envelopes skip the
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from django.http import HttpRequest
@@ -158,14 +159,14 @@ class IsolationIn(Schema):
 
 
 @router.put("/federation/isolation/{session_id}", auth=AUTH)
-def isolation(request: HttpRequest, session_id: str, body: IsolationIn) -> dict[str, Any]:
+def isolation(request: HttpRequest, session_id: uuid.UUID, body: IsolationIn) -> dict[str, Any]:
     """Hold every message this session sends off the machine (LAN, relay) for an operator (operators)."""
     from federation.services.peers import session_isolation_set
 
     return {
-        "session_id": session_id,
+        "session_id": str(session_id),
         "isolated": session_isolation_set(
-            session_id=session_id, isolated=body.isolated, actor=principal(request)
+            session_id=str(session_id), isolated=body.isolated, actor=principal(request)
         ),
     }
 

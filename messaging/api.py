@@ -111,7 +111,7 @@ class SendOut(Schema):
 
 
 class AckIn(Schema):
-    ids: list[str]
+    ids: list[str] = Field(..., min_length=1, max_length=1000)
 
 
 class ErrorOut(Schema):
@@ -218,7 +218,7 @@ class BatchItemIn(SendIn):
 
 class BatchIn(Schema):
     messages: list[BatchItemIn] = Field(
-        ..., description=f"1 to {BATCH_MAX} messages, each as for POST /messages."
+        ..., min_length=1, max_length=BATCH_MAX, description="Messages, each as for POST /messages."
     )
 
 
