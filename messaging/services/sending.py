@@ -400,7 +400,7 @@ def message_send(
     now = timezone.now()
     encoded = text.encode("utf-8")
     sha256 = hashlib.sha256(encoded).hexdigest()
-    if kind == MessageKind.TEXT:
+    if kind == MessageKind.TEXT and not hub_made:
         original = limits_find_duplicate(sender=sender, recipient=recipient, sha256=sha256, now=now)
         if original is not None:
             delivery = original.deliveries.get(recipient=recipient)
