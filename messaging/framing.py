@@ -60,9 +60,10 @@ def frame_for_recipient(delivery: Delivery) -> dict[str, Any]:
     message = delivery.message
     sender = message.sender
     marker = marker_line(delivery)
-    from federation.services.files import files_of_message
+    from federation.services.files import files_deliver
 
-    files = files_of_message(message_id=message.id)
+    # Copied into the recipient's own folder when first handed over (never for a refused message).
+    files = files_deliver(message_id=message.id, recipient_id=delivery.recipient_id)
     listing = ""
     if files:
         # FILES= counts the files handed over; one left out on the way is listed with its problem.

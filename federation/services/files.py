@@ -160,7 +160,7 @@ def files_deliver(*, message_id: Any, recipient_id: Any) -> list[dict[str, Any]]
     listed = []
     for row in rows:
         if row.problem:
-            listed.append({"name": row.name, "sha256": row.attachment.sha256, "problem": row.problem})
+            listed.append({"name": row.name, "sha256": "", "problem": row.problem})
             continue
         if not row.delivered_path:
             folder = _root() / "sessions" / str(recipient_id) / str(message_id)
@@ -171,10 +171,13 @@ def files_deliver(*, message_id: Any, recipient_id: Any) -> list[dict[str, Any]]
                 / f"{row.position + 1}-{row.attachment.sha256[:12]}{ext if _SAFE_EXT.match(ext) else ''}"
             )
             if not target.exists():
-                data = file_read(sha256=row.attachment.sha256)
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                # Written aside, then renamed: a reader never sees half a file, and two transports
+                # handing the same message over at once both end with the same whole file.
+                tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
+                    handle.write(file_read(sha256=row.attachment.sha256))
+                os.replace(tmp, target)
             MessageAttachment.objects.filter(pk=row.pk).update(delivered_path=str(target))
             row.delivered_path = str(target)
         listed.append(
@@ -227,16 +230,4 @@ def files_receive(
             )
         )
     MessageAttachment.objects.bulk_create(rows)
-    return files_deliver(message_id=message_id, recipient_id=recipient.id)
-
-
-def files_of_message(*, message_id: Any) -> list[dict[str, Any]]:
-    """The files listed with a delivered message (what the recipient's frame shows)."""
-    return [
-        {"name": r.name, "sha256": r.attachment.sha256, "size": r.attachment.size, "path": r.delivered_path}
-        if not r.problem
-        else {"name": r.name, "sha256": "", "problem": r.problem}
-        for r in MessageAttachment.objects.filter(message_id=message_id)
-        .select_related("attachment")
-        .order_by("position")
-    ]
+    return [{"name": r.name, "problem": r.problem} for r in rows]

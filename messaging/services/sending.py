@@ -460,11 +460,9 @@ def message_send(
                 relayed_at=now if decision.state == S.RELAYED else None,
             )
             if files:
-                from federation.services.files import files_attach, files_deliver
+                from federation.services.files import files_attach
 
                 files_attach(message_id=message.id, files=files, tier=delivery.tier)
-                if route is None:
-                    files_deliver(message_id=message.id, recipient_id=recipient.id)
             if route is not None:
                 route.attach(delivery)
             if resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead"):
