@@ -220,6 +220,7 @@ SWITCHBOARD_LAN_PEERS = [
     u.strip().rstrip("/") for u in os.environ.get("SWITCHBOARD_LAN_PEERS", "").split(",") if u.strip()
 ]
 SWITCHBOARD_RELAY_URL = os.environ.get("SWITCHBOARD_RELAY_URL", "").strip().rstrip("/")
+SWITCHBOARD_LAN_DISCOVERY = _env_bool("SWITCHBOARD_LAN_DISCOVERY", False)  # mDNS, needs `zeroconf`
 SWITCHBOARD_PEER_TOFU = _env_bool("SWITCHBOARD_PEER_TOFU", True)
 SWITCHBOARD_ISOLATED = _env_bool("SWITCHBOARD_ISOLATED", False)
 SWITCHBOARD_MAX_HOPS = _env_int("SWITCHBOARD_MAX_HOPS", 3)

@@ -167,8 +167,10 @@ def _channel_route(target: str, exclude: set[str]) -> RemoteRoute | None:
 
 def lan_peer_urls() -> list[str]:
     from federation.models import Peer
+    from federation.services.mdns import mdns_peer_urls
 
     urls = list(settings.SWITCHBOARD_LAN_PEERS)
+    urls += [u for u in mdns_peer_urls() if u not in urls]
     # Only peers an operator pinned: a hub that merely contacted us never becomes one we ask.
     for url in (
         Peer.objects.filter(tier=FederationTier.LAN, pinned=True, revoked=False)

@@ -15,7 +15,11 @@ log = logging.getLogger(__name__)
 
 def federation_start() -> None:
     """Create the hub key if needed; clean the registry of stale entries and write this hub's own."""
+    from federation.services.mdns import mdns_start
+
     me = hub_identity()
+    if settings.SWITCHBOARD_ROLE != "relay" and mdns_start():
+        print("  LAN discovery: mDNS on", flush=True)
     removed = registry_remove_stale()
     registry_refresh(live_sessions=live_session_names())
     print(

@@ -18,6 +18,12 @@ import pytest
 from tests.integration.harness import VENV_BIN, Proc, wait_until
 
 pytestmark = pytest.mark.integration
+try:
+    import zeroconf  # noqa: F401
+
+    MDNS = True
+except ImportError:
+    MDNS = False
 ENROLL = "lan-enroll-key-" + "l" * 24
 PORT = 8765
 
@@ -67,7 +73,10 @@ def lan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 SWITCHBOARD_HOME=str(home),
                 SWITCHBOARD_HUB_NAME=f"lan-{i}",
                 SWITCHBOARD_ENROLL_KEY=ENROLL,
-                SWITCHBOARD_LAN_PEERS=f"http://{addr[1 - i]}:{PORT}",
+                # With zeroconf installed the hubs find each other by mDNS; otherwise by URL.
+                SWITCHBOARD_LAN_PEERS="" if MDNS else f"http://{addr[1 - i]}:{PORT}",
+                SWITCHBOARD_LAN_DISCOVERY="1" if MDNS else "0",
+                SWITCHBOARD_HOSTS_CACHE_SECONDS="1",
                 SWITCHBOARD_FEDERATION_POLL_SECONDS="0.5",
                 SWITCHBOARD_ALLOWED_HOSTS=f"{addr[i]},127.0.0.1",
                 SWITCHBOARD_JOBS="thread",
@@ -123,8 +132,18 @@ def call(
 def test_lan_peers_on_separate_addresses_discover_and_deliver_with_receipts(lan):
     alice = call(lan, 0, "POST", "sessions", ENROLL, {"name": "alice"})["body"]
     bob = call(lan, 1, "POST", "sessions", ENROLL, {"name": "bob"})["body"]
-    listed = call(lan, 0, "GET", "agents", alice["token"])["body"]["agents"]
-    assert ("bob", "lan") in {(a["name"], a["tier"]) for a in listed}
+    wait_until(
+        lambda: (
+            ("bob", "lan")
+            in {
+                (a["name"], a["tier"])
+                for a in call(lan, 0, "GET", "agents", alice["token"])["body"]["agents"]
+            }
+        ),
+        timeout=30,
+        what="hub 0 to discover bob on hub 1" + (" (mDNS)" if MDNS else ""),
+        interval=1.0,
+    )
 
     sent = call(lan, 0, "POST", "messages", alice["token"], {"to": "bob", "message": "across the LAN"})
     assert sent["status"] == 201, sent
