@@ -43,6 +43,10 @@ def marker_line(delivery: Delivery) -> str:
         parts.append(f"HELD_FOR={max(0, int((delivery.queued_at - delivery.held_at).total_seconds()))}s")
     if delivery.escalate:
         parts.append(f"ESCALATE={delivery.escalate}")
+    if sender is not None and sender.kind == "remote":
+        from federation.services.forwarding import remote_hub_name
+
+        parts.append(f"FROM_HUB={_field(remote_hub_name(sender.id))}")
     return "[SWITCHBOARD " + " ".join(p for p in parts if p) + "]"
 
 

@@ -302,8 +302,25 @@ def route_find(
     return None
 
 
+def remote_name(name: str) -> str:
+    """Another hub's word for an agent's name, held to this hub's rules: a name that breaks them
+    (control characters, quotes) or that is reserved here (`operator`, `hub`, ...) is shown as
+    `remote-<name>` or `remote-agent`, never as it came."""
+    from messaging.names import clean_name, name_problem
+    from messaging.services.sessions import RESERVED_NAMES
+
+    if name_problem(name):
+        return "remote-agent"
+    cleaned = clean_name(name)
+    if normalize_name(cleaned) in RESERVED_NAMES:
+        return f"remote-{cleaned}"[:64]
+    return cleaned
+
+
 def remote_session_for(*, hub_key: str, hub_name: str, remote_id: str, name: str, ref: str) -> AgentSession:
     """The local stand-in for an agent of another hub (created once per hub and remote id)."""
+    name = remote_name(name)
+    ref = ref if ref.isalnum() else ""
     link = (
         RemoteSession.objects.filter(hub_key=hub_key, remote_id=remote_id).select_related("session").first()
     )
@@ -355,6 +372,16 @@ def remote_session_for_route(route: RemoteRoute) -> AgentSession:
         name=route.name,
         ref=route.ref,
     )
+
+
+def remote_hub_name(session_id: Any) -> str:
+    """The name of the hub a remote stand-in session belongs to (what that hub calls itself)."""
+    from messaging.names import name_problem
+
+    link = RemoteSession.objects.filter(session_id=session_id).first()
+    if link is None:
+        return "unknown"
+    return link.hub_name if link.hub_name and not name_problem(link.hub_name) else link.hub_key[:12]
 
 
 def route_for_send(*, sender: AgentSession, target: str) -> SendRoute | None:
