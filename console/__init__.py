@@ -1,5 +1,19 @@
-"""Switchboard's Django project package and operator console."""
+"""Switchboard's Django project package and operator console.
 
-from .celery import app as celery_app
+The Celery app is loaded when Django starts (ConsoleConfig.ready) rather than on import, so the
+agent-side commands under console.agent (hooks run on every tool call) never pay for importing Celery.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["celery_app"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "celery_app":
+        from console.celery import app
+
+        return app
+    raise AttributeError(name)
