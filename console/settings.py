@@ -199,7 +199,7 @@ SWITCHBOARD_DEDUPE_SECONDS = _env_int("SWITCHBOARD_DEDUPE_SECONDS", 60)
 SWITCHBOARD_UNREAD_PER_RECIPIENT = _env_int("SWITCHBOARD_UNREAD_PER_RECIPIENT", 50)
 # A reply loop: both directions of a pair above this many messages within the window → held.
 SWITCHBOARD_LOOP_EXCHANGES = _env_int("SWITCHBOARD_LOOP_EXCHANGES", 20)
-SWITCHBOARD_LOOP_WINDOW_SECONDS = _env_int("SWITCHBOARD_LOOP_WINDOW_SECONDS", 300)
+SWITCHBOARD_LOOP_WINDOW_SECONDS = _env_int("SWITCHBOARD_LOOP_WINDOW_SECONDS", 1800)
 SWITCHBOARD_LIMITS_PREFIX = os.environ.get("SWITCHBOARD_LIMITS_PREFIX", "").strip() or "sb:limits"
 
 # --- Federation (other hubs: channel registry, LAN peers, relay) ---------------------------------

@@ -46,7 +46,7 @@ from messaging.models import (
     Tier,
 )
 from messaging.names import strip_invisible
-from messaging.policy import HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, inbound_decide
+from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, inbound_decide
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
 from messaging.services.audit import audit_events_bulk
@@ -321,8 +321,12 @@ def decide_inbound(
         return Decision(
             state=S.HELD, hold_reason=verdict.reason, expires_at=hold_expiry_for(recipient, now), **marks
         )
-    if kind != MessageKind.NOTIFICATION and limits_loop_suspected(
-        sender=sender, recipient=recipient, now=now
+    # An operator's explicit allow for this pair says the human has seen them talk: no loop hold.
+    operator_allowed = override == ACCEPT and by_operator
+    if (
+        kind != MessageKind.NOTIFICATION
+        and not operator_allowed
+        and limits_loop_suspected(sender=sender, recipient=recipient, now=now)
     ):
         return Decision(
             state=S.HELD, hold_reason="loop_suspected", expires_at=hold_expiry_for(recipient, now), **marks
