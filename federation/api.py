@@ -32,13 +32,19 @@ from federation.services.relay import (
 )
 from federation.services.signatures import NAME_HEADER, URL_HEADER, request_verify
 from messaging.auth import AUTH, operator, principal
-from messaging.errors import Invalid, Unauthorized
+from messaging.errors import Invalid, TooLarge, Unauthorized
 
 router = Router(tags=["federation"])
+MAX_HUB_BODY = 280 * 1024 * 1024  # 200 MB of files as base64, plus the envelope
 
 
 def _signed(request: HttpRequest) -> tuple[str, Any]:
     """The calling hub's key and the parsed JSON body, or Unauthorized."""
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > MAX_HUB_BODY:
+        raise TooLarge(
+            "A hub-to-hub request carries at most 200 MB of files (base64) and the text.", limit=MAX_HUB_BODY
+        )
     raw = request.read() if request.method not in ("GET", "HEAD") else b""
     hub_key = request_verify(
         method=request.method or "GET", path=request.get_full_path(), body=raw, headers=request.headers

@@ -191,6 +191,12 @@ def files_deliver(*, message_id: Any, recipient_id: Any) -> list[dict[str, Any]]
     return listed
 
 
+def tier_of(trust: str) -> str:
+    """The tier a trust value was earned on (`lan-verified` → `lan`); host for anything else."""
+    tier = trust.split("-", 1)[0]
+    return tier if tier in TIER_LIMITS else "host"
+
+
 def files_receive(
     *, envelope: dict[str, Any], message_id: Any, recipient: Any, trust: str
 ) -> list[dict[str, Any]]:
@@ -202,6 +208,7 @@ def files_receive(
         return []
     rows = []
     placeholder = None
+    total = 0
     for position, item in enumerate(files[:MAX_FILES]):
         if not isinstance(item, dict):
             continue
@@ -209,14 +216,22 @@ def files_receive(
         claimed = str(item.get("sha256", ""))
         problem = ""
         attachment = None
+        per_file, per_message = TIER_LIMITS.get(tier_of(trust), TIER_LIMITS["host"])
         if trust == "unverified":
             problem = "withheld: the sending hub's signature did not verify"
+        elif (
+            not isinstance(item.get("size"), int)
+            or item["size"] > per_file
+            or total + item["size"] > per_message
+        ):
+            problem = f"left out: larger than the {tier_of(trust)} tier carries"
         else:
+            total += item["size"]
             try:
                 data = base64.b64decode(str(item.get("data", "")), validate=True)
             except ValueError:
                 data = None
-            if data is None or hashlib.sha256(data).hexdigest() != claimed:
+            if data is None or len(data) != item["size"] or hashlib.sha256(data).hexdigest() != claimed:
                 problem = "left out: the file changed on the way (SHA-256 mismatch)"
             else:
                 attachment = file_store(data=data)

@@ -218,3 +218,18 @@ def test_a_remote_name_that_breaks_the_rules_or_is_reserved_is_not_shown_as_sent
     assert names == ["remote-operator", "remote-agent"]
     assert all('FROM_HUB="other-hub"' in f["marker"] for f in frames)
     assert all("TRUST=channel-verified" in f["marker"] and f["marker"].count("TRUST=") == 1 for f in frames)
+
+
+def test_files_over_the_tiers_limit_are_left_out(hub_client, register, api, other_hub, monkeypatch):
+    from federation.services import files
+
+    monkeypatch.setitem(files.TIER_LIMITS, "lan", (5, 8))
+    bob = register("bob")
+    envelope = other_hub.envelope(
+        to="bob", text="sizes", files=[_file(b"1234"), _file(b"123456"), _file(b"abcde")]
+    )
+    assert _forward(hub_client, other_hub, envelope, tier="lan").status_code == 201
+    [frame] = api.get("inbox", bob.token).json_body["messages"]
+    problems = [f.get("problem", "") for f in frame["files"]]
+    assert problems[0] == "" and "larger than the lan tier" in problems[1] and "larger" in problems[2]
+    assert "FILES=1" in frame["marker"]
