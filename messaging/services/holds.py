@@ -40,8 +40,8 @@ HOLD_REASONS = {
     "default_bypass_receiver": "the recipient runs without permission prompts, so it holds messages from "
     "senders that do not",
     "default_bypass_sender": "you run without permission prompts, so the recipient holds your messages",
-    "loop_suspected": "you and the recipient have exchanged many messages in both directions in a few "
-    "minutes, which looks like a reply loop",
+    "loop_suspected": "you and the recipient have recently exchanged many messages in both directions, "
+    "which looks like a reply loop",
 }
 
 
@@ -141,13 +141,6 @@ def holds_decide(
                 schedule_push(m.delivery_id, recipients[m.recipient_id])
         holds_notify(moved, outcome="approved" if approve else "denied", reason=reason)
     return moved
-
-
-def holds_expire_due(*, now: datetime | None = None) -> list[Moved]:
-    """The sweeper's step: expire holds past their deadline and tell their senders."""
-    from messaging.services.delivery import deliveries_expire_due
-
-    return deliveries_expire_due(now=now)
 
 
 def holds_notify(moved: list[Moved], *, outcome: str, reason: str = "") -> None:
