@@ -19,7 +19,7 @@ from messaging.errors import Invalid
 from messaging.models import AgentSession, Delivery
 from messaging.principals import Principal
 from messaging.services.audit import audit_events_bulk
-from messaging.services.events import announce
+from messaging.services.events import announce_many
 from messaging.states import STATE_TIMESTAMP, DeliveryState, can_transition, sources_of
 
 S = DeliveryState
@@ -91,17 +91,21 @@ def delivery_transition(
 
 
 def _announce_moves(moved: list[Moved]) -> None:
-    for m in moved:
-        announce(
-            "delivery.changed",
-            {
-                "message_id": str(m.message_id),
-                "delivery_id": m.delivery_id,
-                "state": m.to_state,
-                "from": m.from_state,
-            },
-            sessions=[s for s in {m.sender_id, m.recipient_id} if s],
-        )
+    announce_many(
+        [
+            (
+                "delivery.changed",
+                {
+                    "message_id": str(m.message_id),
+                    "delivery_id": m.delivery_id,
+                    "state": m.to_state,
+                    "from": m.from_state,
+                },
+                [s for s in {m.sender_id, m.recipient_id} if s],
+            )
+            for m in moved
+        ]
+    )
 
 
 def inbox_pull(

@@ -21,11 +21,11 @@ import math
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Q
+from django.db.models import Q
 
 from messaging.errors import RateLimited
 from messaging.models import AgentSession, Delivery, Message, MessageKind
@@ -173,8 +173,11 @@ def limits_take(*, sender: AgentSession, recipient: AgentSession) -> None:
             retry_after=math.ceil(wait),
         )
     cap = settings.SWITCHBOARD_UNREAD_PER_RECIPIENT
-    unread = Delivery.objects.filter(recipient=recipient, state__in=UNREAD_STATES).count()
-    if unread >= cap:
+    waiting = Delivery.objects.filter(recipient=recipient, state__in=UNREAD_STATES)
+    # Count no further than the cap (all the check needs), so a long inbox costs no more than a short
+    # one; only a refusal counts them all, for its sentence.
+    if waiting[:cap].count() >= cap:
+        unread = waiting.count()
         raise RateLimited(
             f"{recipient.label} already has {unread} unread messages waiting (the limit is {cap}). "
             "Wait until they read them before sending more.",
@@ -192,7 +195,9 @@ def limits_loop_suspected(*, sender: AgentSession, recipient: AgentSession, now:
     since = now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
     there = Q(message__sender=sender, recipient=recipient)
     back = Q(message__sender=recipient, recipient=sender)
-    counts: dict[str, Any] = Delivery.objects.filter(there | back, message__created_at__gte=since).aggregate(
-        there=Count("id", filter=there), back=Count("id", filter=back)
-    )
-    return min(counts["there"], counts["back"]) >= threshold
+    recent = Delivery.objects.filter(message__created_at__gte=since)
+    # Each direction only needs counting up to the threshold; the reply direction, usually the
+    # short one, first.
+    if recent.filter(back)[:threshold].count() < threshold:
+        return False
+    return recent.filter(there)[:threshold].count() >= threshold

@@ -207,6 +207,14 @@ def looks_like_protocol_frame(text: str) -> bool:
 
 def find_candidates(sender: AgentSession, target: str) -> list[Candidate]:
     """Fetch only the live sessions the resolver could pick for `target` (uses the name_key index)."""
+    return [_candidate(r) for r in _candidate_rows(target)]
+
+
+def _candidate(r: AgentSession) -> Candidate:
+    return Candidate(str(r.id), r.ref, r.name, r.name_key, r.cwd)
+
+
+def _candidate_rows(target: str) -> list[AgentSession]:
     address = parse_address(target)
     query = Q(name_key__startswith=address.key) if len(address.key) >= 3 else Q(name_key=address.key)
     query |= Q(name=target)
@@ -216,8 +224,7 @@ def find_candidates(sender: AgentSession, target: str) -> list[Candidate]:
         query |= Q(ref=address.ref)
     if address.name_ref:
         query |= Q(ref=address.name_ref[1])
-    rows = AgentSession.objects.filter(query).exclude(status=SessionStatus.EXITED)
-    return [Candidate(str(r.id), r.ref, r.name, r.name_key, r.cwd) for r in rows]
+    return list(AgentSession.objects.filter(query).exclude(status=SessionStatus.EXITED))
 
 
 def lead_candidate(sender: AgentSession) -> Candidate | None:
@@ -234,7 +241,8 @@ def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, 
     try:
         # Look the team lead up only when the address is the `lead` alias (saves a query per send).
         lead = lead_candidate(sender) if parse_address(target).key == LEAD_ALIAS else None
-        resolution = resolve(target, find_candidates(sender, target), lead=lead)
+        rows = {str(r.id): r for r in _candidate_rows(target)}
+        resolution = resolve(target, [_candidate(r) for r in rows.values()], lead=lead)
     except NotFound:
         address = parse_address(target)
         gone = AgentSession.objects.filter(status=SessionStatus.EXITED).filter(
@@ -243,7 +251,8 @@ def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, 
         if gone.exists():
             raise NotFound(f"The session {target!r} has exited; it can no longer receive messages.") from None
         raise
-    recipient = AgentSession.objects.get(pk=resolution.candidate.id)
+    # The row the resolver chose was fetched with the candidates (the lead alias is the exception).
+    recipient = rows.get(resolution.candidate.id) or AgentSession.objects.get(pk=resolution.candidate.id)
     if resolution.rule in ("name", "normalized", "prefix") and resolution.pin_key:
         pin = (
             Pin.objects.filter(sender=sender, name_key=resolution.pin_key).select_related("recipient").first()
