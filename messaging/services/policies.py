@@ -12,7 +12,7 @@ from django.db import transaction
 
 from messaging.errors import Forbidden, Invalid
 from messaging.models import AgentSession, SenderPolicy
-from messaging.policy import ACTIONS, STRICTNESS, inbound_decide, is_looser
+from messaging.policy import ACTIONS, inbound_decide, is_looser
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
@@ -184,7 +184,6 @@ def policy_lookup(*, recipient: AgentSession, sender: AgentSession | None) -> tu
 
 
 __all__ = [
-    "STRICTNESS",
     "policy_lookup",
     "policy_set",
     "policy_view",
