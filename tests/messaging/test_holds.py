@@ -115,16 +115,17 @@ def test_unanswered_hold_expires_at_the_deadline_and_the_sender_is_told(
     settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS = 300
     alice, bob = register("alice"), register("bob")
     hold_for(bob)
-    mid = send(alice, "bob", "anyone?").json_body["id"]
     start = timezone.now()
+    with time_machine.travel(start, tick=False):  # the hold is made at a known instant
+        mid = send(alice, "bob", "anyone?").json_body["id"]
+    assert Delivery.objects.get(message_id=mid).expires_at == start + timedelta(seconds=300)
     assert deliveries_expire_due(now=start + timedelta(seconds=299)) == []
-    moved = deliveries_expire_due(now=start + timedelta(seconds=301))
+    moved = deliveries_expire_due(now=start + timedelta(seconds=300))
     assert [m.to_state for m in moved] == ["expired"]
     status = api.get(f"messages/{mid}", alice.token).json_body
-    assert (
-        status["status"] == "expired"
-        and "EXPIRED" in api.get(f"messages/{mid}", alice.token).json_body["status"].upper()
-    )
+    assert status["status"] == "expired"
+    assert status["deliveries"][0]["decision_reason"] == "hold expired"
+    assert [h["actor"] for h in status["history"] if h["state"] == "expired"] == ["hub"]
     [note] = notifications(api, alice)
     assert "expired" in note["text"] and "no operator approved it" in note["text"]
     assert deliveries_expire_due(now=start + timedelta(days=1)) == []  # idempotent
