@@ -195,7 +195,8 @@ def limits_loop_suspected(*, sender: AgentSession, recipient: AgentSession, now:
     since = now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
     there = Q(message__sender=sender, recipient=recipient)
     back = Q(message__sender=recipient, recipient=sender)
-    recent = Delivery.objects.filter(message__created_at__gte=since)
+    # Plain text only: team frames and hub notifications are typed traffic, not agents replying.
+    recent = Delivery.objects.filter(message__created_at__gte=since, message__kind=MessageKind.TEXT)
     # Each direction only needs counting up to the threshold; the reply direction, usually the
     # short one, first.
     if recent.filter(back)[:threshold].count() < threshold:

@@ -333,7 +333,7 @@ def decide_inbound(
     # An operator's explicit allow for this pair says the human has seen them talk: no loop hold.
     operator_allowed = override == ACCEPT and by_operator
     if (
-        kind != MessageKind.NOTIFICATION
+        kind == MessageKind.TEXT
         and not operator_allowed
         and limits_loop_suspected(sender=sender, recipient=recipient, now=now)
     ):

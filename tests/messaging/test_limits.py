@@ -221,3 +221,24 @@ def test_two_agents_in_a_reply_loop_are_slowed_then_stopped(
         message__sender__isnull=False, state__in=["queued", "delivered", "read"]
     ).count()
     assert queued_after == total
+
+
+def test_team_frames_do_not_count_toward_a_reply_loop(api, register, send, settings):
+    """Frames are typed team traffic (assignments, idle notices), checked by the team API: only
+    plain-text replies make a loop."""
+    from messaging.models import AgentSession, MessageKind
+    from messaging.services.sending import message_send
+
+    settings.SWITCHBOARD_LOOP_EXCHANGES = 3
+    alice, bob = register("alice"), register("bob")
+    bob_session = AgentSession.objects.get(pk=bob.id)
+    for i in range(3):
+        assert send(alice, "bob", f"report {i}").json_body["status"] == "queued"
+        frame = message_send(
+            sender=bob_session, to=alice.id, text=f'{{"type": "note", "n": {i}}}', kind=MessageKind.FRAME
+        )
+        assert frame.status == "queued"
+    assert send(alice, "bob", "report 3").json_body["status"] == "queued"
+    for i in range(3):
+        send(bob, "alice", f"reply {i}")
+    assert send(alice, "bob", "report 4").json_body["status"] == "held"
