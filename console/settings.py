@@ -101,6 +101,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 10,
     }
+# PostgreSQL under daphne: a connection pool per web process (at most SWITCHBOARD_DB_POOL
+# connections). Persistent connections (CONN_MAX_AGE) do not work under ASGI, where each request
+# runs on a thread of its own: they pile up until PostgreSQL refuses more; without either, every
+# request pays for a new connection. Leave it unset for Celery workers (their pools fork).
+_db_pool = _env_int("SWITCHBOARD_DB_POOL", 0)
+if _db_pool and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": _db_pool,
+        "timeout": 10,
+    }
 _test_db_name = os.environ.get("SWITCHBOARD_TEST_DB_NAME", "").strip()
 if _test_db_name:
     DATABASES["default"]["TEST"] = {"NAME": _test_db_name}

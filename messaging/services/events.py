@@ -77,7 +77,10 @@ def _send_many(batch: list[tuple[list[str], dict[str, Any]]]) -> None:
     if layer is None:
         return
     try:
-        _run(layer, _publish(layer, batch))
+        if type(layer).__module__.startswith("channels_redis"):
+            _publisher().put(layer, batch)
+        else:  # in-memory layers belong to the server's loop
+            async_to_sync(_publish)(layer, batch)
     except Exception:  # a push is best effort; the database already has the change
         log.warning("could not push %d events", len(batch), exc_info=True)
 
@@ -93,32 +96,59 @@ async def _publish(layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) ->
                 log.warning("could not push %s to %s: %r", event["kind"], group, result)
 
 
-def _run(layer: Any, coro: Any) -> None:
-    """Wait for `coro` on this process's publisher loop when the layer is Redis: one long-lived loop
-    and connection pool. (`async_to_sync` in a thread without a loop — a Celery worker, a sweep —
-    makes a new event loop, and so a new Redis connection, for every call.) In-memory layers belong
-    to the server's loop, so they keep `async_to_sync`."""
-    if not type(layer).__module__.startswith("channels_redis"):
+class _Publisher:
+    """This process's sender of live events to Redis: a thread with one long-lived event loop (so
+    one connection pool; `async_to_sync` in a thread without a loop — a Celery worker, a sweep —
+    makes a new loop and a new Redis connection per call) and one task that sends queued batches
+    in commit order. A request or a task hands its events over and goes on without waiting for
+    Redis; the database already has the change, so an event lost with the process loses nothing."""
 
-        async def _await() -> None:
-            await coro
+    MAX_QUEUED = 10_000  # batches; beyond that (Redis hung) new ones are dropped, with a warning
 
-        async_to_sync(_await)()
-        return
-    asyncio.run_coroutine_threadsafe(coro, _publisher_loop()).result(timeout=_PUBLISH_TIMEOUT)
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.queue: asyncio.Queue[tuple[Any, list[tuple[list[str], dict[str, Any]]]]] | None = None
+        ready = threading.Event()
+        threading.Thread(target=self._run, args=(ready,), name="switchboard-events", daemon=True).start()
+        ready.wait(5)
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.queue = asyncio.Queue()
+        self.loop.create_task(self._drain())
+        ready.set()
+        self.loop.run_forever()
+
+    async def _drain(self) -> None:
+        assert self.queue is not None
+        while True:
+            layer, batch = await self.queue.get()
+            try:
+                await asyncio.wait_for(_publish(layer, batch), timeout=10)
+            except Exception:
+                log.warning("could not push %d events", len(batch), exc_info=True)
+
+    def put(self, layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) -> None:
+        self.loop.call_soon_threadsafe(self._enqueue, layer, batch)
+
+    def _enqueue(self, layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) -> None:
+        assert self.queue is not None
+        if self.queue.qsize() >= self.MAX_QUEUED:
+            log.warning("live events are backing up (Redis slow or down); dropping %d", len(batch))
+            return
+        self.queue.put_nowait((layer, batch))
 
 
-_PUBLISH_TIMEOUT = 10.0
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_pid = 0
-_loop_lock = threading.Lock()
+_publisher_instance: _Publisher | None = None
+_publisher_lock = threading.Lock()
 
 
-def _publisher_loop() -> asyncio.AbstractEventLoop:
-    global _loop, _loop_pid
-    with _loop_lock:
-        if _loop is None or _loop_pid != os.getpid():  # a forked worker child starts its own
-            _loop = asyncio.new_event_loop()
-            _loop_pid = os.getpid()
-            threading.Thread(target=_loop.run_forever, name="switchboard-events", daemon=True).start()
-        return _loop
+def _publisher() -> _Publisher:
+    global _publisher_instance
+    with _publisher_lock:
+        if (
+            _publisher_instance is None or _publisher_instance.pid != os.getpid()
+        ):  # a forked child starts its own
+            _publisher_instance = _Publisher()
+        return _publisher_instance

@@ -379,7 +379,6 @@ class Hub:
             "SWITCHBOARD_SECRET_KEY": "sb-prod-secret-" + "s" * 40,
             "SWITCHBOARD_ENROLL_KEY": ENROLL_KEY,
             "SWITCHBOARD_SWEEP_SECONDS": "1",
-            "SWITCHBOARD_DB_CONN_MAX_AGE": "60",
             **self.extra_env,
         }
 
@@ -410,7 +409,7 @@ class Hub:
                 *self.web_args,
                 "console.asgi:application",
             ],
-            self.env,
+            {"SWITCHBOARD_DB_POOL": "8", **self.env},  # web processes pool their connections
             self.workdir / f"web{index}.log",
         ).start()
         url = f"http://127.0.0.1:{port}"
