@@ -111,7 +111,9 @@ if _db_pool and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": _db_pool,
-        "timeout": 10,
+        # With the database down, a request waits this long for a connection, then gets a 503.
+        "timeout": _env_int("SWITCHBOARD_DB_POOL_TIMEOUT", 2),
+        "max_idle": 60,  # give idle connections back, so quiet processes hold few
     }
 _test_db_name = os.environ.get("SWITCHBOARD_TEST_DB_NAME", "").strip()
 if _test_db_name:

@@ -31,6 +31,7 @@ from messaging.errors import (
     Invalid,
     NotFound,
     PinConflict,
+    RateLimited,
     SwitchboardError,
     TooLarge,
 )
@@ -419,7 +420,14 @@ def message_send(
             delivery = original.deliveries.get(recipient=recipient)
             return SendOutcome(message=original, delivery=delivery, recipient=recipient, duplicate=True)
     if not hub_made:
-        limits_take(sender=sender, recipient=recipient)
+        try:
+            limits_take(sender=sender, recipient=recipient)
+        except RateLimited:
+            # A concurrent request with the same key may have been accepted meanwhile: answer with it.
+            earlier = _earlier_send(sender, idempotency_key, fingerprint) if idempotency_key else None
+            if earlier:
+                return earlier
+            raise
     if route is not None:
         decision = route.decide(sender=sender, text=text, kind=kind, now=now)
     else:

@@ -175,6 +175,8 @@ class InboxReader(threading.Thread):
                 except httpx.HTTPError as exc:
                     self.errors.append(repr(exc))
                     time.sleep(0.2)
+            if not self.halt.is_set():
+                self.errors.append("the reader ran out of time before it was stopped")
 
     def stop(self) -> None:
         self.halt.set()
@@ -228,6 +230,7 @@ class SendLoad(threading.Thread):
         self.stop_at = time.monotonic() + deadline
         self.halt = threading.Event()
         self.attempts: list[tuple[str, int | str, float]] = []
+        self.spans: list[tuple[float, float, int | str]] = []  # (started, answered, outcome)
 
     def body(self, i: int) -> dict[str, Any]:
         return {"to": self.to, "message": f"load {self.tag} #{i}", "idempotency_key": f"{self.tag}-{i}"}
@@ -243,6 +246,7 @@ class SendLoad(threading.Thread):
 
     def send_one(self, c: httpx.Client, i: int) -> int | str:
         body = self.body(i)
+        started = time.monotonic()
         try:
             r = c.post("/api/v1/messages", json=body)
             outcome: int | str = r.status_code
@@ -254,6 +258,7 @@ class SendLoad(threading.Thread):
             outcome = type(exc).__name__
             self.ledger.send_failed(key=body["idempotency_key"], status=outcome)
         self.attempts.append((body["idempotency_key"], outcome, time.monotonic()))
+        self.spans.append((started, time.monotonic(), outcome))
         return outcome
 
     def resend_failed(self, *, tries: int = 20) -> list[str]:

@@ -84,7 +84,7 @@ def test_postgresql_stops_under_load_sends_get_503_never_2xx_and_the_hub_recover
     alice, carol = hub.register("alice-pg", web=0), hub.register("carol-pg", web=1)
     bob = hub.register("bob-pg", web=1)
     ledger = Ledger()
-    reader = InboxReader(hub.web_urls[1], bob, ledger, wait=2, deadline=120)
+    reader = InboxReader(hub.web_urls[1], bob, ledger, wait=2, deadline=400)
     senders = [
         SendLoad(hub.web_urls[0], alice, bob.ref, ledger, count=100_000, interval=0.01, deadline=60),
         SendLoad(hub.web_urls[1], carol, bob.ref, ledger, count=100_000, interval=0.01, deadline=60),
@@ -94,10 +94,10 @@ def test_postgresql_stops_under_load_sends_get_503_never_2xx_and_the_hub_recover
         s.start()
     time.sleep(2)
 
-    # When PostgreSQL crashes (immediate stop), stays down for 3 s, and comes back
+    # When PostgreSQL crashes (immediate stop), stays down for 6 s, and comes back
     postgres_cluster.stop("immediate")
     down_from = time.monotonic()
-    time.sleep(3)
+    time.sleep(6)
     down_until = time.monotonic()
     postgres_cluster.start()
     time.sleep(4)
@@ -105,9 +105,9 @@ def test_postgresql_stops_under_load_sends_get_503_never_2xx_and_the_hub_recover
         s.halt.set()
         s.join(timeout=40)
 
-    # Then every answer while it was down was a 503 (never a 2xx, never another 5xx)
-    during = [o for s in senders for (_, o, at) in s.attempts if down_from + 0.2 < at < down_until]
-    assert during, "no send was even attempted while the database was down"
+    # Then every send made and answered while it was down got a 503 (never a 2xx, never another 5xx)
+    during = [o for s in senders for (start, end, o) in s.spans if down_from < start and end < down_until]
+    assert during, "no send was made and answered while the database was down"
     assert set(during) == {503}, Counter(during)
     everything = Counter(o for s in senders for (_, o, _) in s.attempts)
     assert set(everything) <= {201, 503}, everything
@@ -151,7 +151,7 @@ def test_redis_restarted_and_emptied_under_load_loses_nothing(
     alice, carol = hub.register("alice-redis", web=0), hub.register("carol-redis", web=0)
     bob = hub.register("bob-redis", web=1)
     dave = hub.register("dave-redis", web=1, peer_address=receiver.address)
-    reader = InboxReader(hub.web_urls[1], bob, ledger, wait=2, deadline=120)
+    reader = InboxReader(hub.web_urls[1], bob, ledger, wait=2, deadline=400)
     senders = [
         SendLoad(hub.web_urls[0], alice, bob.ref, ledger, count=100_000, interval=0.01, deadline=60),
         SendLoad(hub.web_urls[1], carol, dave.ref, ledger, count=100_000, interval=0.01, deadline=60),
