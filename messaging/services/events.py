@@ -103,10 +103,11 @@ class _Publisher:
     in commit order. A request or a task hands its events over and goes on without waiting for
     Redis; the database already has the change, so an event lost with the process loses nothing."""
 
-    MAX_QUEUED = 10_000  # batches; beyond that (Redis hung) new ones are dropped, with a warning
+    MAX_QUEUED = 50_000  # batches; beyond that (Redis hung) new ones are dropped, with a warning
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        self.dropped, self.warned_at = 0, -1e9
         self.loop = asyncio.new_event_loop()
         self.queue: asyncio.Queue[tuple[Any, list[tuple[list[str], dict[str, Any]]]]] | None = None
         ready = threading.Event()
@@ -135,7 +136,12 @@ class _Publisher:
     def _enqueue(self, layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) -> None:
         assert self.queue is not None
         if self.queue.qsize() >= self.MAX_QUEUED:
-            log.warning("live events are backing up (Redis slow or down); dropping %d", len(batch))
+            self.dropped += len(batch)
+            if self.loop.time() - self.warned_at >= 5:  # one line every 5 s, not one per event
+                log.warning(
+                    "live events are backing up (Redis slow or down); %d dropped so far", self.dropped
+                )
+                self.warned_at = self.loop.time()
             return
         self.queue.put_nowait((layer, batch))
 
