@@ -23,7 +23,7 @@ from messaging.principals import Principal
 from messaging.selectors import agents_list, audit_list, message_for_viewer, message_status
 from messaging.services.delivery import inbox_ack, inbox_has_queued, inbox_pull
 from messaging.services.events import session_group
-from messaging.services.sending import BATCH_MAX, SendOutcome, message_send, messages_send_batch
+from messaging.services.sending import BATCH_MAX, message_send, messages_send_batch
 from messaging.services.sessions import (
     session_deregister,
     session_register,
@@ -196,20 +196,7 @@ def send(request: HttpRequest, body: SendIn) -> Status:
         actor=caller,
         files=[f.dict() for f in body.files] or None,
     )
-    return Status(201, _send_out(outcome))
-
-
-def _send_out(outcome: SendOutcome) -> dict[str, Any]:
-    r = outcome.recipient
-    return {
-        "id": str(outcome.message.id),
-        "status": outcome.status,
-        "to": {"id": str(r.id), "name": r.name, "ref": r.ref},
-        "result": outcome.result,
-        "tier": outcome.message.tier,
-        "trust": outcome.message.trust,
-        "duplicate": outcome.duplicate,
-    }
+    return Status(201, outcome.as_dict())
 
 
 class BatchItemIn(SendIn):
@@ -263,7 +250,7 @@ def send_batch(request: HttpRequest, body: BatchIn) -> Status:
         actor=caller,
     )
     results = [
-        {"index": i, **(o.as_dict() if isinstance(o, SwitchboardError) else _send_out(o))}
+        {"index": i, **(o.as_dict() if isinstance(o, SwitchboardError) else o.as_dict())}
         for i, o in enumerate(outcomes)
     ]
     failed = sum(isinstance(o, SwitchboardError) for o in outcomes)

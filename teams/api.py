@@ -175,15 +175,7 @@ def _session_by_address(caller: Principal, address: str) -> AgentSession:
 
 
 def _sent(outcome: SendOutcome | None) -> dict[str, Any] | None:
-    if outcome is None:
-        return None
-    r = outcome.recipient
-    return {
-        "id": str(outcome.message.id),
-        "status": outcome.status,
-        "to": {"id": str(r.id), "name": r.name, "ref": r.ref},
-        "result": outcome.result,
-    }
+    return outcome.as_dict() if outcome is not None else None
 
 
 def _frame_out(result: FrameResult) -> dict[str, Any]:

@@ -101,6 +101,19 @@ class SendOutcome:
     def result(self) -> str:
         return outcome_sentence(self.delivery, self.recipient, duplicate=self.duplicate)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The answer every surface gives a sender: id, state, recipient and the sentence."""
+        r = self.recipient
+        return {
+            "id": str(self.message.id),
+            "status": self.status,
+            "to": {"id": str(r.id), "name": r.name, "ref": r.ref},
+            "result": self.result,
+            "tier": self.message.tier,
+            "trust": self.message.trust,
+            "duplicate": self.duplicate,
+        }
+
 
 @dataclass
 class Decision:
