@@ -116,8 +116,9 @@ def wrk_run(
     threads: int = 1,
 ) -> dict[str, Any]:
     """Run wrk against one web process; return requests/s, non-2xx count and latency figures."""
-    script = RESULTS / "wrk-request.lua"
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
+    script = Path(tempfile.gettempdir()) / "sb-bench-wrk-request.lua"
     script.write_text(WRK_SCRIPT)
     out = subprocess.run(
         [
