@@ -80,3 +80,23 @@ class SenderPolicyForm(forms.Form):
 
     def clean_action(self) -> str | None:
         return self.cleaned_data.get("action") or None
+
+
+class PeerPinForm(forms.Form):
+    """An operator vouches for a hub key before (or after) first contact."""
+
+    public_key = forms.CharField(max_length=64, strip=True, label="Public key (base64 Ed25519)")
+    name = forms.CharField(max_length=128, required=False, strip=True, label="Hub name")
+    url = forms.CharField(max_length=512, required=False, strip=True, label="URL (for the LAN tier)")
+    tier = forms.ChoiceField(
+        choices=[("lan", "LAN"), ("channel", "channel"), ("relay", "relay")], initial="lan", label="Tier"
+    )
+
+
+class PeerRevokeForm(forms.Form):
+    """Revoke a peer hub: refuse its messages, or hold them for an operator with escalate=required."""
+
+    mode = forms.ChoiceField(
+        choices=[("refuse", "refuse its messages"), ("hold", "hold them (escalate=required)")],
+        label="Then",
+    )

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Max, Q
+from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
 from messaging.models import AgentSession, AuditEvent, Delivery, Pin, SessionStatus
@@ -298,3 +298,13 @@ def team_detail(*, team_id: Any) -> dict[str, Any] | None:
         "roster": roster,
         "columns": [(name, name.replace("_", " ").capitalize(), columns[name]) for name in columns],
     }
+
+
+def peer_rows() -> list[dict[str, Any]]:
+    """Peer hubs for the peers page, most recently seen first, each with the short key fingerprint
+    an operator compares with the one the other hub's console shows for itself."""
+    from federation.models import Peer
+    from federation.services.identity import key_fingerprint
+
+    peers = Peer.objects.order_by(F("last_seen").desc(nulls_last=True), "name", "pk")[:1000]
+    return [{"peer": p, "fingerprint": key_fingerprint(p.public_key)} for p in peers]

@@ -19,6 +19,11 @@ console_patterns = [
     path("teams/<uuid:team_id>/", views.team_detail, name="team"),
     path("messages/<uuid:message_id>/", views.message_detail, name="message"),
     path("audit/", views.audit, name="audit"),
+    path("peers/", views.peers, name="peers"),
+    path("peers/pin", views.peer_pin_new, name="peer-pin-new"),
+    path("peers/<int:peer_id>/pin", views.peer_pin_existing, name="peer-pin"),
+    path("peers/<int:peer_id>/revoke", views.peer_revoke_view, name="peer-revoke"),
+    path("peers/<int:peer_id>/restore", views.peer_restore_view, name="peer-restore"),
     path("console/updates", views.updates, name="updates"),
 ]
 

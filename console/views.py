@@ -20,7 +20,17 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console import selectors
 from console.consumers import is_operator_user
-from console.forms import HoldDecisionForm, OperatorLoginForm, PolicyForm, SenderPolicyForm
+from console.forms import (
+    HoldDecisionForm,
+    OperatorLoginForm,
+    PeerPinForm,
+    PeerRevokeForm,
+    PolicyForm,
+    SenderPolicyForm,
+)
+from federation.models import Peer
+from federation.services.identity import hub_identity
+from federation.services.peers import peer_pin, peer_restore, peer_revoke
 from messaging.errors import NotFound, SwitchboardError
 from messaging.models import AgentSession
 from messaging.principals import Principal, operator_principal
@@ -273,6 +283,97 @@ def audit(request: HttpRequest) -> HttpResponse:
             "older": events[-1].id if len(events) >= 100 else None,
         },
     )
+
+
+@console_page
+def peers(request: HttpRequest) -> HttpResponse:
+    me = hub_identity()
+    return _page(
+        request,
+        "console/peers.html",
+        {
+            "peers": selectors.peer_rows(),
+            "me": {"name": me.name, "public_key": me.public_key, "fingerprint": me.fingerprint},
+            "pin_form": PeerPinForm(),
+            "revoke_form": PeerRevokeForm(),
+        },
+    )
+
+
+def _peer_action(request: HttpRequest, act: Callable[[], str]) -> HttpResponse:
+    back = reverse("console:peers")
+    try:
+        done = act()
+    except SwitchboardError as exc:
+        return _error(request, exc, back)
+    messages.success(request, done)
+    return HttpResponseRedirect(back)
+
+
+def _peer_or_404(peer_id: int) -> Peer:
+    peer = Peer.objects.filter(pk=peer_id).first()
+    if peer is None:
+        raise Http404("No such peer hub.")
+    return peer
+
+
+def _peer_label(peer: Peer) -> str:
+    return peer.name or peer.public_key[:12]
+
+
+@require_POST
+@operator_required
+def peer_pin_new(request: HttpRequest) -> HttpResponse:
+    """Pin a hub key typed in by an operator (how a hub with trust on first use off meets a peer)."""
+    form = PeerPinForm(request.POST)
+    if not form.is_valid():
+        return _form_error(request, form, reverse("console:peers"))
+
+    def act() -> str:
+        peer = peer_pin(**form.cleaned_data, actor=_operator(request))
+        return f"Pinned the key of {_peer_label(peer)}."
+
+    return _peer_action(request, act)
+
+
+@require_POST
+@operator_required
+def peer_pin_existing(request: HttpRequest, peer_id: int) -> HttpResponse:
+    """Pin the key a peer was first seen with, keeping its name, URL and tier."""
+    peer = _peer_or_404(peer_id)
+
+    def act() -> str:
+        pinned = peer_pin(
+            public_key=peer.public_key, name=peer.name, url=peer.url, tier=peer.tier, actor=_operator(request)
+        )
+        return f"Pinned the key of {_peer_label(pinned)}."
+
+    return _peer_action(request, act)
+
+
+@require_POST
+@operator_required
+def peer_revoke_view(request: HttpRequest, peer_id: int) -> HttpResponse:
+    form = PeerRevokeForm(request.POST)
+    if not form.is_valid():
+        return _form_error(request, form, reverse("console:peers"))
+
+    def act() -> str:
+        peer = peer_revoke(peer_id=peer_id, mode=form.cleaned_data["mode"], actor=_operator(request))
+        then = "held for an operator" if peer.revocation_mode == "hold" else "refused"
+        return f"Revoked {_peer_label(peer)}: its messages are now {then}."
+
+    return _peer_action(request, act)
+
+
+@require_POST
+@operator_required
+def peer_restore_view(request: HttpRequest, peer_id: int) -> HttpResponse:
+    def act() -> str:
+        peer = peer_restore(peer_id=peer_id, actor=_operator(request))
+        return f"Restored {_peer_label(peer)}: its messages are accepted again."
+
+    return _peer_action(request, act)
 
 
 @require_GET
