@@ -16,7 +16,7 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
 from messaging.auth import AUTH, AsyncBearerAuth, EnrollmentKeyAuth, operator, principal
-from messaging.errors import SwitchboardError
+from messaging.errors import Invalid, SwitchboardError
 from messaging.framing import frame_for_recipient
 from messaging.models import AgentSession
 from messaging.principals import Principal
@@ -26,8 +26,10 @@ from messaging.services.events import session_group
 from messaging.services.sending import BATCH_MAX, message_send, messages_send_batch
 from messaging.services.sessions import (
     session_deregister,
+    session_end_turn,
     session_register,
     session_set_status,
+    session_start_turn,
     session_summary,
     session_touch,
 )
@@ -75,6 +77,19 @@ class AgentsOut(Schema):
 class SessionPatch(Schema):
     status: Literal["busy", "idle", "stopped", "exited"] | None = None
     final_answer: str | None = Field(None, description="With status idle: the turn's final answer.")
+    unless_inbox: bool = Field(
+        False,
+        description="With status idle (a turn ending): when messages are waiting, do not go idle; "
+        "return them in `messages` (marked delivered) instead.",
+    )
+    limit: int = Field(100, description="With unless_inbox: at most this many messages.")
+
+
+class SessionPatchOut(SessionOut):
+    messages: list[dict[str, Any]] | None = Field(
+        None,
+        description="With unless_inbox: the waiting messages pulled instead of going idle ([] if it went idle).",
+    )
 
 
 class FileRef(Schema):
@@ -135,11 +150,20 @@ def me(request: HttpRequest) -> dict[str, Any]:
     return session_summary(principal(request).require_session())
 
 
-@router.patch("/sessions/me", response={200: SessionOut, **ERRORS}, auth=AUTH)
+@router.patch("/sessions/me", response={200: SessionPatchOut, **ERRORS}, auth=AUTH)
 def update_me(request: HttpRequest, body: SessionPatch) -> dict[str, Any]:
-    """Report status (busy / idle with the final answer / stopped / exited). Any call is a heartbeat."""
+    """Report status (busy / idle with the final answer / stopped / exited). Any call is a heartbeat.
+    `{"status": "idle", "unless_inbox": true}` ends a turn in one call: waiting messages come back
+    (delivered) and the session stays busy, else it goes idle."""
     caller = principal(request)
     session = caller.require_session()
+    if body.unless_inbox:
+        if body.status != "idle":
+            raise Invalid("bad_status", "unless_inbox goes with status idle (a turn ending).")
+        turn = session_end_turn(
+            session=session, actor=caller, final_answer=body.final_answer, limit=body.limit
+        )
+        return {**session_summary(turn.session), "messages": [frame_for_recipient(d) for d in turn.messages]}
     if body.status is not None:
         session = session_set_status(
             session=session, status=body.status, actor=caller, final_answer=body.final_answer
@@ -263,22 +287,36 @@ def message_detail(request: HttpRequest, message_id: str) -> dict[str, Any]:
     return message_status(message_for_viewer(message_id=message_id, viewer=principal(request)))
 
 
-def _pull(caller: Principal, limit: int, include_unacked: bool) -> list[dict[str, Any]]:
+def _pull(
+    caller: Principal, limit: int, include_unacked: bool, status: str | None = None
+) -> list[dict[str, Any]]:
     session = caller.require_session()
-    return [
-        frame_for_recipient(d)
-        for d in inbox_pull(recipient=session, actor=caller, limit=limit, include_unacked=include_unacked)
-    ]
+    if status is not None:
+        if status != "busy":
+            raise Invalid("bad_status", "An inbox pull can only report status busy (a turn starting).")
+        pulled = session_start_turn(
+            session=session, actor=caller, limit=limit, include_unacked=include_unacked
+        )
+    else:
+        pulled = inbox_pull(recipient=session, actor=caller, limit=limit, include_unacked=include_unacked)
+    return [frame_for_recipient(d) for d in pulled]
 
 
 @router.get("/inbox", response={200: dict, **ERRORS}, auth=AsyncBearerAuth())
-async def inbox(request: HttpRequest, wait: float = 0, limit: int = 100, include_unacked: bool = False):
+async def inbox(
+    request: HttpRequest,
+    wait: float = 0,
+    limit: int = 100,
+    include_unacked: bool = False,
+    status: str | None = None,
+):
     """Pull queued messages (marks them delivered). `wait` long-polls up to that many seconds;
-    `include_unacked` also returns delivered messages not yet acked (after a crash mid-turn)."""
+    `include_unacked` also returns delivered messages not yet acked (after a crash mid-turn);
+    `status=busy` reports the session busy in the same call (a prompt after an idle)."""
     caller = principal(request)
     session: AgentSession = caller.require_session()
     wait = max(0.0, min(float(wait), float(settings.SWITCHBOARD_INBOX_MAX_WAIT)))
-    messages = await sync_to_async(_pull)(caller, limit, include_unacked)
+    messages = await sync_to_async(_pull)(caller, limit, include_unacked, status)
     if messages or wait <= 0:
         return {"messages": messages}
     layer = get_channel_layer()

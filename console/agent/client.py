@@ -159,6 +159,12 @@ class HubClient:
             body["final_answer"] = final_answer
         return self.call("PATCH", "sessions/me", body=body)
 
+    def end_turn(self, *, final_answer: str, limit: int = 100) -> list[dict[str, Any]]:
+        """End a turn in one round trip: the messages waiting (now delivered; the session stays busy),
+        or `[]` when none were and the session went idle with `final_answer`."""
+        body = {"status": "idle", "final_answer": final_answer, "unless_inbox": True, "limit": limit}
+        return self.call("PATCH", "sessions/me", body=body).get("messages") or []
+
     def deregister(self) -> dict[str, Any]:
         return self.call("DELETE", "sessions/me")
 
@@ -185,13 +191,20 @@ class HubClient:
         return self.call("POST", "messages", body=body)
 
     def inbox(
-        self, *, wait: float = 0, limit: int = 100, include_unacked: bool = False
+        self,
+        *,
+        wait: float = 0,
+        limit: int = 100,
+        include_unacked: bool = False,
+        status: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Pull queued messages (the hub marks them delivered). `wait` long-polls up to that long."""
+        """Pull queued messages (the hub marks them delivered). `wait` long-polls up to that long;
+        `status="busy"` reports the session busy in the same round trip."""
         params = {
             "wait": wait or None,
             "limit": limit,
             "include_unacked": "true" if include_unacked else None,
+            "status": status,
         }
         return self.call("GET", "inbox", params=params, timeout=float(wait) + 10.0)["messages"]
 

@@ -6,9 +6,11 @@ Contract used (Claude Code hooks reference, checked 2026-11): every event carrie
 - SessionStart (`source`: startup | resume | clear | compact): register (or resume) this session;
   the answer's `hookSpecificOutput.additionalContext` tells the model who it is on the hub.
 - UserPromptSubmit, PostToolUse: pull waiting messages and inject them as
-  `hookSpecificOutput.additionalContext` (the pull marks them delivered).
-- Stop (`stop_hook_active`, `last_assistant_message`): messages waiting → `{"decision": "block",
-  "reason": ...}` keeps the agent working on them; none → report idle with the final answer.
+  `hookSpecificOutput.additionalContext` (the pull marks them delivered; a prompt after an idle
+  reports busy in the same request).
+- Stop (`stop_hook_active`, `last_assistant_message`): one request ends the turn on the hub:
+  messages waiting → `{"decision": "block", "reason": ...}` keeps the agent working on them;
+  none → the hub reports it idle with the final answer.
 - SessionEnd (`reason`): deregister (the session exits on the hub).
 
 A hub that is down, slow or misconfigured must never break the agent: every failure is logged to
@@ -135,40 +137,46 @@ class Hook:
         )
         return _context("SessionStart", context)
 
-    def pull(self, saved: SavedSession) -> list[dict[str, Any]]:
-        with self.client(saved.token) as client:
-            return client.inbox(limit=INBOX_LIMIT)
-
-    def session_and_messages(self) -> tuple[SavedSession, list[dict[str, Any]]]:
-        """The session and its waiting messages. A hub that no longer knows the saved token (it was
-        reset, or the session was ended) gets a fresh registration, once."""
+    def with_session(self, call: Callable[[SavedSession], Any]) -> tuple[SavedSession, Any]:
+        """`call(saved)` as the saved session (one request). A hub that no longer knows the saved
+        token (it was reset, or the session was ended) gets a fresh registration, once."""
         saved = self.session()
         try:
-            return saved, self.pull(saved)
+            return saved, call(saved)
         except HubError as exc:
             if exc.status != 401:
                 raise
         saved = self.register()
-        return saved, self.pull(saved)
+        return saved, call(saved)
 
     def on_inject(self, event_name: str) -> dict[str, Any] | None:
-        saved, messages = self.session_and_messages()
-        if event_name == "UserPromptSubmit" and saved.status != "busy":
+        def pull(saved: SavedSession) -> list[dict[str, Any]]:
+            # A prompt after an idle starts a turn: the same request reports busy.
+            starting = event_name == "UserPromptSubmit" and saved.status != "busy"
             with self.client(saved.token) as client:
-                client.set_status("busy")
-            saved.status = "busy"
-            session_save(saved)
+                messages = client.inbox(limit=INBOX_LIMIT, status="busy" if starting else None)
+            if starting:
+                saved.status = "busy"
+                session_save(saved)
+            return messages
+
+        _, messages = self.with_session(pull)
         if not messages:
             return None
         return _context(event_name, render_messages(messages, how_to_reread=REREAD))
 
     def on_stop(self) -> dict[str, Any] | None:
-        saved, messages = self.session_and_messages()
+        answer = final_answer(self.event)
+
+        def end_turn(saved: SavedSession) -> list[dict[str, Any]]:
+            # One request: the hub hands back what waits (the agent stays busy), else goes idle.
+            with self.client(saved.token) as client:
+                return client.end_turn(final_answer=answer, limit=INBOX_LIMIT)
+
+        saved, messages = self.with_session(end_turn)
         if messages:
             reason = render_messages(messages, how_to_reread=REREAD)
             return {"decision": "block", "reason": reason + "\n\nHandle these messages before you stop."}
-        with self.client(saved.token) as client:
-            client.set_status("idle", final_answer=final_answer(self.event))
         saved.status = "idle"
         session_save(saved)
         return None

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from messaging.credentials import SESSION_PREFIX, hash_token, new_token
 from messaging.errors import Conflict, Invalid, Unauthorized
-from messaging.models import AgentSession, PermissionMode, SessionStatus
+from messaging.models import AgentSession, Delivery, PermissionMode, SessionStatus
 from messaging.names import clean_name, name_problem, normalize_name
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
@@ -186,6 +186,51 @@ def session_set_status(
         on_session_status(session=locked, previous=previous, final_answer=final_answer, actor=actor)
     session.__dict__.update({f: getattr(locked, f) for f in fields})
     return locked
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """What ending a turn did: `messages` were waiting (now delivered) and the session stays as it
+    was; or none were, and `session` went idle."""
+
+    session: AgentSession
+    messages: list[Delivery]
+
+    @property
+    def went_idle(self) -> bool:
+        return not self.messages
+
+
+def session_end_turn(
+    *, session: AgentSession, actor: Principal, final_answer: str | None = None, limit: int = 100
+) -> TurnEnd:
+    """The agent is about to stop (Claude Code's Stop hook), in one transaction: messages waiting
+    for it are pulled (marked delivered, up to `limit`) and returned so it keeps working on them,
+    its status unchanged; when none wait it reports idle with `final_answer` through
+    `session_set_status`, so the teams' idle notifications and subscriptions fire as usual."""
+    from messaging.services.delivery import inbox_pull
+
+    with transaction.atomic():
+        waiting = inbox_pull(recipient=session, actor=actor, limit=limit)
+        if waiting:
+            return TurnEnd(session=session, messages=waiting)
+        idle = session_set_status(
+            session=session, status=SessionStatus.IDLE, actor=actor, final_answer=final_answer
+        )
+        return TurnEnd(session=idle, messages=[])
+
+
+def session_start_turn(
+    *, session: AgentSession, actor: Principal, limit: int = 100, include_unacked: bool = False
+) -> list[Delivery]:
+    """A turn starts (a prompt after an idle), in one transaction: the session reports busy through
+    `session_set_status` (releasing what was held if it was stopped) and pulls its waiting messages,
+    as `inbox_pull` does. Returns the pulled deliveries."""
+    from messaging.services.delivery import inbox_pull
+
+    with transaction.atomic():
+        session_set_status(session=session, status=SessionStatus.BUSY, actor=actor)
+        return inbox_pull(recipient=session, actor=actor, limit=limit, include_unacked=include_unacked)
 
 
 def session_deregister(*, session: AgentSession, actor: Principal) -> AgentSession:

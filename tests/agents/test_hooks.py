@@ -118,6 +118,7 @@ def test_user_prompt_submit_injects_and_marks_the_session_busy_again(started, re
     assert code == 0
     assert out["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
     assert "ping" in out["hookSpecificOutput"]["additionalContext"]
+    assert "1 request(s)" in last_log_line()  # busy and the pull in one round trip
     started.refresh_from_db()
     assert started.status == "busy"
 
@@ -130,14 +131,16 @@ def test_stop_with_messages_waiting_keeps_the_agent_working(started, register, s
     assert code == 0
     assert out["decision"] == "block"
     assert "the deploy needs your sign-off" in out["reason"]
+    assert "1 request(s)" in last_log_line()
     started.refresh_from_db()
-    assert started.status == "busy"
+    assert (started.status, started.final_answer) == ("busy", "")
 
 
 def test_stop_with_nothing_waiting_reports_idle_with_the_final_answer(started) -> None:
     code, out = hook(event("Stop", stop_hook_active=False, last_assistant_message="Fixed the rounding bug."))
 
     assert (code, out) == (0, None)
+    assert "1 request(s)" in last_log_line()  # checked the inbox and went idle in one round trip
     started.refresh_from_db()
     assert (started.status, started.final_answer) == ("idle", "Fixed the rounding bug.")
 
@@ -224,3 +227,53 @@ def test_a_hub_that_forgot_the_session_gets_a_fresh_registration(started, regist
 
     assert code == 0 and "hello again" in out["hookSpecificOutput"]["additionalContext"]
     assert AgentSession.objects.filter(name="billing", status="busy").count() == 1
+
+
+def test_every_hook_event_is_one_round_trip(inprocess_hub: str, register, send) -> None:
+    """A whole session, event by event: each hook call makes exactly one HTTP request, including the
+    Stop that reports idle and the first prompt after an idle."""
+    alice = register("alice")
+    tool = {"tool_name": "Bash", "tool_input": {}}
+    # (label, the event, a message alice sends first, the status the session has after it)
+    steps: list[tuple[str, dict[str, Any], str | None, str]] = [
+        ("SessionStart (startup)", event("SessionStart", source="startup"), None, "busy"),
+        ("UserPromptSubmit (busy)", event("UserPromptSubmit", prompt="fix it"), None, "busy"),
+        ("PostToolUse (nothing)", event("PostToolUse", **tool, tool_use_id="t1"), None, "busy"),
+        ("PostToolUse (message)", event("PostToolUse", **tool, tool_use_id="t2"), "note a", "busy"),
+        ("Stop (message waiting)", event("Stop", stop_hook_active=False), "note b", "busy"),
+        (
+            "Stop (nothing waiting)",
+            event("Stop", stop_hook_active=True, last_assistant_message="Done."),
+            None,
+            "idle",
+        ),
+        (
+            "UserPromptSubmit (after idle, message)",
+            event("UserPromptSubmit", prompt="next"),
+            "note c",
+            "busy",
+        ),
+        (
+            "Stop (idle again)",
+            event("Stop", stop_hook_active=False, last_assistant_message="Done."),
+            None,
+            "idle",
+        ),
+        ("UserPromptSubmit (after idle, nothing)", event("UserPromptSubmit", prompt="more"), None, "busy"),
+        ("SessionStart (resume)", event("SessionStart", source="resume"), None, "busy"),
+        ("SessionEnd", event("SessionEnd", reason="prompt_input_exit"), None, "exited"),
+    ]
+    counts = {}
+    for label, payload, message, status in steps:
+        if message:
+            send(alice, "billing", message)
+        code, out = hook(payload)
+        assert code == 0
+        if message:
+            assert message in json.dumps(out) and "SWITCHBOARD FROM" in json.dumps(out)
+        counts[label] = int(re.search(r"; (\d+) request\(s\)", last_log_line()).group(1))
+        assert AgentSession.objects.get(name="billing").status == status, label
+
+    print("\nHTTP round trips per hook event:", counts)
+    assert counts == {label: 1 for label, *_ in steps}
+    assert AgentSession.objects.get(name="billing").final_answer == "Done."

@@ -93,6 +93,14 @@ def test_a_claude_code_session_lifecycle_through_hook_processes(hub: Hub, tmp_pa
     agents = {a["name"]: a for a in api.get("agents", headers=alice_auth).json()["agents"]}
     assert agents["payments"]["status"] == "idle"
 
+    api.post("messages", json={"to": "payments", "message": "Next: chargebacks."}, headers=alice_auth)
+    code, out, timings["UserPromptSubmit (after idle)"] = run_hook(
+        env, event("UserPromptSubmit", prompt="carry on")
+    )
+    assert code == 0 and "Next: chargebacks." in out["hookSpecificOutput"]["additionalContext"]
+    agents = {a["name"]: a for a in api.get("agents", headers=alice_auth).json()["agents"]}
+    assert agents["payments"]["status"] == "busy"
+
     code, out, timings["SessionEnd"] = run_hook(env, event("SessionEnd", reason="prompt_input_exit"))
     assert (code, out) == (0, None)
     everyone = api.get("agents", params={"include_exited": "true"}, headers=alice_auth).json()["agents"]
@@ -102,9 +110,11 @@ def test_a_claude_code_session_lifecycle_through_hook_processes(hub: Hub, tmp_pa
     inside = [float(ms) for ms in re.findall(r"request\(s\), ([\d.]+) ms", log)]
     print("\nhook process wall time (Python start-up included):")
     for name, seconds in timings.items():
-        print(f"  {name:<28} {seconds * 1000:7.0f} ms")
+        print(f"  {name:<30} {seconds * 1000:7.0f} ms")
     print(f"  time inside the hook (HTTP included): {', '.join(f'{ms:.1f}' for ms in inside)} ms")
-    print("  " + "; ".join(re.findall(r"hook (\w+): ok; (\d) request", log).__repr__().split(";")))
+    per_event = re.findall(r"hook (\w+): ok; (\d+) request", log)
+    print("  HTTP round trips per hook call:", ", ".join(f"{name} {n}" for name, n in per_event))
+    assert len(per_event) == len(timings) and {n for _, n in per_event} == {"1"}
 
     hub.stop()  # the hub goes down: the agent must not notice
     code, out, elapsed = run_hook(env, event("UserPromptSubmit", prompt="next task"))
