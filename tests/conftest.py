@@ -10,6 +10,12 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from hypothesis import settings as hypothesis_settings
+
+# Property tests judge correctness, not speed: on a loaded 2-core machine an example can take
+# longer than hypothesis' default 200 ms deadline, which would fail a correct test.
+hypothesis_settings.register_profile("switchboard", deadline=None, print_blob=True)
+hypothesis_settings.load_profile("switchboard")
 
 
 @pytest.fixture(autouse=True)
