@@ -6,8 +6,10 @@ its delivery are committed, and its result names the outcome in a sentence an ag
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -359,6 +361,34 @@ def decide_inbound(
     return decision
 
 
+def _idempotency_lock(*, sender_id: str, key: str) -> None:
+    """Hold a lock on (sender, idempotency key) until the current transaction ends. PostgreSQL: an
+    advisory lock; SQLite: the IMMEDIATE transaction already serializes every writer."""
+    if connection.vendor != "postgresql":
+        return
+    digest = hashlib.sha256(f"{sender_id}:{key}".encode()).digest()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
+
+
+def _serialized_by_idempotency_key(send: Callable[..., SendOutcome]) -> Callable[..., SendOutcome]:
+    """Requests with the same idempotency key wait for each other, so a retry that races the original
+    (a client timing out and sending again) always gets the original's answer, never a rate limit or
+    a copy."""
+
+    @functools.wraps(send)
+    def serialized(**arguments: Any) -> SendOutcome:
+        key = arguments.get("idempotency_key")
+        if not key:
+            return send(**arguments)
+        with transaction.atomic():
+            _idempotency_lock(sender_id=str(arguments["sender"].id), key=key)
+            return send(**arguments)
+
+    return serialized
+
+
+@_serialized_by_idempotency_key
 def message_send(
     *,
     sender: AgentSession,
@@ -384,45 +414,6 @@ def message_send(
     `files` attaches uploaded files ({sha256, name}); `remote` (a federation InboundContext) marks
     a message another hub forwarded here. An address no local session takes is tried on the other
     hubs (channel → LAN → relay, federation.services.forwarding) before it is `not_found`."""
-    arguments = dict(locals())
-    if not idempotency_key:
-        return _message_send(**arguments)
-    # Requests with the same key wait for each other, so a retry that races the original (a client
-    # timing out and sending again) always gets the original's answer, never a rate limit or a copy.
-    with transaction.atomic():
-        _idempotency_lock(sender_id=str(sender.id), key=idempotency_key)
-        return _message_send(**arguments)
-
-
-def _idempotency_lock(*, sender_id: str, key: str) -> None:
-    """Hold a lock on (sender, idempotency key) until the current transaction ends. PostgreSQL: an
-    advisory lock; SQLite: the IMMEDIATE transaction already serializes every writer."""
-    if connection.vendor != "postgresql":
-        return
-    digest = hashlib.sha256(f"{sender_id}:{key}".encode()).digest()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
-
-
-def _message_send(
-    *,
-    sender: AgentSession,
-    to: str,
-    text: str,
-    summary: str = "",
-    idempotency_key: str | None = None,
-    priority: str = "normal",
-    kind: str = MessageKind.TEXT,
-    frame_type: str = "",
-    in_reply_to: str | None = None,
-    actor: Principal | None = None,
-    trust: str = HOST_VERIFIED,
-    signature_failed: bool = False,
-    hub_made: bool = False,
-    files: list[dict[str, str]] | None = None,
-    remote: Any = None,
-) -> SendOutcome:
-    """The send itself; `message_send` wraps it in the idempotency-key lock."""
     actor = actor or session_principal(sender)
     target = validate_address(to)
     summary = strip_invisible(summary or "")[0].strip()
