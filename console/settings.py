@@ -167,6 +167,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Keeps the worker consuming after Redis dies with a task unacknowledged (see console/celery.py).
+CELERY_WORKER_CONSUMER = "console.celery:Consumer"
 # "inline" runs background jobs right after commit in the calling thread (tests);
 # "thread" runs them on the in-process pool (embedded serve); "celery" sends them to the broker.
 SWITCHBOARD_JOBS = os.environ.get("SWITCHBOARD_JOBS", "").strip() or ("celery" if REDIS_URL else "thread")
