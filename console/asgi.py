@@ -1,8 +1,10 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels (origin-checked)."""
+"""ASGI entry point: the REST API through its lean handler, other HTTP through Django's,
+WebSockets through Channels (origin-checked)."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -11,6 +13,15 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
+from console.api_asgi import ApiHandler, is_api_request  # noqa: E402
 from console.routing import websocket_application  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_application})
+api_asgi_app = ApiHandler()
+
+
+async def http_application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    app = api_asgi_app if is_api_request(scope) else django_asgi_app
+    await app(scope, receive, send)
+
+
+application = ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})

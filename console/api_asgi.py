@@ -1,0 +1,95 @@
+"""The REST API's own ASGI handler: Django's, with one async middleware instead of the console's chain.
+
+Under ASGI every classic (sync) middleware costs two hops to the request's worker thread and back,
+one on the way in and one on the way out; the console's seven cost more than an authenticated no-op
+call itself. API calls authenticate with bearer tokens in the view (django-ninja). The one cookie
+path, a staff login acting as an operator (`messaging.auth.StaffLogin`, CSRF checked by ninja),
+needs only `request.session` and `request.user`, which this middleware sets up lazily (nothing is
+read until a view asks). The security headers come from the same Django middleware the console
+uses, whose response hooks are called inline: they only set headers.
+
+Django runs each request's sync code (the view, signal receivers) on a thread of its own, made for
+that request and joined after it. Here the threads are kept: a request borrows an idle one-thread
+executor ("lane") and gives it back when it is answered, so a busy process reuses a handful of
+threads instead of starting one per call. A lane still serves one request at a time, as Django's
+per-request thread does, so what a view keeps in thread-locals (its database connection, closed or
+returned to the pool at the end of every request) never leaks into another request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib import import_module
+from typing import Any
+
+from asgiref.sync import ThreadSensitiveContext, markcoroutinefunction
+from django.conf import settings
+from django.contrib.auth import get_user
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.exception import convert_exception_to_response
+from django.http import HttpRequest, HttpResponseBase
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.security import SecurityMiddleware
+from django.utils.functional import SimpleLazyObject
+
+API_PREFIX = "/api/"
+IDLE_LANES_KEPT = 16  # threads kept for the next requests; more are made when more run at once
+
+Respond = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
+
+
+def api_request_middleware(get_response: Respond) -> Respond:
+    """Lazy session and user for the API, plus the console's security headers, without thread hops."""
+    session_store = import_module(settings.SESSION_ENGINE).SessionStore
+    security = SecurityMiddleware(get_response)
+    framing = XFrameOptionsMiddleware(get_response)
+
+    async def middleware(request: HttpRequest) -> HttpResponseBase:
+        redirect = security.process_request(request)  # SECURE_SSL_REDIRECT, when configured
+        if redirect is not None:
+            return redirect
+        request.session = session_store(request.COOKIES.get(settings.SESSION_COOKIE_NAME))
+        request.user = SimpleLazyObject(lambda: get_user(request))
+        response = await get_response(request)
+        return framing.process_response(request, security.process_response(request, response))
+
+    markcoroutinefunction(middleware)
+    return middleware
+
+
+class ApiHandler(ASGIHandler):
+    """Django's ASGI handler with `api_request_middleware` as its whole middleware chain, running
+    each request's sync code on a reused lane (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._idle_lanes: list[ThreadPoolExecutor] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            raise ValueError(f"The API handler serves HTTP only, not {scope['type']}.")
+        lane = self._idle_lanes.pop() if self._idle_lanes else ThreadPoolExecutor(1, "api-lane")
+        try:
+            async with ThreadSensitiveContext(executor=lane):
+                await self.handle(scope, receive, send)
+        finally:
+            if len(self._idle_lanes) < IDLE_LANES_KEPT:
+                self._idle_lanes.append(lane)
+            else:
+                lane.shutdown(wait=False)
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        self._view_middleware: list[Any] = []
+        self._template_response_middleware: list[Any] = []
+        self._exception_middleware: list[Any] = []
+        view = convert_exception_to_response(self._get_response_async)
+        self._middleware_chain = convert_exception_to_response(api_request_middleware(view))
+
+
+def is_api_request(scope: dict[str, Any]) -> bool:
+    path = scope.get("path", "")
+    root = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return path.startswith(API_PREFIX)
