@@ -149,9 +149,10 @@ def limits_find_duplicate(
     )
 
 
-def limits_take(*, sender: AgentSession, recipient: AgentSession) -> None:
+def limits_take(*, sender: AgentSession, recipient: AgentSession, unread: int | None = None) -> None:
     """Spend a token from the hub's bucket and from the sender→recipient bucket, and check the
-    recipient's unread queue. Raises RateLimited with a sentence saying how long to wait."""
+    recipient's unread queue (`unread`: already counted up to the cap, e.g. by `pair_facts`).
+    Raises RateLimited with a sentence saying how long to wait."""
     wait = _take(_key("hub"), settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS)
     if wait:
         raise RateLimited(
@@ -176,7 +177,7 @@ def limits_take(*, sender: AgentSession, recipient: AgentSession) -> None:
     waiting = Delivery.objects.filter(recipient=recipient, state__in=UNREAD_STATES)
     # Count no further than the cap (all the check needs), so a long inbox costs no more than a short
     # one; only a refusal counts them all, for its sentence.
-    if waiting[:cap].count() >= cap:
+    if (waiting[:cap].count() if unread is None else unread) >= cap:
         unread = waiting.count()
         raise RateLimited(
             f"{recipient.label} already has {unread} unread messages waiting (the limit is {cap}). "
@@ -184,6 +185,13 @@ def limits_take(*, sender: AgentSession, recipient: AgentSession) -> None:
             reason="recipient_queue_full",
             retry_after=settings.SWITCHBOARD_RATE_PAIR_SECONDS,
         )
+
+
+def loop_suspected(*, replies: int, sends: int) -> bool:
+    """The reply-loop rule on counts already taken (`pair_facts`): both directions of the pair at
+    or above the loop threshold within the window."""
+    threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
+    return threshold > 0 and replies >= threshold and sends >= threshold
 
 
 def limits_loop_suspected(*, sender: AgentSession, recipient: AgentSession, now: datetime) -> bool:

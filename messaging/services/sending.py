@@ -55,8 +55,8 @@ from messaging.sensitivity import classify
 from messaging.services.audit import audit_events_bulk
 from messaging.services.events import announce
 from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
-from messaging.services.limits import limits_find_duplicate, limits_loop_suspected, limits_take
-from messaging.services.policies import policy_lookup
+from messaging.services.limits import limits_take, loop_suspected
+from messaging.services.pair import PairFacts, pair_facts
 from messaging.services.transports import schedule_push
 from messaging.states import DeliveryState
 
@@ -254,6 +254,35 @@ def lead_candidate(sender: AgentSession) -> Candidate | None:
 
 def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
     """Resolve `target` for `sender` and apply its pins. Raises NotFound/Ambiguous/PinConflict."""
+    recipient, resolution = _resolve(sender, target)
+    pin_key = _pin_key_checked(resolution)
+    if pin_key:
+        pinned = (
+            Pin.objects.filter(sender=sender, name_key=pin_key).values_list("recipient_id", flat=True).first()
+        )
+        pin_check(recipient=recipient, target=target, pinned_to=pinned)
+    return recipient, resolution
+
+
+def _pin_key_checked(resolution: Resolution) -> str | None:
+    """The pin a resolution must agree with: only names (exact, normalized, prefix) can be rebound."""
+    return resolution.pin_key if resolution.rule in ("name", "normalized", "prefix") else ""
+
+
+def pin_check(*, recipient: AgentSession, target: str, pinned_to: Any) -> None:
+    """Raise PinConflict when the sender's pin for this name points at another session."""
+    if pinned_to is None or pinned_to == recipient.id:
+        return
+    pinned = AgentSession.objects.get(pk=pinned_to)
+    raise PinConflict(
+        f"You have been talking to {pinned.label} as {target!r}, but that name now means "
+        f"{recipient.label}. Address the one you mean as `name [ref]`.",
+        pinned={"id": str(pinned.id), "name": pinned.name, "ref": pinned.ref},
+        now={"id": str(recipient.id), "name": recipient.name, "ref": recipient.ref},
+    )
+
+
+def _resolve(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
     try:
         # Look the team lead up only when the address is the `lead` alias (saves a query per send).
         lead = lead_candidate(sender) if parse_address(target).key == LEAD_ALIAS else None
@@ -269,17 +298,6 @@ def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, 
         raise
     # The row the resolver chose was fetched with the candidates (the lead alias is the exception).
     recipient = rows.get(resolution.candidate.id) or AgentSession.objects.get(pk=resolution.candidate.id)
-    if resolution.rule in ("name", "normalized", "prefix") and resolution.pin_key:
-        pin = (
-            Pin.objects.filter(sender=sender, name_key=resolution.pin_key).select_related("recipient").first()
-        )
-        if pin is not None and pin.recipient_id != recipient.id:
-            raise PinConflict(
-                f"You have been talking to {pin.recipient.label} as {target!r}, but that name now means "
-                f"{recipient.label}. Address the one you mean as `name [ref]`.",
-                pinned={"id": str(pin.recipient.id), "name": pin.recipient.name, "ref": pin.recipient.ref},
-                now={"id": str(recipient.id), "name": recipient.name, "ref": recipient.ref},
-            )
     return recipient, resolution
 
 
@@ -314,6 +332,7 @@ def decide_inbound(
     text: str,
     kind: str,
     now: Any,
+    facts: PairFacts,
     trust: str = HOST_VERIFIED,
     signature_failed: bool = False,
 ) -> Decision:
@@ -321,7 +340,7 @@ def decide_inbound(
     catch reply loops, then route by the recipient's state. Reads only; writes nothing."""
     tier = classify(text, kind=kind, signature_failed=signature_failed).tier
     sensitive = tier == Tier.SENSITIVE
-    override, by_operator = policy_lookup(recipient=recipient, sender=sender)
+    override, by_operator = facts.policy, facts.policy_by_operator
     verdict = inbound_decide(
         receiver_mode=recipient.permission_mode,
         sender_mode=sender.permission_mode,
@@ -351,7 +370,7 @@ def decide_inbound(
     if (
         kind == MessageKind.TEXT
         and not operator_allowed
-        and limits_loop_suspected(sender=sender, recipient=recipient, now=now)
+        and loop_suspected(replies=facts.loop_replies, sends=facts.loop_sends)
     ):
         return Decision(
             state=S.HELD, hold_reason="loop_suspected", expires_at=hold_expiry_for(recipient, now), **marks
@@ -432,7 +451,7 @@ def message_send(
 
     route = None
     try:
-        recipient, resolution = resolve_recipient(sender, target)
+        recipient, resolution = _resolve(sender, target)  # its pin is checked with the pair's facts
     except NotFound:
         from federation.services.forwarding import route_for_send
 
@@ -447,24 +466,31 @@ def message_send(
 
             route = route_for_send(sender=sender, target=target)
             if route is not None:
+                resolve_recipient(sender, target)  # the local name's pin still applies
                 recipient, resolution = route.recipient, route.resolution
     if recipient.id == sender.id:
         raise Invalid("self_target", "A session cannot message itself.")
-    from teams.services.observers import observer_check_send
-
-    # Observers send only observer reports to their target and receive nothing (raises Forbidden).
-    trust = observer_check_send(sender=sender, recipient=recipient, kind=kind) or trust
     now = timezone.now()
     encoded = text.encode("utf-8")
     sha256 = hashlib.sha256(encoded).hexdigest()
-    if kind == MessageKind.TEXT and not hub_made:
-        original = limits_find_duplicate(sender=sender, recipient=recipient, sha256=sha256, now=now)
-        if original is not None:
-            delivery = original.deliveries.get(recipient=recipient)
-            return SendOutcome(message=original, delivery=delivery, recipient=recipient, duplicate=True)
+    pin_key = _pin_key_checked(resolution) if route is None else ""
+    facts = pair_facts(
+        sender=sender, recipient=recipient, sha256=sha256, now=now, pin_key=resolution.pin_key or ""
+    )
+    if pin_key:
+        pin_check(recipient=recipient, target=target, pinned_to=facts.pinned_to)
+    if facts.sender_is_observer or facts.recipient_is_observer or kind == MessageKind.OBSERVER_REPORT:
+        from teams.services.observers import observer_check_send
+
+        # Observers send only observer reports to their target and receive nothing (raises Forbidden).
+        trust = observer_check_send(sender=sender, recipient=recipient, kind=kind) or trust
+    if kind == MessageKind.TEXT and not hub_made and facts.duplicate_of is not None:
+        original = Message.objects.get(pk=facts.duplicate_of)
+        delivery = original.deliveries.get(recipient=recipient)
+        return SendOutcome(message=original, delivery=delivery, recipient=recipient, duplicate=True)
     if not hub_made:
         try:
-            limits_take(sender=sender, recipient=recipient)
+            limits_take(sender=sender, recipient=recipient, unread=facts.unread)
         except RateLimited:
             # A concurrent request with the same key may have been accepted meanwhile: answer with it.
             earlier = _earlier_send(sender, idempotency_key, fingerprint) if idempotency_key else None
@@ -480,6 +506,7 @@ def message_send(
             text=text,
             kind=kind,
             now=now,
+            facts=facts,
             trust=trust,
             signature_failed=signature_failed,
         )
@@ -529,7 +556,8 @@ def message_send(
                 files_attach(message_id=message.id, files=files, tier=delivery.tier)
             if route is not None:
                 route.attach(delivery)
-            if resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead"):
+            pin_wanted = resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead")
+            if pin_wanted and facts.pinned_to != recipient.id:
                 Pin.objects.update_or_create(
                     sender=sender, name_key=resolution.pin_key, defaults={"recipient": recipient}
                 )

@@ -1,0 +1,116 @@
+"""What the send pipeline needs to know about a sender → recipient pair, read in one round trip.
+
+A send checks observers, the dedupe window, the recipient's unread cap, the recipient's per-sender
+policy, both directions of a possible reply loop and the sender's pin for the name it used. Asked
+one query at a time that is seven round trips through the ORM, most of a send's cost; here they
+are scalar subqueries of one SELECT (plain SQL that SQLite and PostgreSQL both run), each bounded
+by the index it uses and by a LIMIT where it counts, so the cost does not grow with an inbox.
+The rules that use these facts stay in their modules (limits, policy, observers, addressing).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection
+
+from messaging.models import AgentSession, Delivery, Message, MessageKind, Pin, SenderPolicy
+from messaging.states import DeliveryState
+
+UNREAD_STATES = (DeliveryState.QUEUED, DeliveryState.DELIVERED)
+
+
+@dataclass(frozen=True)
+class PairFacts:
+    """Counts are exact up to the limit they were asked with, and stop there."""
+
+    sender_is_observer: bool
+    recipient_is_observer: bool
+    duplicate_of: uuid.UUID | None  # same text to the same recipient within the dedupe window
+    unread: int  # the recipient's queued + delivered messages, counted up to the unread cap
+    policy: str | None  # the recipient's rule for this sender (accept / hold / refuse), if any
+    policy_by_operator: bool
+    loop_replies: int  # recipient → sender texts within the loop window, up to the threshold
+    loop_sends: int  # sender → recipient texts within the loop window, up to the threshold
+    pinned_to: uuid.UUID | None  # whom the sender's pin for the name it used points at
+
+
+@functools.cache
+def _statement() -> str:
+    from teams.models import Observer
+
+    message, delivery = Message._meta.db_table, Delivery._meta.db_table
+    observer, policy, pin = Observer._meta.db_table, SenderPolicy._meta.db_table, Pin._meta.db_table
+    texts_between = (
+        f"SELECT 1 FROM {delivery} d JOIN {message} m ON m.id = d.message_id "
+        "WHERE m.sender_id = %s AND d.recipient_id = %s AND m.kind = %s AND m.created_at >= %s LIMIT %s"
+    )
+    return f"""
+        SELECT
+          EXISTS (SELECT 1 FROM {observer} WHERE session_id = %s),
+          EXISTS (SELECT 1 FROM {observer} WHERE session_id = %s),
+          (SELECT m.id FROM {message} m JOIN {delivery} d ON d.message_id = m.id
+            WHERE m.sender_id = %s AND m.sha256 = %s AND m.kind = %s AND m.created_at >= %s
+              AND d.recipient_id = %s
+            ORDER BY m.created_at DESC LIMIT 1),
+          (SELECT COUNT(*) FROM (SELECT 1 FROM {delivery}
+            WHERE recipient_id = %s AND state IN (%s, %s) LIMIT %s) AS unread),
+          (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
+          (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
+          (SELECT COUNT(*) FROM ({texts_between}) AS replies),
+          (SELECT COUNT(*) FROM ({texts_between}) AS sends),
+          (SELECT recipient_id FROM {pin} WHERE sender_id = %s AND name_key = %s)
+    """
+
+
+def pair_facts(
+    *, sender: AgentSession, recipient: AgentSession, sha256: str, now: datetime, pin_key: str = ""
+) -> PairFacts:
+    """Read every per-pair fact a send decides on, in one query (see the module docstring)."""
+    uuid_field, time_field = Message._meta.pk, Message._meta.get_field("created_at")
+
+    def ident(value: uuid.UUID) -> object:
+        return uuid_field.get_db_prep_value(value, connection)
+
+    def since(seconds: int) -> object:
+        return time_field.get_db_prep_value(now - timedelta(seconds=max(seconds, 0)), connection)
+
+    s, r = ident(sender.id), ident(recipient.id)
+    loop_since = since(settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
+    loop_limit = max(settings.SWITCHBOARD_LOOP_EXCHANGES, 0)  # SQLite reads a negative LIMIT as none
+    text = MessageKind.TEXT.value
+    params = [
+        s,
+        r,
+        *(s, sha256, text, since(settings.SWITCHBOARD_DEDUPE_SECONDS), r),
+        *(r, *[state.value for state in UNREAD_STATES], max(settings.SWITCHBOARD_UNREAD_PER_RECIPIENT, 0)),
+        *(r, s, r, s),
+        *(r, s, text, loop_since, loop_limit),
+        *(s, r, text, loop_since, loop_limit),
+        *(s, pin_key),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_statement(), params)
+        row = cursor.fetchone()
+    observer_s, observer_r, duplicate, unread, policy, by_operator, replies, sends, pinned = row
+    return PairFacts(
+        sender_is_observer=bool(observer_s),
+        recipient_is_observer=bool(observer_r),
+        duplicate_of=_as_uuid(duplicate) if settings.SWITCHBOARD_DEDUPE_SECONDS > 0 else None,
+        unread=int(unread),
+        policy=policy,
+        policy_by_operator=bool(by_operator),
+        loop_replies=int(replies),
+        loop_sends=int(sends),
+        pinned_to=_as_uuid(pinned),
+    )
+
+
+def _as_uuid(value: object) -> uuid.UUID | None:
+    if value is None or isinstance(value, uuid.UUID):
+        return value
+    return uuid.UUID(str(value))  # SQLite keeps UUIDs as 32 hex digits

@@ -1,0 +1,94 @@
+"""`pair_facts`: everything a send decides on about a sender → recipient pair, in one query.
+
+Run on SQLite by the fast suite and on PostgreSQL by the PG stage (the statement is plain SQL)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from messaging.models import Delivery, Message, Pin, SenderPolicy
+from messaging.services.pair import pair_facts
+from messaging.services.sending import message_send
+from messaging.services.sessions import session_register
+from messaging.states import DeliveryState
+
+pytestmark = pytest.mark.django_db
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def pair():
+    """alice (sender) and bob (recipient), live."""
+    return session_register(name="alice").session, session_register(name="bob").session
+
+
+def test_a_new_pair_has_no_facts(pair) -> None:
+    alice, bob = pair
+    facts = pair_facts(sender=alice, recipient=bob, sha256=sha("hi"), now=timezone.now(), pin_key="bob")
+    assert facts.duplicate_of is None and facts.unread == 0 and facts.policy is None
+    assert not (facts.sender_is_observer or facts.recipient_is_observer or facts.policy_by_operator)
+    assert (facts.loop_replies, facts.loop_sends, facts.pinned_to) == (0, 0, None)
+
+
+def test_duplicates_unread_pins_and_policies_are_read(pair, settings) -> None:
+    alice, bob = pair
+    first = message_send(sender=alice, to="bob", text="same words")
+    message_send(sender=alice, to="bob", text="other words")
+    SenderPolicy.objects.create(recipient=bob, sender=alice, action="hold", by_operator=True)
+    now = timezone.now()
+
+    facts = pair_facts(sender=alice, recipient=bob, sha256=sha("same words"), now=now, pin_key="bob")
+
+    assert facts.duplicate_of == first.message.id
+    assert facts.unread == 2
+    assert (facts.policy, facts.policy_by_operator) == ("hold", True)
+    assert facts.pinned_to == bob.id == Pin.objects.get(sender=alice).recipient_id
+    # Read messages no longer count; an old identical text is outside the dedupe window.
+    Delivery.objects.filter(recipient=bob).update(state=DeliveryState.READ)
+    Message.objects.filter(pk=first.message.id).update(created_at=now - timedelta(hours=1))
+    later = pair_facts(sender=alice, recipient=bob, sha256=sha("same words"), now=now)
+    assert later.unread == 0 and later.duplicate_of is None and later.pinned_to is None
+
+
+def test_counts_stop_at_their_limits(pair, settings) -> None:
+    alice, bob = pair
+    for i in range(4):
+        message_send(sender=alice, to="bob", text=f"there {i}")
+        message_send(sender=bob, to="alice", text=f"back {i}")
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 3
+    settings.SWITCHBOARD_LOOP_EXCHANGES = 2
+
+    facts = pair_facts(sender=alice, recipient=bob, sha256=sha("x"), now=timezone.now())
+
+    assert facts.unread == 3  # bob has 4 unread; counting stops at the cap
+    assert (facts.loop_replies, facts.loop_sends) == (2, 2)  # 4 each way, counted up to 2
+
+
+def test_observers_are_seen_on_either_side(pair) -> None:
+    from teams.models import Observer
+
+    alice, bob = pair
+    Observer.objects.create(session=bob, target_session=alice, registered_by="test")
+    facts = pair_facts(sender=alice, recipient=bob, sha256=sha("x"), now=timezone.now())
+    back = pair_facts(sender=bob, recipient=alice, sha256=sha("x"), now=timezone.now())
+    assert facts.recipient_is_observer and not facts.sender_is_observer
+    assert back.sender_is_observer and not back.recipient_is_observer
+
+
+def test_a_plain_send_reads_the_pair_in_one_query(pair) -> None:
+    alice, _bob = pair
+    message_send(sender=alice, to="bob", text="first: pins bob")
+    with CaptureQueriesContext(connection) as queries:
+        message_send(sender=alice, to="bob", text="second")
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    # One to find bob among the candidates, one for every fact about the pair.
+    assert len(reads) == 2, reads
