@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from typing import Any
 
 from celery import Celery
@@ -26,33 +27,53 @@ def _install_periodic_jobs(sender: Celery, **_: object) -> None:
         sender.add_periodic_task(job.every_seconds, sender.signature(job.task_name), name=job.task_name)
 
 
-def broker_skip_restore(connection: Any) -> int:
-    """Stop the lost connection's channels from pushing their unacknowledged messages back to the
-    broker when they are closed; return how many channels held some.
+# Channels of broker connections this worker lost (one consumer per worker process).
+_lost_channels: weakref.WeakSet[Any] = weakref.WeakSet()
 
-    Why: on a lost Redis connection Celery 5.7 runs `connection.collect()` and then
-    `connection.close()`. With Redis gone, collect() stops closing channels at the first one that
-    fails (the remote-control channel deleting its fanout queue), detaches the transport, and
-    leaves the task channel open; close() then makes kombu restore that channel's unacknowledged
-    task (acks_late: the one running) through the detached transport, which raises AttributeError.
-    Celery takes that for an unrecoverable error: the worker stops consuming and never exits.
-    Skipping the restore loses nothing: a reachable Redis keeps the message in its unacked set and
-    redelivers it after the visibility timeout, and a restarted, empty Redis had lost it anyway;
-    every task is idempotent and the database sweepers drive the work again."""
+
+def broker_channels_lost(connection: Any) -> int:
+    """Mark a lost connection's channels: they no longer push their unacknowledged messages back
+    to the broker when closed, and acks for those messages are skipped. Return how many channels
+    held unacknowledged messages.
+
+    Why: both would go through the lost connection, and with kombu 5.7 both raise AttributeError
+    there ('NoneType' object has no attribute 'hostname' / 'client'), which Celery 5.7 takes for an
+    unrecoverable error: the worker stops consuming and never exits. On a lost Redis connection
+    Celery runs `connection.collect()`, which stops closing channels at the first that fails (the
+    remote-control channel deleting its fanout queue) and detaches the transport; `close()` then
+    restores the task channel's unacknowledged (acks_late: running) task through the detached
+    transport. And a task that finishes after the loss acks its message on the old, closed channel.
+    Skipping both loses nothing: a reachable Redis keeps the message in its unacked set and
+    redelivers it after the visibility timeout, an emptied Redis lost it anyway, and every task is
+    idempotent with the database sweepers behind it."""
     transport = getattr(connection, "transport", None)
     holding = 0
     for channel in list(getattr(transport, "channels", None) or ()):
         qos = getattr(channel, "_qos", None)
         holding += bool(qos is not None and getattr(qos, "_delivered", None))
         channel.do_restore = False
+        _lost_channels.add(channel)
     return holding
 
 
 class Consumer(CeleryConsumer):
     """The worker's broker consumer (`CELERY_WORKER_CONSUMER`): survives losing Redis while a task
-    is unacknowledged, instead of stopping for good."""
+    is unacknowledged, instead of stopping for good (see `broker_channels_lost`)."""
 
     def on_connection_error_after_connected(self, exc: Exception) -> None:
-        if self.connection is not None and broker_skip_restore(self.connection):
+        if self.connection is not None and broker_channels_lost(self.connection):
             log.warning("broker lost with unacknowledged tasks: left to the broker and the sweepers")
         super().on_connection_error_after_connected(exc)
+
+    def call_soon_ack(self, p: Any, *args: Any, **kwargs: Any) -> Any:
+        # The check runs when the ack does (later, on the event loop), not when it is scheduled.
+        return super().call_soon_ack(_ack_unless_lost, p, *args, **kwargs)
+
+
+def _ack_unless_lost(ack: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a message's ack/reject, unless the message came over a connection since lost."""
+    message = getattr(ack, "__self__", None)
+    if message is not None and getattr(message, "channel", None) in _lost_channels:
+        log.warning("not acknowledging a task message from a lost broker connection")
+        return None
+    return ack(*args, **kwargs)
