@@ -104,6 +104,17 @@ def file_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
     return out
 
 
+def database_settle(connection: Any) -> None:
+    """Let PostgreSQL digest what was just written before measuring, the same way at every size:
+    VACUUM (ANALYZE) clears the dead tuples of the bulk update and refreshes the statistics and
+    the visibility map (so autovacuum does not start during the rounds), and CHECKPOINT writes the
+    dirty pages out now rather than while the rounds run. Database-wide, so no table the send or
+    the read touches is missed; VACUUM cannot run in a transaction, so this runs in autocommit."""
+    with connection.cursor() as c:
+        c.execute("VACUUM (ANALYZE)")
+        c.execute("CHECKPOINT")
+
+
 def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, Any]]:
     from datetime import timedelta
 
@@ -154,8 +165,7 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
                 )
                 have += chunk
             Message.objects.filter(sender=alice).update(created_at=long_ago)
-        with connection.cursor() as c:
-            c.execute("ANALYZE messaging_message; ANALYZE messaging_delivery; ANALYZE messaging_auditevent")
+        database_settle(connection)
         actor = session_principal(bob)
         sends, reads = [], []
         for i in range(rounds):
