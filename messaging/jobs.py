@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
+from kombu.exceptions import OperationalError
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,14 @@ def run_task_now(task_name: str, *args: Any) -> None:
 def _submit(task_name: str, args: tuple[Any, ...]) -> None:
     mode = settings.SWITCHBOARD_JOBS
     if mode == "celery":
-        _task(task_name).apply_async(args=args)
+        try:
+            _task(task_name).apply_async(args=args)
+        except OperationalError:
+            # The broker stayed unreachable through the publish retries. Every job started here is
+            # a fast path for work the database already holds, which the periodic sweepers drive
+            # again; raising would turn a committed send into a 500 and skip the transaction's
+            # later on-commit jobs.
+            log.warning("broker unavailable: %s%r left to the sweepers", task_name, args)
     elif mode == "inline":
         run_task_now(task_name, *args)
     else:
@@ -70,7 +78,8 @@ def _submit(task_name: str, args: tuple[Any, ...]) -> None:
 
 
 def enqueue(task_name: str, *args: Any) -> None:
-    """Start `task_name(*args)` in the background once the current transaction commits."""
+    """Start `task_name(*args)` in the background once the current transaction commits. Only for
+    work the database holds and a periodic job drives again: with the broker down it is skipped."""
     transaction.on_commit(lambda: _submit(task_name, args))
 
 

@@ -23,8 +23,6 @@ from kombu.message import Message
 from console.celery import Consumer, app
 from tests.integration.harness import RedisServer
 
-pytestmark = pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server")
-
 
 @pytest.fixture
 def lost_connection(tmp_path: Path) -> Iterator[tuple[Connection, Message]]:
@@ -32,6 +30,8 @@ def lost_connection(tmp_path: Path) -> Iterator[tuple[Connection, Message]]:
     channel has one message received and not acknowledged, with its next BRPOP in flight, and a
     second channel consumes an auto-delete fanout queue (the worker's remote control). Yields the
     connection and the unacknowledged message."""
+    if not shutil.which("redis-server"):
+        pytest.skip("needs redis-server")
     server = RedisServer(tmp_path).start()
     connection = Connection(server.url())
     try:
@@ -104,3 +104,31 @@ def test_celery_s_own_ack_fails_on_the_lost_channel(lost_connection):
         CeleryConsumer.call_soon_ack(
             consumer, message.ack_log_error, logging.getLogger("test"), connection.connection_errors
         )
+
+
+@pytest.mark.django_db
+def test_a_job_whose_broker_is_unreachable_is_left_to_the_sweepers(
+    settings, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    # Given Celery jobs, and a broker that stays unreachable through kombu's publish retries
+    from kombu.exceptions import OperationalError
+
+    from messaging import jobs
+
+    settings.SWITCHBOARD_JOBS = "celery"
+    task = jobs._task("messaging.tasks.deliver_to_socket")
+    started = []
+
+    def unreachable(**kwargs):
+        started.append(kwargs)
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6390. Connection refused.")
+
+    monkeypatch.setattr(task, "apply_async", unreachable)
+
+    # When a service starts a socket write and its transaction commits
+    with django_capture_on_commit_callbacks(execute=True):
+        jobs.enqueue("messaging.tasks.deliver_to_socket", 42)
+
+    # Then the publish was tried, and the failure is logged instead of raised into the request
+    assert started == [{"args": (42,)}]
+    assert "left to the sweepers" in caplog.text
