@@ -20,12 +20,14 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from messaging.errors import RateLimited
 from messaging.models import AgentSession, Delivery, Message, MessageKind
@@ -39,6 +41,36 @@ UNREAD_STATES = (S.QUEUED, S.DELIVERED)
 class BucketStore(Protocol):
     def take(self, key: str, capacity: int, per: float, now: float) -> float:
         """Take one token; return 0 when allowed, else seconds until one is available."""
+
+    def take_many(self, wants: list[Want], now: float) -> list[tuple[int, float]]:
+        """Take up to `want.count` tokens from each bucket, in one step; return (taken, seconds
+        until the next one would be available) per bucket."""
+
+    def give_back(self, wants: list[Want]) -> None:
+        """Return `want.count` tokens taken with `take_many` and not spent."""
+
+
+@dataclass(frozen=True)
+class Want:
+    """A number of tokens asked of one bucket."""
+
+    key: str
+    capacity: int
+    per: float
+    count: int
+
+
+def gcra_many(
+    tat: float | None, capacity: int, per: float, now: float, count: int
+) -> tuple[float, int, float]:
+    """`gcra` `count` times in a row, stopping at the first refusal: (new tat, taken, wait)."""
+    taken, wait = 0, 0.0
+    while taken < count:
+        new, wait = gcra(tat, capacity, per, now)
+        if wait:
+            break
+        tat, taken = new, taken + 1
+    return (tat if tat is not None else now), taken, wait
 
 
 def gcra(tat: float | None, capacity: int, per: float, now: float) -> tuple[float, float]:
@@ -70,6 +102,25 @@ class MemoryBuckets:
                 self._tats[key] = (new, now + per + 1)
             return wait
 
+    def take_many(self, wants: list[Want], now: float) -> list[tuple[int, float]]:
+        answers = []
+        with self._lock:
+            for want in wants:
+                held = self._tats.get(want.key)
+                tat = held[0] if held and held[1] > now else None
+                new, taken, wait = gcra_many(tat, want.capacity, want.per, now, want.count)
+                if taken:
+                    self._tats[want.key] = (new, now + want.per + 1)
+                answers.append((taken, wait))
+        return answers
+
+    def give_back(self, wants: list[Want]) -> None:
+        with self._lock:
+            for want in wants:
+                held = self._tats.get(want.key)
+                if held is not None:
+                    self._tats[want.key] = (held[0] - want.count * want.per / want.capacity, held[1])
+
     def clear(self) -> None:
         with self._lock:
             self._tats.clear()
@@ -88,6 +139,47 @@ redis.call('SET', KEYS[1], string.format('%.6f', new), 'PX', math.ceil(per * 100
 return '0'
 """
 
+# `_GCRA_LUA` for many buckets and many tokens at once: ARGV is now, then interval, per and count
+# for each key. Stops at a bucket's first refusal, as that many single takes in a row would.
+_GCRA_MANY_LUA = """
+local now = tonumber(ARGV[1])
+local answers = {}
+for i, key in ipairs(KEYS) do
+  local interval = tonumber(ARGV[i * 3 - 1])
+  local per = tonumber(ARGV[i * 3])
+  local count = tonumber(ARGV[i * 3 + 1])
+  local tat = tonumber(redis.call('GET', key) or ARGV[1])
+  if tat < now then tat = now end
+  local taken, wait = 0, 0
+  while taken < count do
+    local new = tat + interval
+    if new - now > per + 1e-6 then
+      wait = new - now - per
+      break
+    end
+    -- Rounded as `_GCRA_LUA` stores it between two takes, so n tokens here cost what n takes do.
+    tat, taken = tonumber(string.format('%.6f', new)), taken + 1
+  end
+  if taken > 0 then
+    redis.call('SET', key, string.format('%.6f', tat), 'PX', math.ceil(per * 1000) + 1000)
+  end
+  answers[i] = {taken, string.format('%.6f', wait)}
+end
+return answers
+"""
+
+# Gives back unspent tokens: moves each key's tat back by count intervals, keeping its expiry.
+_GIVE_BACK_LUA = """
+for i, key in ipairs(KEYS) do
+  local tat = redis.call('GET', key)
+  if tat then
+    local back = tonumber(tat) - tonumber(ARGV[i * 2 - 1]) * tonumber(ARGV[i * 2])
+    redis.call('SET', key, string.format('%.6f', back), 'KEEPTTL')
+  end
+end
+return 0
+"""
+
 
 class RedisBuckets:
     """Buckets in Redis: atomic per take, shared by every web and worker process."""
@@ -97,9 +189,24 @@ class RedisBuckets:
 
         self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
         self._script = self._client.register_script(_GCRA_LUA)
+        self._many = self._client.register_script(_GCRA_MANY_LUA)
+        self._give_back = self._client.register_script(_GIVE_BACK_LUA)
 
     def take(self, key: str, capacity: int, per: float, now: float) -> float:
         return float(self._script(keys=[key], args=[repr(now), repr(per / capacity), repr(per)]))
+
+    def take_many(self, wants: list[Want], now: float) -> list[tuple[int, float]]:
+        args = [repr(now)]
+        for want in wants:
+            args += [repr(want.per / want.capacity), repr(want.per), str(want.count)]
+        answers = self._many(keys=[w.key for w in wants], args=args)
+        return [(int(taken), float(wait)) for taken, wait in answers]
+
+    def give_back(self, wants: list[Want]) -> None:
+        args = []
+        for want in wants:
+            args += [str(want.count), repr(want.per / want.capacity)]
+        self._give_back(keys=[w.key for w in wants], args=args)
 
 
 _stores: dict[str, BucketStore] = {}
@@ -155,36 +262,143 @@ def limits_take(*, sender: AgentSession, recipient: AgentSession, unread: int | 
     Raises RateLimited with a sentence saying how long to wait."""
     wait = _take(_key("hub"), settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS)
     if wait:
-        raise RateLimited(
-            f"The hub is taking more messages than it allows right now; wait {math.ceil(wait)} s and send again.",
-            reason="hub_rate",
-            retry_after=math.ceil(wait),
-        )
+        raise hub_rate_limited(wait)
     wait = _take(
         _key("pair", sender.id, recipient.id),
         settings.SWITCHBOARD_RATE_PAIR,
         settings.SWITCHBOARD_RATE_PAIR_SECONDS,
     )
     if wait:
-        raise RateLimited(
-            f"You are sending to {recipient.label} faster than {settings.SWITCHBOARD_RATE_PAIR} messages per "
-            f"{settings.SWITCHBOARD_RATE_PAIR_SECONDS} s. Combine what you have into one message, or wait "
-            f"{math.ceil(wait)} s.",
-            reason="pair_rate",
-            retry_after=math.ceil(wait),
-        )
+        raise pair_rate_limited(recipient, wait)
     cap = settings.SWITCHBOARD_UNREAD_PER_RECIPIENT
-    waiting = Delivery.objects.filter(recipient=recipient, state__in=UNREAD_STATES)
+    waiting = unread_waiting(recipient.id)
     # Count no further than the cap (all the check needs), so a long inbox costs no more than a short
     # one; only a refusal counts them all, for its sentence.
     if (waiting[:cap].count() if unread is None else unread) >= cap:
-        unread = waiting.count()
-        raise RateLimited(
-            f"{recipient.label} already has {unread} unread messages waiting (the limit is {cap}). "
-            "Wait until they read them before sending more.",
-            reason="recipient_queue_full",
-            retry_after=settings.SWITCHBOARD_RATE_PAIR_SECONDS,
+        raise queue_full(recipient, waiting.count())
+
+
+def unread_waiting(recipient_id: object) -> QuerySet[Delivery]:
+    """The recipient's accepted-but-unread deliveries (what the unread cap counts)."""
+    return Delivery.objects.filter(recipient_id=recipient_id, state__in=UNREAD_STATES)
+
+
+def hub_rate_limited(wait: float) -> RateLimited:
+    return RateLimited(
+        f"The hub is taking more messages than it allows right now; wait {math.ceil(wait)} s and send again.",
+        reason="hub_rate",
+        retry_after=math.ceil(wait),
+    )
+
+
+def pair_rate_limited(recipient: AgentSession, wait: float) -> RateLimited:
+    return RateLimited(
+        f"You are sending to {recipient.label} faster than {settings.SWITCHBOARD_RATE_PAIR} messages per "
+        f"{settings.SWITCHBOARD_RATE_PAIR_SECONDS} s. Combine what you have into one message, or wait "
+        f"{math.ceil(wait)} s.",
+        reason="pair_rate",
+        retry_after=math.ceil(wait),
+    )
+
+
+def queue_full(recipient: AgentSession, unread: int) -> RateLimited:
+    return RateLimited(
+        f"{recipient.label} already has {unread} unread messages waiting (the limit is "
+        f"{settings.SWITCHBOARD_UNREAD_PER_RECIPIENT}). Wait until they read them before sending more.",
+        reason="recipient_queue_full",
+        retry_after=settings.SWITCHBOARD_RATE_PAIR_SECONDS,
+    )
+
+
+@dataclass
+class TokenReservation:
+    """Tokens a batch send takes ahead, in one store call: `spend` then stands in for the rate
+    checks of one `limits_take` (the hub's bucket, then the pair's) and `release` gives back what
+    was not spent, so each bucket is charged exactly what that many single sends would have cost."""
+
+    sender: AgentSession
+    # bucket key → [tokens held, seconds until its next token once they are spent (0: not known)]
+    held: dict[str, list[float]] = field(default_factory=dict)
+
+    def spend(self, recipient: AgentSession) -> None:
+        """Spend one hub and one pair token for a message to `recipient`; raise RateLimited as
+        `limits_take` would when either bucket is empty (the hub's token is spent even then)."""
+        wait = self._spend(_hub_want(1))
+        if wait:
+            raise hub_rate_limited(wait)
+        wait = self._spend(_pair_want(self.sender, recipient.id, 1))
+        if wait:
+            raise pair_rate_limited(recipient, wait)
+
+    def _spend(self, want: Want) -> float:
+        held = self.held.get(want.key)
+        if held is None or (held[0] <= 0 and not held[1]):
+            # More than was reserved (a later item's address resolved differently): take one more.
+            self.take([want])
+            held = self.held[want.key]
+        if held[0] <= 0:
+            return held[1]
+        held[0] -= 1
+        return 0.0
+
+    def take(self, wants: list[Want]) -> None:
+        """Take the tokens `wants` asks for, in one store call, and hold them."""
+        try:
+            answers = bucket_store().take_many(wants, time.time())
+        except Exception:  # Redis down: the database still bounds the queue and catches loops
+            log.warning("rate-limit store unavailable; letting the batch through", exc_info=True)
+            answers = [(want.count, 0.0) for want in wants]
+        for want, (taken, wait) in zip(wants, answers, strict=True):
+            held = self.held.setdefault(want.key, [0, 0.0])
+            held[0] += taken
+            held[1] = wait
+
+    def release(self) -> None:
+        """Give back every token not spent (call once, when the batch is done with them)."""
+        wants = [Want(key, *_bucket_of(key), int(n)) for key, (n, _wait) in self.held.items() if n > 0]
+        self.held = {}
+        if not wants:
+            return
+        try:
+            bucket_store().give_back(wants)
+        except Exception:  # Redis down: the tokens come back on their own within the bucket's period
+            log.warning("rate-limit store unavailable; could not give back %d tokens", len(wants))
+
+
+def _hub_want(count: int) -> Want:
+    return Want(_key("hub"), settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS, count)
+
+
+def _pair_want(sender: AgentSession, recipient_id: object, count: int) -> Want:
+    return Want(
+        _key("pair", sender.id, recipient_id),
+        settings.SWITCHBOARD_RATE_PAIR,
+        settings.SWITCHBOARD_RATE_PAIR_SECONDS,
+        count,
+    )
+
+
+def _bucket_of(key: str) -> tuple[int, float]:
+    """A bucket's capacity and period, from its key."""
+    if key == _key("hub"):
+        return settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS
+    return settings.SWITCHBOARD_RATE_PAIR, settings.SWITCHBOARD_RATE_PAIR_SECONDS
+
+
+def limits_reserve(*, sender: AgentSession, recipient_ids: Iterable[object]) -> TokenReservation:
+    """Take, in one store call, a hub token for each message a batch may send and a pair token
+    for each message to each recipient (`recipient_ids`: the recipient of each such message).
+    Spend them with `spend`, then `release` the rest."""
+    counts: dict[object, int] = {}
+    for recipient_id in recipient_ids:
+        counts[recipient_id] = counts.get(recipient_id, 0) + 1
+    reservation = TokenReservation(sender=sender)
+    if counts:
+        reservation.take(
+            [_hub_want(sum(counts.values()))]
+            + [_pair_want(sender, recipient_id, count) for recipient_id, count in counts.items()]
         )
+    return reservation
 
 
 def loop_suspected(*, replies: int, sends: int) -> bool:

@@ -1,0 +1,684 @@
+"""Batch sends in bulk: many messages from one sender, each with the outcome a single send gives.
+
+`messages_send_batch` runs each item through the rules of `message_send` (validation, the
+idempotency key, resolution and pins, dedupe, rate limits and the unread cap, policy, loop
+protection), but it asks the database each question once per batch (per distinct address or
+recipient) and keeps what the earlier items changed in memory, then writes the messages, their
+deliveries and their audit events with one statement per table.
+
+The common case (a live local recipient, plain text) takes this bulk path. An item that needs a
+rare path (attached files, an address no local session takes — a federation route —, a stopped
+or remote recipient, a session messaging itself, a field the bulk path does not know) is sent with
+`message_send` itself, in order: what the batch has accepted so far is written first, so that send
+sees exactly what it would have seen after the earlier items were sent one by one.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Max, Model, QuerySet
+from django.utils import timezone
+
+from messaging.addressing import Resolution, parse_address, validate_address
+from messaging.errors import IdempotencyConflict, Invalid, NotFound, PinConflict, SwitchboardError
+from messaging.models import (
+    AgentSession,
+    Delivery,
+    DeliveryTier,
+    Message,
+    MessageKind,
+    Pin,
+    Priority,
+    Tier,
+)
+from messaging.names import strip_invisible
+from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, Verdict, inbound_decide
+from messaging.principals import Principal, session_principal
+from messaging.sensitivity import classify
+from messaging.services.audit import audit_events_write
+from messaging.services.bulk import bulk_insert
+from messaging.services.events import announce_many
+from messaging.services.holds import STOPPED_HOLD, hold_expiry_for, holds_make_room
+from messaging.services.limits import (
+    TokenReservation,
+    limits_reserve,
+    queue_full,
+    unread_waiting,
+)
+from messaging.services.policies import policy_lookup
+from messaging.services.sending import (
+    LIVE_STATUSES,
+    Decision,
+    SendOutcome,
+    message_event,
+    message_send,
+    request_fingerprint,
+    resolve_recipient,
+    validate_message_input,
+)
+from messaging.services.transports import UDS_PREFIX, schedule_push
+from messaging.states import DeliveryState
+
+S = DeliveryState
+BATCH_MAX = 1000
+# The item fields the bulk path handles; an item with any other field is sent by `message_send`.
+BULK_FIELDS = frozenset({"to", "text", "summary", "idempotency_key", "priority", "in_reply_to", "files"})
+# Resolution rules whose address is checked against (and written to) the sender's pins.
+PIN_CHECKED_RULES = ("name", "normalized", "prefix")
+
+
+def messages_send_batch(
+    *, sender: AgentSession, items: list[dict[str, Any]], actor: Principal | None = None
+) -> list[SendOutcome | SwitchboardError]:
+    """Send many messages in one request. Each item holds `message_send`'s keyword arguments (to,
+    text, summary, idempotency_key, priority, in_reply_to, files) and goes through exactly the same
+    validation, resolution, limits and policy, with the same outcome a single send would give.
+    One transaction: the answer comes only after every accepted item is committed (a database
+    failure accepts none). An item that fails a rule is reported in its place, as the error a
+    single send would raise, and the others go on."""
+    if not items:
+        raise Invalid("empty_batch", "A batch needs at least one message.")
+    if len(items) > BATCH_MAX:
+        raise Invalid("batch_too_large", f"A batch takes at most {BATCH_MAX} messages; split it.")
+    with transaction.atomic():
+        return _Batch(sender=sender, actor=actor or session_principal(sender)).send(items)
+
+
+@dataclass
+class _Item:
+    """One item, checked as far as it can be without the database."""
+
+    fields: dict[str, Any]
+    error: SwitchboardError | None = None
+    single: bool = False  # sent by `message_send` (a rare path)
+    target: str = ""
+    text: str = ""
+    summary: str = ""
+    priority: int = Priority.NORMAL
+    key: str | None = None
+    fingerprint: str = ""
+    sha256: str = ""
+    size: int = 0
+
+
+@dataclass
+class _Inbox:
+    """What the batch knows of one recipient: read from the database once, then kept up to date
+    with what the batch itself adds. None means not read yet."""
+
+    recipient: AgentSession
+    checked: SwitchboardError | None = None  # the observer rule's refusal, for every item
+    trust: str = HOST_VERIFIED
+    override: tuple[str | None, bool] | None = None
+    verdicts: dict[bool, Verdict] = field(default_factory=dict)
+    unread: int | None = None  # counted up to the cap
+    unread_all: int | None = None  # counted in full, for a refusal's sentence
+    looping_back: bool | None = None  # the recipient has sent the sender the loop threshold
+    sent_there: int | None = None  # the sender's recent texts to the recipient, up to the threshold
+    holds: int | None = None  # holds waiting for an operator
+
+
+@dataclass
+class _Accepted:
+    """A message the batch accepted and has not written yet."""
+
+    outcome: SendOutcome
+    resolution: Resolution
+    decision: Decision
+
+
+class _Batch:
+    """One batch send, item by item, with the database read in bulk and written in bulk."""
+
+    def __init__(self, *, sender: AgentSession, actor: Principal) -> None:
+        self.sender, self.actor = sender, actor
+        self.now = timezone.now()
+        self.results: list[SendOutcome | SwitchboardError] = []
+        self.targets: dict[str, tuple[AgentSession, Resolution] | SwitchboardError] = {}
+        self.inboxes: dict[Any, _Inbox] = {}
+        # idempotency key → (request fingerprint, the message it sent), from before and from the batch
+        self.keyed: dict[str, tuple[str, SendOutcome | None, Message]] = {}
+        # (text SHA-256, recipient id) → the newest such message within the dedupe window
+        self.recent: dict[tuple[str, Any], tuple[Message, Delivery]] = {}
+        self.pending: list[_Accepted] = []
+        self.pins: dict[str, AgentSession] = {}  # pins the batch set and has not written yet
+        self.tokens: TokenReservation | None = None
+        self.dedupe = settings.SWITCHBOARD_DEDUPE_SECONDS > 0
+        self.size = 0  # items in the batch
+        self.out_of_reach: bool | None = None  # see `_cap_out_of_reach`
+
+    def send(self, raw: list[dict[str, Any]]) -> list[SendOutcome | SwitchboardError]:
+        items = [self._prepare(fields) for fields in raw]
+        self.size = len(items)
+        self._load_keys(items)
+        self._load_recent(items)
+        for position, item in enumerate(items):
+            if item.error is not None:
+                self.results.append(item.error)
+                continue
+            if not item.single and self._needs_single(item):
+                item.single = True
+            if item.single:
+                self._send_single(item)
+                continue
+            if self.tokens is None:
+                self.tokens = self._reserve(items[position:])
+            try:
+                self.results.append(self._send_one(item))
+            except SwitchboardError as exc:
+                self.results.append(exc)
+        self._settle()
+        return self.results
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def _prepare(self, fields: dict[str, Any]) -> _Item:
+        """`message_send`'s input checks, in its order; nothing here touches the database."""
+        item = _Item(fields=fields, single=bool(fields.get("files")) or not BULK_FIELDS.issuperset(fields))
+        if item.single:
+            return item
+        try:
+            item.target = validate_address(fields["to"])
+            item.summary = strip_invisible(fields.get("summary") or "")[0].strip()
+            item.text = validate_message_input(
+                text=fields["text"], summary=item.summary, kind=MessageKind.TEXT
+            )
+            priority = fields.get("priority", "normal")
+            if priority not in ("normal", "urgent"):
+                raise Invalid("bad_priority", "priority is `normal` or `urgent`.")
+            item.key = fields.get("idempotency_key")
+            if item.key is not None and not (0 < len(item.key) <= 128):
+                raise Invalid("bad_idempotency_key", "idempotency_key takes 1 to 128 characters.")
+        except SwitchboardError as exc:
+            item.error = exc
+            return item
+        item.priority = Priority.URGENT if priority == "urgent" else Priority.NORMAL
+        item.fingerprint = request_fingerprint(
+            to=item.target,
+            text=item.text,
+            summary=item.summary,
+            priority=priority,
+            kind=MessageKind.TEXT,
+            frame_type="",
+        )
+        encoded = item.text.encode("utf-8")
+        item.sha256, item.size = hashlib.sha256(encoded).hexdigest(), len(encoded)
+        return item
+
+    def _load_keys(self, items: list[_Item]) -> None:
+        """Lock every idempotency key of the batch (as `message_send` locks its one), then read
+        the earlier sends that used them, in one query."""
+        keys = sorted(
+            {
+                key
+                for item in items
+                if isinstance(key := item.key or item.fields.get("idempotency_key"), str)
+                and 0 < len(key) <= 128
+            }
+        )
+        if not keys:
+            return
+        if connection.vendor == "postgresql":
+            # The same lock ids as a single send's, taken in one order so two batches never deadlock.
+            locks = sorted({_lock_id(str(self.sender.id), key) for key in keys})
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(id) FROM unnest(%s::bigint[]) AS id", [locks])
+        earlier = {m.id: m for m in Message.objects.filter(sender=self.sender, idempotency_key__in=keys)}
+        first: dict[Any, Delivery] = {}
+        if earlier:
+            deliveries = Delivery.objects.filter(message_id__in=earlier).select_related("recipient")
+            for delivery in deliveries.order_by("-id"):  # newest first, so each message's first stays
+                first[delivery.message_id] = delivery
+        for message in earlier.values():
+            assert message.idempotency_key is not None
+            delivery = first.get(message.id)
+            outcome = delivery and SendOutcome(
+                message=message, delivery=delivery, recipient=delivery.recipient
+            )
+            self.keyed[message.idempotency_key] = (message.request_hash, outcome, message)
+
+    def _load_recent(self, items: list[_Item]) -> None:
+        """Read the messages the dedupe rule could match (same text, within the window), in one query."""
+        hashes = sorted({item.sha256 for item in items if item.sha256})
+        if not self.dedupe or not hashes:
+            return
+        since = self.now - timedelta(seconds=settings.SWITCHBOARD_DEDUPE_SECONDS)
+        if connection.vendor == "postgresql":
+            newest = self._recent_on_postgresql(hashes, since)
+        else:
+            matches = (
+                Delivery.objects.filter(
+                    message__sender=self.sender,
+                    message__sha256__in=hashes,
+                    message__kind=MessageKind.TEXT,
+                    message__created_at__gte=since,
+                )
+                .order_by("message__created_at")
+                .values_list("message__sha256", "recipient_id", "pk")
+            )
+            newest = {(sha256, recipient_id): pk for sha256, recipient_id, pk in matches}  # oldest first
+        if newest:  # usually none: read the rows only for the texts that are sent again
+            found = Delivery.objects.select_related("message").in_bulk(list(newest.values()))
+            for key, pk in newest.items():
+                self.recent[key] = (found[pk].message, found[pk])
+
+    def _recent_on_postgresql(self, hashes: list[str], since: Any) -> dict[tuple[str, Any], int]:
+        """The dedupe lookup as one index probe per text. Asked as `sha256 IN (...)`, a planner
+        whose statistics lag (a young or fast-growing table) scans every message the sender sent in
+        the window instead, which grows with the traffic; OFFSET 0 keeps the per-text probe."""
+        message, delivery = Message._meta.db_table, Delivery._meta.db_table
+        sql = f"""
+            SELECT h.sha256, d.recipient_id, d.id
+            FROM unnest(%s::varchar[]) AS h(sha256)
+            CROSS JOIN LATERAL (
+              SELECT m.id, m.created_at FROM {message} m
+              WHERE m.sender_id = %s AND m.sha256 = h.sha256 AND m.kind = %s AND m.created_at >= %s
+              OFFSET 0
+            ) AS m
+            JOIN {delivery} d ON d.message_id = m.id
+            ORDER BY m.created_at
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [hashes, self.sender.id, MessageKind.TEXT, since])
+            return {(sha256, recipient_id): pk for sha256, recipient_id, pk in cursor.fetchall()}
+
+    def _target(self, target: str) -> tuple[AgentSession, Resolution] | SwitchboardError:
+        """`resolve_recipient` once per distinct address (its NotFound means: try a federation route)."""
+        found = self.targets.get(target)
+        if found is None:
+            if self.pins:
+                self._write()  # resolution reads the sender's pins: write the batch's first
+            try:
+                found = resolve_recipient(self.sender, target)
+            except SwitchboardError as exc:
+                found = exc
+            self.targets[target] = found
+        return found
+
+    def _needs_single(self, item: _Item) -> bool:
+        """True when the item's address leads off the bulk path (see the module docstring)."""
+        if item.key and item.key in self.keyed:
+            return False  # answered from the earlier send, whatever the address now means
+        found = self._target(item.target)
+        if isinstance(found, NotFound):
+            return True
+        if isinstance(found, SwitchboardError):
+            return False
+        recipient = found[0]
+        return (
+            recipient.status not in LIVE_STATUSES
+            or recipient.kind == "remote"
+            or recipient.id == self.sender.id
+        )
+
+    def _inbox(self, recipient: AgentSession) -> _Inbox:
+        inbox = self.inboxes.get(recipient.id)
+        if inbox is None:
+            from teams.services.observers import observer_check_send
+
+            inbox = self.inboxes[recipient.id] = _Inbox(recipient=recipient)
+            try:
+                trust = observer_check_send(sender=self.sender, recipient=recipient, kind=MessageKind.TEXT)
+            except SwitchboardError as exc:
+                inbox.checked = exc
+            else:
+                inbox.trust = trust or HOST_VERIFIED
+        return inbox
+
+    def _reserve(self, items: list[_Item]) -> TokenReservation:
+        """Tokens for every item up to the next one sent alone: at most one each."""
+        recipients = []
+        for item in items:
+            if item.error is None and (item.single or self._needs_single(item)):
+                item.single = True
+                break
+            if item.error is None:
+                found = self._target(item.target)
+                if not isinstance(found, SwitchboardError):
+                    recipients.append(found[0].id)
+        return limits_reserve(sender=self.sender, recipient_ids=recipients)
+
+    # --- deciding ----------------------------------------------------------------------------
+
+    def _send_one(self, item: _Item) -> SendOutcome:
+        """`message_send` for one item on the bulk path, from the idempotency key on."""
+        if item.key and item.key in self.keyed:
+            return self._earlier(item)
+        found = self._target(item.target)
+        if isinstance(found, SwitchboardError):
+            raise found
+        recipient, resolution = found
+        inbox = self._inbox(recipient)
+        if inbox.checked is not None:
+            raise inbox.checked
+        original = self.recent.get((item.sha256, recipient.id)) if self.dedupe else None
+        if original is not None:
+            return SendOutcome(message=original[0], delivery=original[1], recipient=recipient, duplicate=True)
+        assert self.tokens is not None
+        self.tokens.spend(recipient)
+        self._check_unread(inbox)
+        decision = self._decide(item, inbox)
+        if decision.state == S.HELD:
+            self._make_room(inbox)
+        message = Message(
+            sender=self.sender,
+            kind=MessageKind.TEXT,
+            text=item.text,
+            summary=item.summary,
+            size=item.size,
+            sha256=item.sha256,
+            tier=decision.tier,
+            priority=item.priority,
+            trust=decision.trust,
+            to_label=item.target,
+            idempotency_key=item.key,
+            request_hash=item.fingerprint,
+            in_reply_to_id=item.fields.get("in_reply_to"),
+        )
+        delivery = Delivery(
+            message=message,
+            recipient=recipient,
+            state=decision.state,
+            tier=DeliveryTier.HOST,
+            priority=item.priority,
+            hold_reason=decision.hold_reason,
+            escalate=decision.escalate,
+            expires_at=decision.expires_at,
+            decision_reason=decision.reason,
+            queued_at=self.now if decision.state == S.QUEUED else None,
+            held_at=self.now if decision.state == S.HELD else None,
+            final_at=self.now if decision.state == S.REFUSED else None,
+        )
+        outcome = SendOutcome(message=message, delivery=delivery, recipient=recipient)
+        self.pending.append(_Accepted(outcome=outcome, resolution=resolution, decision=decision))
+        self._remember(item.key, item.fingerprint, item.sha256, outcome)
+        if resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead"):
+            self._pin(resolution.pin_key, recipient)
+        if inbox.sent_there is not None:
+            inbox.sent_there += 1
+        if decision.state == S.QUEUED and inbox.unread is not None:
+            inbox.unread += 1
+        if decision.state == S.HELD and inbox.holds is not None:
+            inbox.holds += 1
+        return outcome
+
+    def _earlier(self, item: _Item) -> SendOutcome:
+        """The answer for a key already used: the original send, or a conflict (`_earlier_send`)."""
+        assert item.key is not None
+        fingerprint, outcome, message = self.keyed[item.key]
+        if fingerprint != item.fingerprint:
+            raise IdempotencyConflict(
+                "That idempotency key was already used for a different message; use a new key for new content.",
+                message_id=str(message.id),
+            )
+        if outcome is None:  # pragma: no cover - a message is always written with its delivery
+            raise NotFound("The earlier message has no delivery.")
+        return SendOutcome(
+            message=outcome.message, delivery=outcome.delivery, recipient=outcome.recipient, duplicate=True
+        )
+
+    def _remember(self, key: str | None, fingerprint: str, sha256: str, outcome: SendOutcome) -> None:
+        """What later items must see of a message this batch sent: its key and its text."""
+        if key:
+            self.keyed[key] = (fingerprint, outcome, outcome.message)
+        self.recent[(sha256, outcome.recipient.id)] = (outcome.message, outcome.delivery)
+
+    def _check_unread(self, inbox: _Inbox) -> None:
+        """The unread cap of `limits_take`, counted once per recipient (up to the cap)."""
+        cap = settings.SWITCHBOARD_UNREAD_PER_RECIPIENT
+        if inbox.unread is None:
+            if self._cap_out_of_reach():
+                return
+            self._write_for(inbox)
+            inbox.unread = unread_waiting(inbox.recipient.id)[:cap].count()
+        if inbox.unread >= cap:
+            if inbox.unread_all is None:
+                self._write()
+                inbox.unread_all = unread_waiting(inbox.recipient.id).count()
+            raise queue_full(inbox.recipient, inbox.unread_all)
+
+    def _cap_out_of_reach(self) -> bool:
+        """True when no recipient can reach the unread cap in this batch: fewer deliveries exist
+        than the cap, even with every item queued (distinct positive ids: the highest bounds their
+        number). Then nobody's unread need be counted (with a large cap, a long inbox's count is
+        most of a batch's database time)."""
+        if self.out_of_reach is None:
+            highest = Delivery.objects.aggregate(highest=Max("id"))["highest"] or 0
+            self.out_of_reach = highest + self.size < settings.SWITCHBOARD_UNREAD_PER_RECIPIENT
+        return self.out_of_reach
+
+    def _decide(self, item: _Item, inbox: _Inbox) -> Decision:
+        """`decide_inbound` for a live local recipient, with its reads done once per recipient."""
+        recipient = inbox.recipient
+        tier = classify(item.text, kind=MessageKind.TEXT).tier
+        sensitive = tier == Tier.SENSITIVE
+        if inbox.override is None:
+            inbox.override = policy_lookup(recipient=recipient, sender=self.sender)
+        override, by_operator = inbox.override
+        verdict = inbox.verdicts.get(sensitive)
+        if verdict is None:
+            verdict = inbox.verdicts[sensitive] = inbound_decide(
+                receiver_mode=recipient.permission_mode,
+                sender_mode=self.sender.permission_mode,
+                receiver_policy=recipient.inbound_policy,
+                operator_policy=recipient.operator_policy,
+                sender_override=override,
+                override_by_operator=by_operator,
+                sensitive=sensitive,
+                sensitive_exempt=sensitive
+                and inbox.trust in VERIFIED_TRUSTS
+                and (self.sender.sensitive_exempt or settings.SWITCHBOARD_SENSITIVE_EXEMPT_VERIFIED),
+            )
+        marks = {"tier": tier, "trust": inbox.trust, "escalate": verdict.escalate}
+        if verdict.action == REFUSE:
+            return Decision(state=S.REFUSED, reason=f"inbound policy: {verdict.reason}", **marks)
+        if verdict.action == HOLD:
+            expires = hold_expiry_for(recipient, self.now)
+            return Decision(state=S.HELD, hold_reason=verdict.reason, expires_at=expires, **marks)
+        # An operator's explicit allow for this pair says the human has seen them talk: no loop hold.
+        if not (override == ACCEPT and by_operator) and self._looping(inbox):
+            expires = hold_expiry_for(recipient, self.now)
+            return Decision(state=S.HELD, hold_reason="loop_suspected", expires_at=expires, **marks)
+        return Decision(state=S.QUEUED, **marks)
+
+    def _looping(self, inbox: _Inbox) -> bool:
+        """`limits_loop_suspected`, with each direction counted once per batch: the reply direction
+        cannot change within it, and the sender's own direction grows by what the batch sends."""
+        threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
+        if threshold <= 0:
+            return False
+        if inbox.looping_back is None:
+            back = self._recent_texts(sender=inbox.recipient, recipient=self.sender)
+            inbox.looping_back = back[:threshold].count() >= threshold
+        if not inbox.looping_back:
+            return False
+        if inbox.sent_there is None:
+            self._write_for(inbox)
+            there = self._recent_texts(sender=self.sender, recipient=inbox.recipient)
+            inbox.sent_there = there[:threshold].count()
+        return inbox.sent_there >= threshold
+
+    def _recent_texts(self, *, sender: AgentSession, recipient: AgentSession) -> QuerySet[Delivery]:
+        """One direction of a pair's plain-text traffic within the loop window."""
+        since = self.now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
+        return Delivery.objects.filter(
+            message__created_at__gte=since,
+            message__kind=MessageKind.TEXT,
+            message__sender=sender,
+            recipient=recipient,
+        )
+
+    def _make_room(self, inbox: _Inbox) -> None:
+        """`holds_make_room` only when the recipient's holds are at the cap (counted once)."""
+        if inbox.holds is None:
+            self._write_for(inbox)
+            inbox.holds = (
+                Delivery.objects.filter(recipient_id=inbox.recipient.id, state=S.HELD)
+                .exclude(hold_reason=STOPPED_HOLD)
+                .count()
+            )
+        if inbox.holds < settings.SWITCHBOARD_HOLDS_PER_RECIPIENT:
+            return
+        self._write()  # the oldest holds may be this batch's own
+        moved = holds_make_room(recipient=inbox.recipient)
+        inbox.holds -= len(moved)
+        self.out_of_reach = False  # it wrote notifications: count from now on
+        # The expired holds' senders were told with a notification: their unread counts changed.
+        for sender_id in {m.sender_id for m in moved}:
+            if sender_id in self.inboxes:
+                self.inboxes[sender_id].unread = self.inboxes[sender_id].unread_all = None
+
+    def _pin(self, key: str | None, recipient: AgentSession) -> None:
+        """Pin `key` to `recipient` (written with the batch) and forget the resolutions it changes."""
+        assert key is not None
+        self.pins[key] = recipient
+        for target, found in list(self.targets.items()):
+            changed = (
+                isinstance(found, PinConflict)
+                and parse_address(target).key == key
+                or isinstance(found, tuple)
+                and found[1].rule in PIN_CHECKED_RULES
+                and found[1].pin_key == key
+                and found[0].id != recipient.id
+            )
+            if changed:
+                del self.targets[target]
+
+    # --- the rare path -----------------------------------------------------------------------
+
+    def _send_single(self, item: _Item) -> None:
+        """Send one item with `message_send`, after writing and settling what came before it."""
+        self._settle()
+        try:
+            outcome = message_send(sender=self.sender, actor=self.actor, **item.fields)
+        except SwitchboardError as exc:
+            self.results.append(exc)
+            return
+        self.results.append(outcome)
+        self.out_of_reach = False  # it may have written more than its message: count from now on
+        if outcome.duplicate:
+            return
+        message = outcome.message
+        if message.idempotency_key:
+            self.keyed[message.idempotency_key] = (message.request_hash, outcome, message)
+        if message.kind == MessageKind.TEXT:
+            self.recent[(message.sha256, outcome.recipient.id)] = (message, outcome.delivery)
+        # It may have pinned a name or changed the recipient's counts: read them again when needed.
+        self.targets.clear()
+        self.inboxes.pop(outcome.recipient.id, None)
+
+    def _settle(self) -> None:
+        """Give back the tokens not spent and write everything accepted so far."""
+        if self.tokens is not None:
+            self.tokens.release()
+            self.tokens = None
+        self._write()
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def _write_for(self, inbox: _Inbox) -> None:
+        """Write what is pending when some of it is for `inbox`'s recipient, before counting there."""
+        if any(a.outcome.recipient.id == inbox.recipient.id for a in self.pending):
+            self._write()
+
+    def _write(self) -> None:
+        """Write the accepted messages, their deliveries, pins and audit events, and announce them
+        after the commit: one statement per table, whatever the number of messages."""
+        pending, self.pending = self.pending, []
+        pins, self.pins = self.pins, {}
+        if pending:
+            self._insert(pending)
+        for key, recipient in pins.items():
+            Pin.objects.update_or_create(sender=self.sender, name_key=key, defaults={"recipient": recipient})
+        if not pending:
+            return
+        audit_events_write([row for accepted in pending for row in self._audit_rows(accepted)])
+        # First the recipients' pushes (the events that someone waits for), as a single send does.
+        # One wake-up per recipient: its sockets pull everything queued. A socket address is written
+        # one delivery per task, so each of its deliveries gets its own.
+        woken = {}
+        for accepted in pending:
+            delivery, recipient = accepted.outcome.delivery, accepted.outcome.recipient
+            if delivery.state != S.QUEUED:
+                continue
+            if recipient.peer_address.startswith(UDS_PREFIX):
+                schedule_push(delivery.pk, recipient)
+            else:
+                woken.setdefault(recipient.id, (delivery.pk, recipient))
+        for delivery_id, recipient in woken.values():
+            schedule_push(delivery_id, recipient)
+        announce_many(
+            [
+                (
+                    "message.sent",
+                    message_event(a.outcome.message, a.outcome.delivery, a.outcome.recipient),
+                    [self.sender.id],
+                )
+                for a in pending
+            ]
+        )
+
+    def _insert(self, pending: list[_Accepted]) -> None:
+        """The messages, then their deliveries (which take their ids from the database)."""
+        for a in pending:
+            a.outcome.message.created_at = self.now
+            a.outcome.delivery.created_at = a.outcome.delivery.updated_at = self.now
+        messages = [a.outcome.message for a in pending]
+        deliveries = [a.outcome.delivery for a in pending]
+        bulk_insert(model=Message, rows=[_row(m, _columns(Message)) for m in messages])
+        columns = _columns(Delivery)[1:]  # all but the id
+        ids = bulk_insert(model=Delivery, rows=[_row(d, columns) for d in deliveries], returning="id")
+        for obj in messages + deliveries:
+            obj._state.adding, obj._state.db = False, connection.alias
+        for delivery, pk in zip(deliveries, ids, strict=True):
+            delivery.pk = pk
+
+    def _audit_rows(self, accepted: _Accepted) -> list[dict[str, Any]]:
+        """The two events a single send records: the message accepted, its delivery's first state."""
+        outcome, decision = accepted.outcome, accepted.decision
+        target = str(outcome.recipient.id)
+        why = decision.hold_reason or decision.reason
+        return [
+            {
+                "kind": "message.accepted",
+                "actor": self.actor.actor,
+                "target": target,
+                "message": outcome.message,
+                "detail": {
+                    "to": outcome.message.to_label,
+                    "rule": accepted.resolution.rule,
+                    "kind": MessageKind.TEXT,
+                },
+            },
+            {
+                "kind": f"delivery.{decision.state}",
+                "actor": self.actor.actor,
+                "target": target,
+                "message": outcome.message,
+                "delivery_id": outcome.delivery.pk,
+                "detail": {"from": S.ACCEPTED, **({"reason": why} if why else {})},
+            },
+        ]
+
+
+def _lock_id(sender_id: str, key: str) -> int:
+    """The advisory lock id `message_send` takes for (sender, idempotency key)."""
+    digest = hashlib.sha256(f"{sender_id}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+@functools.cache
+def _columns(model: type[Model]) -> tuple[str, ...]:
+    return tuple(f.attname for f in model._meta.concrete_fields)
+
+
+def _row(obj: Model, columns: tuple[str, ...]) -> dict[str, Any]:
+    values = obj.__dict__
+    return {name: values[name] for name in columns}

@@ -1,0 +1,243 @@
+"""The bulk batch send (messaging.services.batch): the outcome of each item is the one a single
+send gives, the database work does not grow with the batch, the audit keeps one event per step,
+and a database failure accepts none of the batch."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import time_machine
+from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from messaging.errors import SwitchboardError
+from messaging.models import AgentSession, AuditEvent, Delivery, Message, Pin
+from messaging.services.batch import messages_send_batch
+from messaging.services.sending import SendOutcome, message_send
+
+SECRET = "here is the key sk-ant-" + "a1B2c3D4e5F6g7H8i9J0k"
+
+
+@pytest.fixture
+def world(register: Any) -> dict[str, AgentSession]:
+    """alice sends; bob accepts; carol holds; dave refuses; erin fills up; two sessions are named
+    `twin`; gina is stopped (a rare path: her messages go through `message_send` itself)."""
+    agents = {name: register(name) for name in ("alice", "bob", "carol", "dave", "erin")}
+    register("twin"), register("twin")
+    agents["gina"] = register("gina", status="stopped")
+    AgentSession.objects.filter(pk=agents["carol"].id).update(inbound_policy="hold")
+    AgentSession.objects.filter(pk=agents["dave"].id).update(inbound_policy="refuse")
+    return {name: AgentSession.objects.get(pk=agent.id) for name, agent in agents.items()}
+
+
+def mixed_items() -> list[dict[str, Any]]:
+    return [
+        {"to": "bob", "text": "hello bob"},  # 0 queued
+        {"to": "carol", "text": "hello carol", "priority": "urgent"},  # 1 held by her policy
+        {"to": "bob", "text": SECRET},  # 2 held as sensitive, escalate=required
+        {"to": "dave", "text": "hello dave"},  # 3 refused by his policy
+        {"to": "bob", "text": "   "},  # 4 invalid text
+        {"to": "nobody", "text": "anyone there?"},  # 5 unknown address
+        {"to": "twin", "text": "which one?"},  # 6 ambiguous address
+        {"to": "bob", "text": "keyed", "idempotency_key": "k1"},  # 7 queued
+        {"to": "bob", "text": "keyed", "idempotency_key": "k1"},  # 8 the same key again: 7
+        {"to": "bob", "text": "earlier", "idempotency_key": "k-earlier"},  # 9 the earlier send
+        {"to": "bob", "text": "different", "idempotency_key": "k1"},  # 10 same key, other text
+        {"to": "bob", "text": "hello bob"},  # 11 same text within 60 s: 0
+        {"to": "bob", "text": "said before"},  # 12 same text as a send before the batch
+        {"to": "gina", "text": "hello gina"},  # 13 held for a stopped recipient
+        {"to": "alice", "text": "note to self"},  # 14 a session cannot message itself
+        *({"to": "erin", "text": f"erin {i}"} for i in range(8)),  # 15-22 unread cap, then pair rate
+    ]
+
+
+EXPECTED = [
+    "queued",
+    "held:own_policy",
+    "held:sensitive",
+    "refused",
+    "invalid:empty_message",
+    "not_found",
+    "ambiguous",
+    "queued",
+    "queued duplicate",
+    "queued duplicate",
+    "idempotency_conflict",
+    "queued duplicate",
+    "queued duplicate",
+    "held:recipient_stopped",
+    "invalid:self_target",
+    "queued",
+    "queued",
+    "queued",
+    "queued",
+    "rate_limited:recipient_queue_full",
+    "rate_limited:recipient_queue_full",
+    "rate_limited:pair_rate",
+    "rate_limited:pair_rate",
+]
+
+
+def label(result: SendOutcome | SwitchboardError) -> str:
+    if isinstance(result, SwitchboardError):
+        reason = result.extra.get("reason")
+        return f"{result.code}:{reason}" if reason else result.code
+    held = f":{result.delivery.hold_reason}" if result.delivery.hold_reason else ""
+    return f"{result.status}{held}{' duplicate' if result.duplicate else ''}"
+
+
+def view(results: list[Any], names: dict[Any, str]) -> list[Any]:
+    """What a sender sees of each result, with message ids replaced by which send made them."""
+    seen = []
+    for i, result in enumerate(results):
+        if isinstance(result, SwitchboardError):
+            extra = {k: v for k, v in result.extra.items() if k != "message_id"}
+            made = names.get(uuid.UUID(result.extra["message_id"])) if "message_id" in result.extra else None
+            seen.append((result.code, result.detail, extra, made))
+            continue
+        if not result.duplicate:
+            names[result.message.id] = f"item {i}"
+        answer = result.as_dict() | {"id": names[result.message.id]}
+        d = result.delivery
+        seen.append((answer, d.hold_reason, d.escalate, d.priority, str(d.expires_at)))
+    return seen
+
+
+def run(world: dict[str, AgentSession], send_items: Any, settings: Any) -> tuple[list[str], list[Any]]:
+    """Send two messages, then the items (with `send_items`), then probes that show what is left in
+    the hub's bucket; return the labels and the view, then undo it all (buckets start afresh)."""
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
+    alice = world["alice"]
+    sid = transaction.savepoint()
+    names = {}
+    for text, key in (("earlier", "k-earlier"), ("said before", None)):
+        names[message_send(sender=alice, to="bob", text=text, idempotency_key=key).message.id] = text
+    results = send_items(alice, mixed_items())
+    probes = []
+    for i in range(20):
+        try:
+            probes.append(message_send(sender=alice, to="carol", text=f"probe {i}"))
+        except SwitchboardError as exc:
+            probes.append(exc)
+    seen = view(results, names), [label(p) for p in probes]
+    labels = [label(r) for r in results]
+    transaction.savepoint_rollback(sid)
+    return labels, seen
+
+
+def one_by_one(sender: AgentSession, items: list[dict[str, Any]]) -> list[Any]:
+    results: list[Any] = []
+    for item in items:
+        try:
+            results.append(message_send(sender=sender, **item))
+        except SwitchboardError as exc:
+            results.append(exc)
+    return results
+
+
+def as_a_batch(sender: AgentSession, items: list[dict[str, Any]]) -> list[Any]:
+    return messages_send_batch(sender=sender, items=items)
+
+
+def test_each_item_of_a_batch_gets_the_outcome_a_single_send_gives(world, settings):
+    # Given small limits: 6 per pair, 4 unread per recipient, 30 for the whole hub (periods with
+    # whole-second token intervals, which Redis stores exactly)
+    settings.SWITCHBOARD_RATE_PAIR, settings.SWITCHBOARD_RATE_PAIR_SECONDS = 6, 12
+    settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS = 30, 30
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 4
+    with time_machine.travel(timezone.now().replace(microsecond=0), tick=False):
+        # When the same items are sent one by one, and (from the same start) as one batch
+        single_labels, single = run(world, one_by_one, settings)
+        batch_labels, batch = run(world, as_a_batch, settings)
+
+    # Then the mix covers every rule
+    assert single_labels == EXPECTED
+    # And each batch item has the single send's outcome: state, reasons, tier, trust, sentence,
+    # duplicate of which send, the same error and detail; and the hub's bucket is left the same
+    assert batch_labels == single_labels
+    assert batch == single
+
+
+def test_a_batch_reads_the_database_the_same_number_of_times_for_10_or_100_messages(
+    world, settings, django_assert_max_num_queries
+):
+    settings.SWITCHBOARD_RATE_PAIR = settings.SWITCHBOARD_RATE_HUB = 100_000
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 100_000
+    alice, names = world["alice"], ("bob", "carol", "dave")
+    AgentSession.objects.filter(name__in=names).update(inbound_policy=None)
+
+    def batch(n: int, tag: str) -> tuple[int, int]:
+        items = [
+            {"to": names[i % 3], "text": f"{tag} {i}", "idempotency_key": f"{tag}-{i}"} for i in range(n)
+        ]
+        with CaptureQueriesContext(connection) as queries:
+            results = messages_send_batch(sender=alice, items=items)
+        assert [label(r) for r in results] == ["queued"] * n
+        inserts = sum(q["sql"].lstrip().upper().startswith("INSERT") for q in queries.captured_queries)
+        return len(queries.captured_queries) - inserts, inserts
+
+    batch(3, "warm-up")  # the first batch pins the three names
+    reads_10, inserts_10 = batch(10, "ten")
+    reads_100, inserts_100 = batch(100, "hundred")
+
+    # Reads, locks, pins and counts: once per batch, distinct address or recipient
+    assert reads_100 == reads_10
+    # Writes: one statement per table (3), or as few as SQLite's 999-parameter limit allows
+    assert inserts_10 == 3
+    assert inserts_100 == 3 if connection.vendor == "postgresql" else inserts_100 <= 8
+    assert Message.objects.filter(sender=alice).count() == 113
+
+
+def test_a_batch_audits_one_acceptance_and_one_delivery_event_per_message(world, settings):
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
+    alice = world["alice"]
+    message_send(sender=alice, to="bob", text="earlier", idempotency_key="k-earlier")
+    before = AuditEvent.objects.count()
+
+    results = messages_send_batch(sender=alice, items=mixed_items()[:14])
+
+    accepted = [r for r in results if isinstance(r, SendOutcome) and not r.duplicate]
+    assert len(accepted) == 7
+    events = list(AuditEvent.objects.order_by("id")[before:])
+    assert len(events) == 2 * len(accepted)
+    for outcome in accepted:
+        mine = [e for e in events if e.message_id == outcome.message.id]
+        assert [e.kind for e in mine] == ["message.accepted", f"delivery.{outcome.status}"]
+        assert mine[1].delivery_id == outcome.delivery.pk
+        assert mine[0].length == outcome.message.size and mine[0].sha256 == outcome.message.sha256
+        assert all(e.target == str(outcome.recipient.id) and e.actor.startswith("session:") for e in mine)
+    assert mine[0].detail == {"to": "gina", "rule": "name", "kind": "text"}
+    assert mine[1].detail == {"from": "accepted", "reason": "recipient_stopped"}
+
+
+def test_a_database_failure_accepts_none_of_the_batch(world, settings, monkeypatch):
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
+    counts = (
+        Message.objects.count(),
+        Delivery.objects.count(),
+        AuditEvent.objects.count(),
+        Pin.objects.count(),
+    )
+
+    def broken(rows: list[dict[str, Any]]) -> None:
+        raise DatabaseError("disk full")
+
+    monkeypatch.setattr("messaging.services.batch.audit_events_write", broken)
+    items = [
+        {"to": "gina", "text": "held while she is stopped"},  # written by message_send first
+        {"to": "bob", "text": "one"},
+        {"to": "carol", "text": "two"},
+    ]
+    with pytest.raises(DatabaseError):
+        messages_send_batch(sender=world["alice"], items=items)
+
+    after = (
+        Message.objects.count(),
+        Delivery.objects.count(),
+        AuditEvent.objects.count(),
+        Pin.objects.count(),
+    )
+    assert after == counts
