@@ -46,3 +46,8 @@ class OperatorConsumer(AsyncJsonWebsocketConsumer):
 
     async def hub_event(self, event: dict[str, Any]) -> None:
         await self.send_json({"kind": event["kind"], "data": event["data"]})
+
+    async def hub_events(self, message: dict[str, Any]) -> None:
+        """Many events for this group at once (`announce_many`): each goes out as if alone."""
+        for event in message["events"]:
+            await self.hub_event(event)

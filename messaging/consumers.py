@@ -174,3 +174,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self.flush()
         else:
             await self.send_json({"type": "event", "kind": event["kind"], "data": event["data"]})
+
+    async def hub_events(self, message: dict[str, Any]) -> None:
+        """Many events for this group at once (`announce_many`): each is handled as if alone."""
+        for event in message["events"]:
+            await self.hub_event(event)

@@ -98,3 +98,40 @@ async def test_a_registration_committed_by_the_service_reaches_the_operator_sock
     assert event["kind"] == "session.changed"
     assert event["data"]["id"] == str(registration.session.id)
     await communicator.disconnect()
+
+
+async def test_a_batch_send_reaches_the_operator_socket_as_one_event_per_message_in_one_group_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given an operator socket, when a batch of three is sent, then the operators group gets one
+    channel message (not three) and the socket still shows each `message.sent`, in order."""
+    from messaging.models import AgentSession
+    from messaging.services.batch import messages_send_batch
+    from messaging.services.sessions import session_register
+
+    cookie = await sync_to_async(_cookie_for)("op5", staff=True)
+    communicator, (accepted, _) = await _connect(ORIGIN, (b"cookie", cookie))
+    assert accepted
+    await communicator.receive_json_from(timeout=5)  # hello
+    alice = (await sync_to_async(session_register)(name="alice")).session
+    bob = (await sync_to_async(session_register)(name="bob")).session
+    for _ in range(2):
+        assert (await communicator.receive_json_from(timeout=5))["kind"] == "session.changed"
+    layer = get_channel_layer()
+    sent_to: list[str] = []
+    group_send = layer.group_send
+
+    async def counting(group: str, message: dict[str, Any]) -> None:
+        sent_to.append(group)
+        await group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counting)
+    items = [{"to": bob.ref, "text": f"batch {i}"} for i in range(3)]
+    await sync_to_async(messages_send_batch)(sender=await AgentSession.objects.aget(pk=alice.id), items=items)
+
+    events = [await communicator.receive_json_from(timeout=5) for _ in range(3)]
+    assert [(e["kind"], e["data"]["preview"]) for e in events] == [
+        ("message.sent", f"batch {i}") for i in range(3)
+    ]
+    assert sent_to.count(OPERATORS_GROUP) == 1
+    await communicator.disconnect()
