@@ -246,48 +246,24 @@ class _Batch:
 
     def _load_recent(self, items: list[_Item]) -> None:
         """Read the messages the dedupe rule could match (same text, within the window), in one query."""
-        hashes = sorted({item.sha256 for item in items if item.sha256})
+        hashes = {item.sha256 for item in items if item.sha256}
         if not self.dedupe or not hashes:
             return
-        since = self.now - timedelta(seconds=settings.SWITCHBOARD_DEDUPE_SECONDS)
-        if connection.vendor == "postgresql":
-            newest = self._recent_on_postgresql(hashes, since)
-        else:
-            matches = (
-                Delivery.objects.filter(
-                    message__sender=self.sender,
-                    message__sha256__in=hashes,
-                    message__kind=MessageKind.TEXT,
-                    message__created_at__gte=since,
-                )
-                .order_by("message__created_at")
-                .values_list("message__sha256", "recipient_id", "pk")
+        matches = (
+            Delivery.objects.filter(
+                message__sender=self.sender,
+                message__sha256__in=hashes,
+                message__kind=MessageKind.TEXT,
+                message__created_at__gte=self.now - timedelta(seconds=settings.SWITCHBOARD_DEDUPE_SECONDS),
             )
-            newest = {(sha256, recipient_id): pk for sha256, recipient_id, pk in matches}  # oldest first
+            .order_by("message__created_at")
+            .values_list("message__sha256", "recipient_id", "pk")
+        )
+        newest = {(sha256, recipient_id): pk for sha256, recipient_id, pk in matches}  # oldest first
         if newest:  # usually none: read the rows only for the texts that are sent again
             found = Delivery.objects.select_related("message").in_bulk(list(newest.values()))
             for key, pk in newest.items():
                 self.recent[key] = (found[pk].message, found[pk])
-
-    def _recent_on_postgresql(self, hashes: list[str], since: Any) -> dict[tuple[str, Any], int]:
-        """The dedupe lookup as one index probe per text. Asked as `sha256 IN (...)`, a planner
-        whose statistics lag (a young or fast-growing table) scans every message the sender sent in
-        the window instead, which grows with the traffic; OFFSET 0 keeps the per-text probe."""
-        message, delivery = Message._meta.db_table, Delivery._meta.db_table
-        sql = f"""
-            SELECT h.sha256, d.recipient_id, d.id
-            FROM unnest(%s::varchar[]) AS h(sha256)
-            CROSS JOIN LATERAL (
-              SELECT m.id, m.created_at FROM {message} m
-              WHERE m.sender_id = %s AND m.sha256 = h.sha256 AND m.kind = %s AND m.created_at >= %s
-              OFFSET 0
-            ) AS m
-            JOIN {delivery} d ON d.message_id = m.id
-            ORDER BY m.created_at
-        """
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [hashes, self.sender.id, MessageKind.TEXT, since])
-            return {(sha256, recipient_id): pk for sha256, recipient_id, pk in cursor.fetchall()}
 
     def _target(self, target: str) -> tuple[AgentSession, Resolution] | SwitchboardError:
         """`resolve_recipient` once per distinct address (its NotFound means: try a federation route)."""
