@@ -319,14 +319,18 @@ class TokenReservation:
     sender: AgentSession
     # bucket key → [tokens held, seconds until its next token once they are spent (0: not known)]
     held: dict[str, list[float]] = field(default_factory=dict)
+    buckets: dict[object, tuple[Want, Want]] = field(default_factory=dict)  # recipient id → (hub, pair)
 
     def spend(self, recipient: AgentSession) -> None:
         """Spend one hub and one pair token for a message to `recipient`; raise RateLimited as
         `limits_take` would when either bucket is empty (the hub's token is spent even then)."""
-        wait = self._spend(_hub_want(1))
+        buckets = self.buckets.get(recipient.id)
+        if buckets is None:
+            buckets = self.buckets[recipient.id] = (_hub_want(1), _pair_want(self.sender, recipient.id, 1))
+        wait = self._spend(buckets[0])
         if wait:
             raise hub_rate_limited(wait)
-        wait = self._spend(_pair_want(self.sender, recipient.id, 1))
+        wait = self._spend(buckets[1])
         if wait:
             raise pair_rate_limited(recipient, wait)
 

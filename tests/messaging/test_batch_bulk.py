@@ -17,20 +17,27 @@ from messaging.errors import SwitchboardError
 from messaging.models import AgentSession, AuditEvent, Delivery, Message, Pin
 from messaging.services.batch import messages_send_batch
 from messaging.services.sending import SendOutcome, message_send
+from teams.models import Observer
 
 SECRET = "here is the key sk-ant-" + "a1B2c3D4e5F6g7H8i9J0k"
 
 
 @pytest.fixture
 def world(register: Any) -> dict[str, AgentSession]:
-    """alice sends; bob accepts; carol holds; dave refuses; erin fills up; two sessions are named
-    `twin`; gina is stopped (a rare path: her messages go through `message_send` itself)."""
-    agents = {name: register(name) for name in ("alice", "bob", "carol", "dave", "erin")}
+    """alice sends; bob accepts; carol holds; dave refuses; erin fills up; frank and alice are in
+    a reply loop; olga is an observer; two sessions are named `twin`; gina is stopped (a rare
+    path: her messages go through `message_send` itself)."""
+    agents = {name: register(name) for name in ("alice", "bob", "carol", "dave", "erin", "frank", "olga")}
     register("twin"), register("twin")
     agents["gina"] = register("gina", status="stopped")
     AgentSession.objects.filter(pk=agents["carol"].id).update(inbound_policy="hold")
     AgentSession.objects.filter(pk=agents["dave"].id).update(inbound_policy="refuse")
-    return {name: AgentSession.objects.get(pk=agent.id) for name, agent in agents.items()}
+    sessions = {name: AgentSession.objects.get(pk=agent.id) for name, agent in agents.items()}
+    # olga observes bob (she receives nothing); frank has just sent alice two texts
+    Observer.objects.create(session=sessions["olga"], target_session=sessions["bob"], registered_by="test")
+    for i in range(2):
+        message_send(sender=sessions["frank"], to="alice", text=f"frank to alice {i}")
+    return sessions
 
 
 def mixed_items() -> list[dict[str, Any]]:
@@ -51,6 +58,8 @@ def mixed_items() -> list[dict[str, Any]]:
         {"to": "gina", "text": "hello gina"},  # 13 held for a stopped recipient
         {"to": "alice", "text": "note to self"},  # 14 a session cannot message itself
         *({"to": "erin", "text": f"erin {i}"} for i in range(8)),  # 15-22 unread cap, then pair rate
+        *({"to": "frank", "text": f"frank {i}"} for i in range(3)),  # 23-25 the third is a loop
+        {"to": "olga", "text": "observers receive nothing"},  # 26
     ]
 
 
@@ -78,6 +87,10 @@ EXPECTED = [
     "rate_limited:recipient_queue_full",
     "rate_limited:pair_rate",
     "rate_limited:pair_rate",
+    "queued",
+    "queued",
+    "held:loop_suspected",
+    "forbidden:observer",
 ]
 
 
@@ -148,6 +161,7 @@ def test_each_item_of_a_batch_gets_the_outcome_a_single_send_gives(world, settin
     settings.SWITCHBOARD_RATE_PAIR, settings.SWITCHBOARD_RATE_PAIR_SECONDS = 6, 12
     settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS = 30, 30
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 4
+    settings.SWITCHBOARD_LOOP_EXCHANGES = 2
     with time_machine.travel(timezone.now().replace(microsecond=0), tick=False):
         # When the same items are sent one by one, and (from the same start) as one batch
         single_labels, single = run(world, one_by_one, settings)
