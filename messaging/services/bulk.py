@@ -34,11 +34,12 @@ def bulk_insert(*, model: type[Model], rows: list[dict[str, Any]], returning: st
     columns = ", ".join(qn(f.column) for f in fields)
     # The JSON keys are the column names; UUIDs and datetimes travel as text, which PostgreSQL
     # reads back as the column's type.
-    document = json.dumps(
-        [{f.column: row[f.attname] for f in fields} for row in rows],
-        default=str,
-        ensure_ascii=False,
-    )
+    if all(f.attname == f.column for f in fields):  # a key json_populate_recordset does not know is ignored
+        document = json.dumps(rows, default=str, ensure_ascii=False)
+    else:
+        document = json.dumps(
+            [{f.column: row[f.attname] for f in fields} for row in rows], default=str, ensure_ascii=False
+        )
     sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM json_populate_recordset(NULL::{table}, %s::json)"
     with connection.cursor() as cursor:
         if returning is None:
