@@ -668,13 +668,26 @@ class _Batch:
 
     def _insert(self, pending: list[_Accepted]) -> None:
         """The messages, then their deliveries (which take their ids from the database)."""
-        messages = [a.outcome.message for a in pending]
-        deliveries = [a.outcome.delivery for a in pending]
-        bulk_insert(model=Message, rows=[_row(m, _columns(Message)) for m in messages])
-        columns = _columns(Delivery)[1:]  # all but the id
-        ids = bulk_insert(model=Delivery, rows=[_row(d, columns) for d in deliveries], returning="id")
-        for delivery, pk in zip(deliveries, ids, strict=True):
-            delivery.pk = pk
+        # Ids and the batch's time go as text, each turned into text once (not once per column).
+        now, sender = str(self.now), str(self.sender.id)
+        recipients = {a.outcome.recipient.id: str(a.outcome.recipient.id) for a in pending}
+        message_rows, delivery_rows = [], []
+        for a in pending:
+            message, delivery = a.outcome.message, a.outcome.delivery
+            message_id = str(message.id)
+            row = _row(message, _columns(Message))
+            row.update(id=message_id, sender_id=sender, created_at=now)
+            message_rows.append(row)
+            row = _row(delivery, _columns(Delivery)[1:])  # all but the id, which the database gives
+            row.update(message_id=message_id, recipient_id=recipients[delivery.recipient_id])
+            for name in ("created_at", "updated_at", "queued_at", "held_at", "final_at"):
+                if row[name] is self.now:
+                    row[name] = now
+            delivery_rows.append(row)
+        bulk_insert(model=Message, rows=message_rows)
+        ids = bulk_insert(model=Delivery, rows=delivery_rows, returning="id")
+        for a, pk in zip(pending, ids, strict=True):
+            a.outcome.delivery.pk = pk
 
     def _audit_rows(self, accepted: _Accepted) -> list[dict[str, Any]]:
         """The two events a single send records: the message accepted, its delivery's first state."""
