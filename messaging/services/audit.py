@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -33,11 +34,14 @@ def audit_events_bulk(rows: list[dict[str, Any]]) -> list[AuditEvent]:
 def audit_events_write(rows: list[dict[str, Any]]) -> None:
     """`audit_events_bulk` for many events at once (a batch send's) when no AuditEvent objects are
     needed back: one INSERT, with little work per row (`messaging.services.bulk`)."""
-    at = timezone.now()
-    bulk_insert(
-        model=AuditEvent,
-        rows=[{"at": at, "length": None, "sha256": "", **_row_fields(row)} for row in rows],
-    )
+    at = str(timezone.now())  # as text once, not once per row
+    written = []
+    for row in rows:
+        fields = {"at": at, "length": None, "sha256": "", **_row_fields(row)}
+        if isinstance(fields["message_id"], uuid.UUID):
+            fields["message_id"] = fields["message_id"].hex
+        written.append(fields)
+    bulk_insert(model=AuditEvent, rows=written)
 
 
 def _row_fields(row: dict[str, Any]) -> dict[str, Any]:

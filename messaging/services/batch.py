@@ -669,12 +669,12 @@ class _Batch:
     def _insert(self, pending: list[_Accepted]) -> None:
         """The messages, then their deliveries (which take their ids from the database)."""
         # Ids and the batch's time go as text, each turned into text once (not once per column).
-        now, sender = str(self.now), str(self.sender.id)
-        recipients = {a.outcome.recipient.id: str(a.outcome.recipient.id) for a in pending}
+        now, sender = str(self.now), self.sender.id.hex
+        recipients = {a.outcome.recipient.id: a.outcome.recipient.id.hex for a in pending}
         message_rows, delivery_rows = [], []
         for a in pending:
             message, delivery = a.outcome.message, a.outcome.delivery
-            message_id = str(message.id)
+            message_id = message.id.hex
             row = _row(message, _columns(Message))
             row.update(id=message_id, sender_id=sender, created_at=now)
             message_rows.append(row)
