@@ -18,7 +18,7 @@ from ninja import Field, Router, Schema, Status
 
 from messaging.auth import AUTH, AsyncBearerAuth, EnrollmentKeyAuth, operator, principal
 from messaging.errors import Invalid, SwitchboardError
-from messaging.framing import frame_for_recipient
+from messaging.framing import frames_for_recipient
 from messaging.models import AgentSession
 from messaging.principals import Principal
 from messaging.selectors import agents_list, audit_list, message_for_viewer, message_status
@@ -165,7 +165,7 @@ def update_me(request: HttpRequest, body: SessionPatch) -> dict[str, Any]:
         turn = session_end_turn(
             session=session, actor=caller, final_answer=body.final_answer, limit=body.limit
         )
-        return {**session_summary(turn.session), "messages": [frame_for_recipient(d) for d in turn.messages]}
+        return {**session_summary(turn.session), "messages": frames_for_recipient(turn.messages)}
     if body.status is not None:
         session = session_set_status(
             session=session, status=body.status, actor=caller, final_answer=body.final_answer
@@ -305,7 +305,7 @@ def _pull(
         )
     else:
         pulled = inbox_pull(recipient=session, actor=caller, limit=limit, include_unacked=include_unacked)
-    return [frame_for_recipient(d) for d in pulled]
+    return frames_for_recipient(pulled)
 
 
 @router.get("/inbox", response={200: dict, **ERRORS}, auth=AsyncBearerAuth())

@@ -20,19 +20,21 @@ delivered, and a client that drops mid-push can fetch those again with `include_
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from channels.db import database_sync_to_async
+from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from messaging.errors import SwitchboardError
-from messaging.framing import frame_for_recipient
+from messaging.framing import frames_for_recipient
 from messaging.models import AgentSession
 from messaging.principals import session_principal
 from messaging.services.delivery import inbox_ack, inbox_pull
 from messaging.services.events import session_group
 from messaging.services.sessions import session_from_token, session_summary, session_touch
 
+T = TypeVar("T")
 AUTH_SECONDS = 10.0
 CLOSE_UNAUTHORIZED = 4401
 PUSH_BATCH = 100
@@ -52,7 +54,14 @@ def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
-@database_sync_to_async
+def _off_the_shared_thread(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """`database_sync_to_async` on the server's thread pool instead of the one thread every
+    consumer of the process shares by default: one socket's pull or ack does not wait behind
+    every other socket's. Each socket still awaits its own calls one at a time, in order."""
+    return DatabaseSyncToAsync(fn, thread_sensitive=False)
+
+
+@_off_the_shared_thread
 def _authenticate(token: str) -> AgentSession | None:
     session = session_from_token(token)
     if session is not None:
@@ -60,18 +69,18 @@ def _authenticate(token: str) -> AgentSession | None:
     return session
 
 
-@database_sync_to_async
+@_off_the_shared_thread
 def _touch(session: AgentSession) -> None:
     session_touch(session)
 
 
-@database_sync_to_async
+@_off_the_shared_thread
 def _pull(session: AgentSession, limit: int = PUSH_BATCH) -> list[dict[str, Any]]:
     deliveries = inbox_pull(recipient=session, actor=session_principal(session), limit=limit)
-    return [frame_for_recipient(d) for d in deliveries]
+    return frames_for_recipient(deliveries)
 
 
-@database_sync_to_async
+@_off_the_shared_thread
 def _ack(session: AgentSession, ids: list[str]) -> dict[str, list[str]]:
     return inbox_ack(recipient=session, actor=session_principal(session), message_ids=ids)
 
@@ -85,6 +94,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         self.session: AgentSession | None = None
         self.group: str | None = None
         self.unacked = 0
+        self.window_full = False  # a flush stopped at PUSH_WINDOW: an ack must flush again
         self._auth_timer: asyncio.Task[None] | None = None
         token = _bearer(self.scope.get("headers", []))
         if token is not None:
@@ -125,7 +135,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         assert self.session is not None
         for _ in range(MAX_BATCHES_PER_FLUSH):
             room = min(PUSH_BATCH, PUSH_WINDOW - self.unacked)
-            if room <= 0:
+            self.window_full = room <= 0
+            if self.window_full:
                 return  # the client has not acked what it has; the rest waits in the database
             frames = await _pull(self.session, room)
             if not frames:
@@ -157,7 +168,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 return
             await self.send_json({"type": "acked", **result})
             self.unacked = max(0, self.unacked - len(result["acked"]) - len(result["already_read"]))
-            await self.flush()  # acks open the window again
+            if self.window_full:
+                await self.flush()  # the ack opened the window again: push what waited behind it
         elif kind == "ping":
             await _touch(self.session)  # a connected agent that pings is alive (not `dead`)
             await self.send_json({"type": "pong"})

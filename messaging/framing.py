@@ -59,15 +59,27 @@ def label_for(delivery: Delivery) -> str:
     return PEER_LABEL
 
 
-def frame_for_recipient(delivery: Delivery) -> dict[str, Any]:
-    """The one shape every transport hands a recipient (inbox pull, WebSocket push, socket write)."""
+def frames_for_recipient(deliveries: list[Delivery]) -> list[dict[str, Any]]:
+    """`frame_for_recipient` for a pull's worth of deliveries: one query finds which carry files."""
+    from federation.models import MessageAttachment
+
+    ids = [d.message_id for d in deliveries]
+    with_files = set(
+        MessageAttachment.objects.filter(message_id__in=ids).values_list("message_id", flat=True)
+    )
+    return [frame_for_recipient(d, has_files=d.message_id in with_files) for d in deliveries]
+
+
+def frame_for_recipient(delivery: Delivery, *, has_files: bool = True) -> dict[str, Any]:
+    """The one shape every transport hands a recipient (inbox pull, WebSocket push, socket write).
+    `has_files=False` says the message is known to carry none (saves looking)."""
     message = delivery.message
     sender = message.sender
     marker = marker_line(delivery)
     from federation.services.files import files_deliver
 
     # Copied into the recipient's own folder when first handed over (never for a refused message).
-    files = files_deliver(message_id=message.id, recipient_id=delivery.recipient_id)
+    files = files_deliver(message_id=message.id, recipient_id=delivery.recipient_id) if has_files else []
     listing = ""
     if files:
         # FILES= counts the files handed over; one left out on the way is listed with its problem.

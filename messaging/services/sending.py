@@ -587,13 +587,13 @@ def message_send(
                     },
                 ]
             )
+            if decision.state == S.QUEUED:  # first: the recipient's push is the event that waits
+                schedule_push(delivery.pk, recipient)
             announce(
                 "message.sent",
                 message_event(message, delivery, recipient),
                 sessions=[sender.id],
             )
-            if decision.state == S.QUEUED:
-                schedule_push(delivery.pk, recipient)
     except IntegrityError:
         if idempotency_key:
             earlier = _earlier_send(sender, idempotency_key, fingerprint)

@@ -153,3 +153,54 @@ async def test_a_ping_counts_as_a_heartbeat() -> None:
 
     assert await last_seen(bob.session.id) > before
     await ws.disconnect()
+
+
+async def next_frame(ws: WebsocketCommunicator, kind: str) -> dict[str, Any]:
+    """The next frame of type `kind`, skipping live events (read receipts)."""
+    while True:
+        frame = await ws.receive_json_from(timeout=5)
+        if frame["type"] == kind:
+            return frame
+        assert frame["type"] == "event", frame
+
+
+async def test_an_ack_pulls_again_only_when_the_push_window_was_full(monkeypatch) -> None:
+    from messaging import consumers
+
+    pulls: list[int] = []
+    real_pull = consumers._pull
+
+    async def counted_pull(session, limit=consumers.PUSH_BATCH):
+        pulls.append(limit)
+        return await real_pull(session, limit)
+
+    monkeypatch.setattr(consumers, "_pull", counted_pull)
+    monkeypatch.setattr(consumers, "PUSH_WINDOW", 2)
+    alice, bob = await register("alice"), await register("bob")
+    ws = connect(bob.token)
+    await hello(ws)  # pull 1: nothing waiting
+    first = await send(alice, "bob", "one")
+    assert [m["id"] for m in (await next_frame(ws, "messages"))["messages"]] == [first]  # pull 2
+
+    # Given a window with room left, an ack is answered without asking the database for more
+    await ws.send_json_to({"type": "ack", "ids": [first]})
+    assert await next_frame(ws, "acked")
+    assert len(pulls) == 2
+
+    # When the window fills (two unacked) and a fourth message waits behind it
+    second, third = await send(alice, "bob", "two"), await send(alice, "bob", "three")
+    got = (await next_frame(ws, "messages"))["messages"]
+    while len(got) < 2:
+        got += (await next_frame(ws, "messages"))["messages"]
+    assert [m["id"] for m in got] == [second, third]
+    fourth = await send(alice, "bob", "four")  # held back by the window
+    await ws.send_json_to({"type": "ack", "ids": [second, third]})
+
+    # Then the ack that opens the window comes first, and pushes what waited
+    frames = []
+    while not frames or frames[-1]["type"] != "messages":
+        frames.append(await ws.receive_json_from(timeout=5))
+    kinds = [f["type"] for f in frames if f["type"] != "event"]
+    assert kinds == ["acked", "messages"]
+    assert [m["id"] for m in frames[-1]["messages"]] == [fourth]
+    await ws.disconnect()

@@ -1,0 +1,45 @@
+"""What a pull costs: the number of queries does not grow with the number of messages handed over,
+and the recipient's push event is published before the sender's own notice."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from messaging.framing import frames_for_recipient
+from messaging.principals import session_principal
+from messaging.services import events
+from messaging.services.delivery import inbox_pull
+from messaging.services.sending import message_send
+from messaging.services.sessions import session_register
+
+pytestmark = pytest.mark.django_db
+
+
+def pull_queries(count: int) -> int:
+    alice, bob = session_register(name=f"alice{count}").session, session_register(name=f"bob{count}").session
+    for i in range(count):
+        message_send(sender=alice, to=bob.ref, text=f"message {i}")
+    with CaptureQueriesContext(connection) as queries:
+        frames = frames_for_recipient(inbox_pull(recipient=bob, actor=session_principal(bob)))
+    assert len(frames) == count
+    return len(queries.captured_queries)
+
+
+def test_a_pull_of_many_messages_costs_as_many_queries_as_a_pull_of_one(settings) -> None:
+    settings.SWITCHBOARD_RATE_PAIR = 1000
+    assert pull_queries(25) == pull_queries(1)
+
+
+def test_the_recipients_push_is_announced_before_the_senders_notice(
+    monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    published: list[str] = []
+    monkeypatch.setattr(events, "_send", lambda groups, event: published.append(event["kind"]))
+    alice, _bob = session_register(name="alice").session, session_register(name="bob").session
+
+    with django_capture_on_commit_callbacks(execute=True):
+        message_send(sender=alice, to="bob", text="hello")
+
+    assert published[:2] == ["inbox.queued", "message.sent"]
