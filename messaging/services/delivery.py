@@ -54,14 +54,27 @@ def delivery_transition(
     """Move every delivery in `deliveries` that may legally go to `to`; skip the rest.
 
     Must run inside a transaction. Returns what moved (each audited as `delivery.<to>`)."""
-    sources = sources_of(to)
-    now = now or timezone.now()
-    qs = _lock(deliveries.filter(state__in=sources)).order_by("-priority", "id")
+    qs = _lock(deliveries.filter(state__in=sources_of(to))).order_by("-priority", "id")
     if limit is not None:
         qs = qs[:limit]
     rows = list(qs.values_list("id", "state", "message_id", "recipient_id", "message__sender_id"))
+    return _move_locked(rows, to=to, actor=actor, reason=reason, updates=updates, now=now)
+
+
+def _move_locked(
+    rows: list[tuple[Any, ...]],
+    *,
+    to: str,
+    actor: Principal,
+    reason: str = "",
+    updates: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> list[Moved]:
+    """Move rows already locked and known to be in a source state of `to` (id, state, message id,
+    recipient id, sender id each): update, audit and announce them."""
     if not rows:
         return []
+    now = now or timezone.now()
     fields: dict[str, Any] = {"state": to, "updated_at": now, **(updates or {})}
     if to in STATE_TIMESTAMP:
         fields[STATE_TIMESTAMP[to]] = now
@@ -116,24 +129,31 @@ def inbox_pull(
     if limit < 1 or limit > 1000:
         raise Invalid("bad_limit", "limit is between 1 and 1000.")
     with transaction.atomic():
-        moved = delivery_transition(
-            Delivery.objects.filter(recipient=recipient, state=S.QUEUED),
+        # The queued rows are locked and read whole in one query, then moved (no second read).
+        handed = list(
+            _lock(Delivery.objects.filter(recipient=recipient, state=S.QUEUED))
+            .select_related("message", "message__sender")
+            .order_by("-priority", "id")[:limit]
+        )
+        now = timezone.now()
+        _move_locked(
+            [(d.pk, d.state, d.message_id, d.recipient_id, d.message.sender_id) for d in handed],
             to=S.DELIVERED,
             actor=actor,
-            limit=limit,
+            now=now,
         )
-        ids = [m.delivery_id for m in moved]
-        if include_unacked and len(ids) < limit:
-            ids += list(
+        for delivery in handed:
+            delivery.state, delivery.delivered_at, delivery.updated_at = S.DELIVERED, now, now
+        if include_unacked and len(handed) < limit:
+            handed += (
                 Delivery.objects.filter(recipient=recipient, state=S.DELIVERED)
-                .exclude(pk__in=ids)
-                .order_by("-priority", "id")
-                .values_list("id", flat=True)[: limit - len(ids)]
+                .exclude(pk__in=[d.pk for d in handed])
+                .select_related("message", "message__sender")
+                .order_by("-priority", "id")[: limit - len(handed)]
             )
-        if not ids:
-            return []
-        found = Delivery.objects.filter(pk__in=ids).select_related("message", "message__sender", "recipient")
-        return sorted(found, key=lambda d: (-d.priority, d.pk))
+        for delivery in handed:
+            delivery.recipient = recipient
+        return sorted(handed, key=lambda d: (-d.priority, d.pk))
 
 
 def inbox_has_queued(*, recipient_id: Any) -> bool:

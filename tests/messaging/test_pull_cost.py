@@ -17,19 +17,24 @@ from messaging.services.sessions import session_register
 pytestmark = pytest.mark.django_db
 
 
-def pull_queries(count: int) -> int:
+def pull_queries(count: int) -> list[str]:
     alice, bob = session_register(name=f"alice{count}").session, session_register(name=f"bob{count}").session
     for i in range(count):
         message_send(sender=alice, to=bob.ref, text=f"message {i}")
     with CaptureQueriesContext(connection) as queries:
         frames = frames_for_recipient(inbox_pull(recipient=bob, actor=session_principal(bob)))
     assert len(frames) == count
-    return len(queries.captured_queries)
+    return [q["sql"] for q in queries.captured_queries]
 
 
 def test_a_pull_of_many_messages_costs_as_many_queries_as_a_pull_of_one(settings) -> None:
     settings.SWITCHBOARD_RATE_PAIR = 1000
-    assert pull_queries(25) == pull_queries(1)
+    assert len(pull_queries(25)) == len(pull_queries(1))
+
+
+def test_a_pull_reads_the_deliveries_once() -> None:
+    reads = [sql for sql in pull_queries(3) if sql.startswith("SELECT") and '"messaging_delivery"' in sql]
+    assert len(reads) == 1, reads  # locked and read whole, then moved: no second read
 
 
 def test_the_recipients_push_is_announced_before_the_senders_notice(
