@@ -228,14 +228,6 @@ def _key(*parts: object) -> str:
     )
 
 
-def _take(key: str, capacity: int, per: float) -> float:
-    try:
-        return bucket_store().take(key, capacity, per, time.time())
-    except Exception:  # Redis down: the database still bounds the queue and catches loops
-        log.warning("rate-limit store unavailable; letting the send through", exc_info=True)
-        return 0.0
-
-
 def limits_find_duplicate(
     *, sender: AgentSession, recipient: AgentSession, sha256: str, now: datetime
 ) -> Message | None:
@@ -260,22 +252,20 @@ def limits_take(*, sender: AgentSession, recipient: AgentSession, unread: int | 
     """Spend a token from the hub's bucket and from the sender→recipient bucket, and check the
     recipient's unread queue (`unread`: already counted up to the cap, e.g. by `pair_facts`).
     Raises RateLimited with a sentence saying how long to wait."""
-    wait = _take(_key("hub"), settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS)
-    if wait:
-        raise hub_rate_limited(wait)
-    wait = _take(
-        _key("pair", sender.id, recipient.id),
-        settings.SWITCHBOARD_RATE_PAIR,
-        settings.SWITCHBOARD_RATE_PAIR_SECONDS,
-    )
-    if wait:
-        raise pair_rate_limited(recipient, wait)
+    # Both buckets in one store call; a token taken but not spent (the pair's, when the hub's
+    # bucket is empty) goes back.
+    reservation = limits_reserve(sender=sender, recipient_ids=[recipient.id])
+    try:
+        reservation.spend(recipient)
+    finally:
+        reservation.release()
     cap = settings.SWITCHBOARD_UNREAD_PER_RECIPIENT
-    waiting = unread_waiting(recipient.id)
-    # Count no further than the cap (all the check needs), so a long inbox costs no more than a short
-    # one; only a refusal counts them all, for its sentence.
-    if (waiting[:cap].count() if unread is None else unread) >= cap:
-        raise queue_full(recipient, waiting.count())
+    if unread is None:
+        # Count no further than the cap (all the check needs), so a long inbox costs no more than a
+        # short one; only a refusal counts them all, for its sentence.
+        unread = unread_waiting(recipient.id)[:cap].count()
+    if unread >= cap:
+        raise queue_full(recipient, unread_waiting(recipient.id).count())
 
 
 def unread_waiting(recipient_id: object) -> QuerySet[Delivery]:
@@ -350,7 +340,7 @@ class TokenReservation:
         try:
             answers = bucket_store().take_many(wants, time.time())
         except Exception:  # Redis down: the database still bounds the queue and catches loops
-            log.warning("rate-limit store unavailable; letting the batch through", exc_info=True)
+            log.warning("rate-limit store unavailable; letting the send through", exc_info=True)
             answers = [(want.count, 0.0) for want in wants]
         for want, (taken, wait) in zip(wants, answers, strict=True):
             held = self.held.setdefault(want.key, [0, 0.0])

@@ -242,3 +242,34 @@ def test_team_frames_do_not_count_toward_a_reply_loop(api, register, send, setti
     for i in range(3):
         send(bob, "alice", f"reply {i}")
     assert send(alice, "bob", "report 4").json_body["status"] == "held"
+
+
+def test_a_send_asks_the_bucket_store_once(monkeypatch, db):
+    """Both buckets (the hub's and the pair's) are charged in one call: one Redis round trip."""
+    from messaging.services import limits
+    from messaging.services.sending import message_send
+    from messaging.services.sessions import session_register
+
+    calls: list[str] = []
+    store = MemoryBuckets()
+
+    class Counting:
+        def take(self, *args, **kwargs):
+            calls.append("take")
+            return store.take(*args, **kwargs)
+
+        def take_many(self, *args, **kwargs):
+            calls.append("take_many")
+            return store.take_many(*args, **kwargs)
+
+        def give_back(self, *args, **kwargs):
+            calls.append("give_back")
+            return store.give_back(*args, **kwargs)
+
+    monkeypatch.setattr(limits, "bucket_store", lambda: Counting())
+    alice = session_register(name="alice").session
+    session_register(name="bob")
+
+    message_send(sender=alice, to="bob", text="hello")
+
+    assert calls == ["take_many"]
