@@ -22,15 +22,14 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Protocol
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from messaging.errors import RateLimited
-from messaging.models import AgentSession, Delivery, Message, MessageKind
+from messaging.models import AgentSession, Delivery
 from messaging.states import DeliveryState
 
 log = logging.getLogger(__name__)
@@ -228,26 +227,6 @@ def _key(*parts: object) -> str:
     )
 
 
-def limits_find_duplicate(
-    *, sender: AgentSession, recipient: AgentSession, sha256: str, now: datetime
-) -> Message | None:
-    """The message this sender sent this recipient with the same text within the dedupe window."""
-    window = settings.SWITCHBOARD_DEDUPE_SECONDS
-    if window <= 0:
-        return None
-    return (
-        Message.objects.filter(
-            sender=sender,
-            sha256=sha256,
-            kind=MessageKind.TEXT,
-            created_at__gte=now - timedelta(seconds=window),
-            deliveries__recipient=recipient,
-        )
-        .order_by("-created_at")
-        .first()
-    )
-
-
 def limits_take(*, sender: AgentSession, recipient: AgentSession, unread: int | None = None) -> None:
     """Spend a token from the hub's bucket and from the sender→recipient bucket, and check the
     recipient's unread queue (`unread`: already counted up to the cap, e.g. by `pair_facts`).
@@ -400,21 +379,3 @@ def loop_suspected(*, replies: int, sends: int) -> bool:
     or above the loop threshold within the window."""
     threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
     return threshold > 0 and replies >= threshold and sends >= threshold
-
-
-def limits_loop_suspected(*, sender: AgentSession, recipient: AgentSession, now: datetime) -> bool:
-    """True when the pair has exchanged more than the loop threshold in both directions within the
-    window: they are probably answering each other in a loop, so a human should look."""
-    threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
-    if threshold <= 0:
-        return False
-    since = now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
-    there = Q(message__sender=sender, recipient=recipient)
-    back = Q(message__sender=recipient, recipient=sender)
-    # Plain text only: team frames and hub notifications are typed traffic, not agents replying.
-    recent = Delivery.objects.filter(message__created_at__gte=since, message__kind=MessageKind.TEXT)
-    # Each direction only needs counting up to the threshold; the reply direction, usually the
-    # short one, first.
-    if recent.filter(back)[:threshold].count() < threshold:
-        return False
-    return recent.filter(there)[:threshold].count() >= threshold

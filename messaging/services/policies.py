@@ -171,20 +171,7 @@ def policy_view(*, session: AgentSession) -> dict[str, Any]:
     }
 
 
-def policy_lookup(*, recipient: AgentSession, sender: AgentSession | None) -> tuple[str | None, bool]:
-    """The per-sender override for this pair, and whether an operator set it."""
-    if sender is None:
-        return None, False
-    row = (
-        SenderPolicy.objects.filter(recipient=recipient, sender=sender)
-        .values_list("action", "by_operator")
-        .first()
-    )
-    return (row[0], row[1]) if row else (None, False)
-
-
 __all__ = [
-    "policy_lookup",
     "policy_set",
     "policy_view",
     "sender_policy_set",

@@ -34,7 +34,6 @@ from messaging.errors import (
     NotFound,
     PinConflict,
     RateLimited,
-    SwitchboardError,
     TooLarge,
 )
 from messaging.models import (
@@ -638,29 +637,3 @@ def message_event(message: Message, delivery: Delivery, recipient: AgentSession)
         "expires_at": delivery.expires_at.isoformat() if delivery.expires_at else None,
         "created_at": message.created_at.isoformat(),
     }
-
-
-BATCH_MAX = 1000
-
-
-def messages_send_batch(
-    *, sender: AgentSession, items: list[dict[str, Any]], actor: Principal | None = None
-) -> list[SendOutcome | SwitchboardError]:
-    """Send many messages in one request. Each item holds `message_send`'s keyword arguments (to,
-    text, summary, idempotency_key, priority, in_reply_to, files) and goes through exactly the same
-    validation, resolution, limits and policy. One transaction: the answer comes only after every
-    accepted item is committed (a database failure accepts none). An item that fails a rule is
-    reported in its place, as the error a single send would raise, and the others go on."""
-    if not items:
-        raise Invalid("empty_batch", "A batch needs at least one message.")
-    if len(items) > BATCH_MAX:
-        raise Invalid("batch_too_large", f"A batch takes at most {BATCH_MAX} messages; split it.")
-    actor = actor or session_principal(sender)
-    results: list[SendOutcome | SwitchboardError] = []
-    with transaction.atomic():
-        for item in items:
-            try:
-                results.append(message_send(sender=sender, actor=actor, **item))
-            except SwitchboardError as exc:
-                results.append(exc)
-    return results
