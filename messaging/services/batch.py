@@ -41,7 +41,7 @@ from messaging.models import (
     Tier,
 )
 from messaging.names import strip_invisible
-from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, Verdict, inbound_decide
+from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
 from messaging.services.audit import audit_events_write
@@ -58,6 +58,8 @@ from messaging.services.sending import (
     LIVE_STATUSES,
     Decision,
     SendOutcome,
+    idempotency_lock_id,
+    inbound_verdict,
     message_event,
     message_send,
     request_fingerprint,
@@ -229,7 +231,7 @@ class _Batch:
             return
         if connection.vendor == "postgresql":
             # The same lock ids as a single send's, taken in one order so two batches never deadlock.
-            locks = sorted({_lock_id(str(self.sender.id), key) for key in keys})
+            locks = sorted({idempotency_lock_id(sender_id=str(self.sender.id), key=key) for key in keys})
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(id) FROM unnest(%s::bigint[]) AS id", [locks])
         earlier = {m.id: m for m in Message.objects.filter(sender=self.sender, idempotency_key__in=keys)}
@@ -508,17 +510,13 @@ class _Batch:
         override, by_operator = inbox.override
         verdict = inbox.verdicts.get(sensitive)
         if verdict is None:
-            verdict = inbox.verdicts[sensitive] = inbound_decide(
-                receiver_mode=recipient.permission_mode,
-                sender_mode=self.sender.permission_mode,
-                receiver_policy=recipient.inbound_policy,
-                operator_policy=recipient.operator_policy,
-                sender_override=override,
-                override_by_operator=by_operator,
+            verdict = inbox.verdicts[sensitive] = inbound_verdict(
+                sender=self.sender,
+                recipient=recipient,
                 sensitive=sensitive,
-                sensitive_exempt=sensitive
-                and inbox.trust in VERIFIED_TRUSTS
-                and (self.sender.sensitive_exempt or settings.SWITCHBOARD_SENSITIVE_EXEMPT_VERIFIED),
+                trust=inbox.trust,
+                override=override,
+                by_operator=by_operator,
             )
         marks = {"tier": tier, "trust": inbox.trust, "escalate": verdict.escalate}
         if verdict.action == REFUSE:
@@ -715,12 +713,6 @@ class _Batch:
                 "detail": {"from": S.ACCEPTED, **({"reason": why} if why else {})},
             },
         ]
-
-
-def _lock_id(sender_id: str, key: str) -> int:
-    """The advisory lock id `message_send` takes for (sender, idempotency key)."""
-    digest = hashlib.sha256(f"{sender_id}:{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 @functools.cache

@@ -48,7 +48,7 @@ from messaging.models import (
     Tier,
 )
 from messaging.names import strip_invisible
-from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, inbound_decide
+from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, Verdict, inbound_decide
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
 from messaging.services.audit import audit_events_bulk
@@ -324,6 +324,30 @@ def decide_by_recipient_state(recipient: AgentSession, now: Any) -> Decision:
     return Decision(state=S.QUEUED)
 
 
+def inbound_verdict(
+    *,
+    sender: AgentSession,
+    recipient: AgentSession,
+    sensitive: bool,
+    trust: str,
+    override: str | None,
+    by_operator: bool,
+) -> Verdict:
+    """The recipient's inbound policy (messaging.policy) applied to this sender and message."""
+    return inbound_decide(
+        receiver_mode=recipient.permission_mode,
+        sender_mode=sender.permission_mode,
+        receiver_policy=recipient.inbound_policy,
+        operator_policy=recipient.operator_policy,
+        sender_override=override,
+        override_by_operator=by_operator,
+        sensitive=sensitive,
+        sensitive_exempt=sensitive
+        and trust in VERIFIED_TRUSTS
+        and (sender.sensitive_exempt or settings.SWITCHBOARD_SENSITIVE_EXEMPT_VERIFIED),
+    )
+
+
 def decide_inbound(
     *,
     sender: AgentSession,
@@ -338,19 +362,14 @@ def decide_inbound(
     """Classify the message (tier, trust), apply the recipient's inbound policy (messaging.policy),
     catch reply loops, then route by the recipient's state. Reads only; writes nothing."""
     tier = classify(text, kind=kind, signature_failed=signature_failed).tier
-    sensitive = tier == Tier.SENSITIVE
     override, by_operator = facts.policy, facts.policy_by_operator
-    verdict = inbound_decide(
-        receiver_mode=recipient.permission_mode,
-        sender_mode=sender.permission_mode,
-        receiver_policy=recipient.inbound_policy,
-        operator_policy=recipient.operator_policy,
-        sender_override=override,
-        override_by_operator=by_operator,
-        sensitive=sensitive,
-        sensitive_exempt=sensitive
-        and trust in VERIFIED_TRUSTS
-        and (sender.sensitive_exempt or settings.SWITCHBOARD_SENSITIVE_EXEMPT_VERIFIED),
+    verdict = inbound_verdict(
+        sender=sender,
+        recipient=recipient,
+        sensitive=tier == Tier.SENSITIVE,
+        trust=trust,
+        override=override,
+        by_operator=by_operator,
     )
     marks = {"tier": tier, "trust": trust, "escalate": verdict.escalate}
     if verdict.action == REFUSE or recipient.status == SessionStatus.USER_STOPPED:
@@ -379,14 +398,21 @@ def decide_inbound(
     return decision
 
 
+def idempotency_lock_id(*, sender_id: str, key: str) -> int:
+    """The PostgreSQL advisory lock id of (sender, idempotency key)."""
+    digest = hashlib.sha256(f"{sender_id}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 def _idempotency_lock(*, sender_id: str, key: str) -> None:
     """Hold a lock on (sender, idempotency key) until the current transaction ends. PostgreSQL: an
     advisory lock; SQLite: the IMMEDIATE transaction already serializes every writer."""
     if connection.vendor != "postgresql":
         return
-    digest = hashlib.sha256(f"{sender_id}:{key}".encode()).digest()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s)", [idempotency_lock_id(sender_id=sender_id, key=key)]
+        )
 
 
 def _serialized_by_idempotency_key(send: Callable[..., SendOutcome]) -> Callable[..., SendOutcome]:
