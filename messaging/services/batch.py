@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -45,7 +44,6 @@ from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
 from messaging.services.audit import audit_events_write
-from messaging.services.bulk import bulk_insert
 from messaging.services.events import announce_many
 from messaging.services.holds import STOPPED_HOLD, hold_expiry_for, holds_make_room
 from messaging.services.limits import (
@@ -58,10 +56,14 @@ from messaging.services.sending import (
     LIVE_STATUSES,
     Decision,
     SendOutcome,
+    acceptance_audit,
+    accepted_message,
+    first_delivery,
     idempotency_lock_id,
     inbound_verdict,
     message_event,
     message_send,
+    messages_write,
     request_fingerprint,
     resolve_recipient,
     validate_message_input,
@@ -400,48 +402,23 @@ class _Batch:
         decision = self._decide(item, inbox)
         if decision.state == S.HELD:
             self._make_room(inbox)
-        message = _instance(
-            Message,
-            {
-                "id": uuid.uuid4(),
-                "sender_id": self.sender.id,
-                "kind": MessageKind.TEXT,
-                "text": item.text,
-                "summary": item.summary,
-                "size": item.size,
-                "sha256": item.sha256,
-                "tier": decision.tier,
-                "priority": item.priority,
-                "trust": decision.trust,
-                "to_label": item.target,
-                "idempotency_key": item.key,
-                "request_hash": item.fingerprint,
-                "in_reply_to_id": item.fields.get("in_reply_to"),
-                "created_at": self.now,
-            },
+        message = accepted_message(
             sender=self.sender,
+            kind=MessageKind.TEXT,
+            text=item.text,
+            summary=item.summary,
+            size=item.size,
+            sha256=item.sha256,
+            priority=item.priority,
+            decision=decision,
+            target=item.target,
+            idempotency_key=item.key,
+            fingerprint=item.fingerprint,
+            in_reply_to=item.fields.get("in_reply_to"),
+            now=self.now,
         )
-        state = decision.state
-        delivery = _instance(
-            Delivery,
-            {
-                "message_id": message.id,
-                "recipient_id": recipient.id,
-                "state": state,
-                "tier": DeliveryTier.HOST,
-                "priority": item.priority,
-                "hold_reason": decision.hold_reason,
-                "escalate": decision.escalate,
-                "expires_at": decision.expires_at,
-                "decision_reason": decision.reason,
-                "created_at": self.now,
-                "updated_at": self.now,
-                "queued_at": self.now if state == S.QUEUED else None,
-                "held_at": self.now if state == S.HELD else None,
-                "final_at": self.now if state == S.REFUSED else None,
-            },
-            message=message,
-            recipient=recipient,
+        delivery = first_delivery(
+            message=message, recipient=recipient, decision=decision, tier=DeliveryTier.HOST, now=self.now
         )
         outcome = SendOutcome(message=message, delivery=delivery, recipient=recipient)
         self.pending.append(_Accepted(outcome=outcome, resolution=resolution, decision=decision))
@@ -633,12 +610,24 @@ class _Batch:
         pending, self.pending = self.pending, []
         pins, self.pins = self.pins, {}
         if pending:
-            self._insert(pending)
+            messages_write([(a.outcome.message, a.outcome.delivery) for a in pending], now=self.now)
         for key, recipient in pins.items():
             Pin.objects.update_or_create(sender=self.sender, name_key=key, defaults={"recipient": recipient})
         if not pending:
             return
-        audit_events_write([row for accepted in pending for row in self._audit_rows(accepted)])
+        audit_events_write(
+            [
+                row
+                for a in pending
+                for row in acceptance_audit(
+                    actor=self.actor,
+                    message=a.outcome.message,
+                    delivery=a.outcome.delivery,
+                    rule=a.resolution.rule,
+                    decision=a.decision,
+                )
+            ]
+        )
         # First the recipients' pushes (the events that someone waits for), as a single send does.
         # One wake-up per recipient: its sockets pull everything queued. A socket address is written
         # one delivery per task, so each of its deliveries gets its own.
@@ -663,79 +652,3 @@ class _Batch:
                 for a in pending
             ]
         )
-
-    def _insert(self, pending: list[_Accepted]) -> None:
-        """The messages, then their deliveries (which take their ids from the database)."""
-        # Ids and the batch's time go as text, each turned into text once (not once per column).
-        now, sender = str(self.now), self.sender.id.hex
-        recipients = {a.outcome.recipient.id: a.outcome.recipient.id.hex for a in pending}
-        message_rows, delivery_rows = [], []
-        for a in pending:
-            message, delivery = a.outcome.message, a.outcome.delivery
-            message_id = message.id.hex
-            row = _row(message, _columns(Message))
-            row.update(id=message_id, sender_id=sender, created_at=now)
-            message_rows.append(row)
-            row = _row(delivery, _columns(Delivery)[1:])  # all but the id, which the database gives
-            row.update(message_id=message_id, recipient_id=recipients[delivery.recipient_id])
-            for name in ("created_at", "updated_at", "queued_at", "held_at", "final_at"):
-                if row[name] is self.now:
-                    row[name] = now
-            delivery_rows.append(row)
-        bulk_insert(model=Message, rows=message_rows)
-        ids = bulk_insert(model=Delivery, rows=delivery_rows, returning="id")
-        for a, pk in zip(pending, ids, strict=True):
-            a.outcome.delivery.pk = pk
-
-    def _audit_rows(self, accepted: _Accepted) -> list[dict[str, Any]]:
-        """The two events a single send records: the message accepted, its delivery's first state."""
-        outcome, decision = accepted.outcome, accepted.decision
-        target = str(outcome.recipient.id)
-        why = decision.hold_reason or decision.reason
-        return [
-            {
-                "kind": "message.accepted",
-                "actor": self.actor.actor,
-                "target": target,
-                "message": outcome.message,
-                "detail": {
-                    "to": outcome.message.to_label,
-                    "rule": accepted.resolution.rule,
-                    "kind": MessageKind.TEXT,
-                },
-            },
-            {
-                "kind": f"delivery.{decision.state}",
-                "actor": self.actor.actor,
-                "target": target,
-                "message": outcome.message,
-                "delivery_id": outcome.delivery.pk,
-                "detail": {"from": S.ACCEPTED, **({"reason": why} if why else {})},
-            },
-        ]
-
-
-@functools.cache
-def _columns(model: type[Model]) -> tuple[str, ...]:
-    return tuple(f.attname for f in model._meta.concrete_fields)
-
-
-def _row(obj: Model, columns: tuple[str, ...]) -> dict[str, Any]:
-    values = obj.__dict__
-    return {name: values[name] for name in columns}
-
-
-@functools.cache
-def _defaults(model: type[Model]) -> tuple[tuple[str, Any], ...]:
-    return tuple((f.attname, f) for f in model._meta.concrete_fields)
-
-
-def _instance(model: type[M], values: dict[str, Any], **related: Model) -> M:
-    """An instance of a row this batch writes itself, built the way the ORM builds one it read
-    (`from_db`, without running each field's default and descriptor: a third of the cost), with its
-    related objects cached. Fields not in `values` take their default."""
-    row = [values[name] if name in values else f.get_default() for name, f in _defaults(model)]
-    obj = model.from_db(connection.alias, None, row)
-    for name, other in related.items():
-        obj._state.fields_cache[name] = other
-    return obj

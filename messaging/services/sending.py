@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -51,7 +52,8 @@ from messaging.names import strip_invisible
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, Verdict, inbound_decide
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
-from messaging.services.audit import audit_events_bulk
+from messaging.services.audit import audit_events_write
+from messaging.services.bulk import bulk_insert, model_columns, model_instance, model_row
 from messaging.services.events import announce
 from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
 from messaging.services.limits import limits_take, loop_suspected
@@ -538,8 +540,8 @@ def message_send(
     if remote is not None:
         decision = remote.adjust(decision, recipient=recipient, now=now)
 
-    message = Message(
-        **({"id": remote.message_id} if remote is not None else {}),
+    message = accepted_message(
+        message_id=remote.message_id if remote is not None else None,
         sender=sender,
         kind=kind,
         frame_type=frame_type,
@@ -547,34 +549,21 @@ def message_send(
         summary=summary,
         size=len(encoded),
         sha256=sha256,
-        tier=decision.tier,
         priority=Priority.URGENT if priority == "urgent" else Priority.NORMAL,
-        trust=decision.trust,
-        to_label=target,
+        decision=decision,
+        target=target,
         idempotency_key=idempotency_key,
-        request_hash=fingerprint,
-        in_reply_to_id=in_reply_to,
+        fingerprint=fingerprint,
+        in_reply_to=in_reply_to,
+        now=now,
     )
+    tier = route.tier if route else (remote.tier if remote is not None else DeliveryTier.HOST)
+    delivery = first_delivery(message=message, recipient=recipient, decision=decision, tier=tier, now=now)
     try:
         with transaction.atomic():
-            message.save(force_insert=True)
             if decision.state == S.HELD and decision.hold_reason != "recipient_stopped":
                 holds_make_room(recipient=recipient)
-            delivery = Delivery.objects.create(
-                message=message,
-                recipient=recipient,
-                state=decision.state,
-                tier=route.tier if route else (remote.tier if remote is not None else DeliveryTier.HOST),
-                priority=message.priority,
-                hold_reason=decision.hold_reason,
-                escalate=decision.escalate,
-                expires_at=decision.expires_at,
-                decision_reason=decision.reason,
-                queued_at=now if decision.state == S.QUEUED else None,
-                held_at=now if decision.state == S.HELD else None,
-                final_at=now if decision.state == S.REFUSED else None,
-                relayed_at=now if decision.state == S.RELAYED else None,
-            )
+            messages_write([(message, delivery)], now=now)
             if files:
                 from federation.services.files import files_attach
 
@@ -586,31 +575,10 @@ def message_send(
                 Pin.objects.update_or_create(
                     sender=sender, name_key=resolution.pin_key, defaults={"recipient": recipient}
                 )
-            audit_events_bulk(
-                [
-                    {
-                        "kind": "message.accepted",
-                        "actor": actor.actor,
-                        "target": str(recipient.id),
-                        "message": message,
-                        "detail": {"to": target, "rule": resolution.rule, "kind": kind},
-                    },
-                    {
-                        "kind": f"delivery.{decision.state}",
-                        "actor": actor.actor,
-                        "target": str(recipient.id),
-                        "message": message,
-                        "delivery_id": delivery.pk,
-                        "detail": {
-                            "from": S.ACCEPTED,
-                            **(
-                                {"reason": decision.hold_reason or decision.reason}
-                                if (decision.hold_reason or decision.reason)
-                                else {}
-                            ),
-                        },
-                    },
-                ]
+            audit_events_write(
+                acceptance_audit(
+                    actor=actor, message=message, delivery=delivery, rule=resolution.rule, decision=decision
+                )
             )
             if decision.state == S.QUEUED:  # first: the recipient's push is the event that waits
                 schedule_push(delivery.pk, recipient)
@@ -626,6 +594,131 @@ def message_send(
                 return earlier
         raise
     return SendOutcome(message=message, delivery=delivery, recipient=recipient)
+
+
+def accepted_message(
+    *,
+    message_id: Any = None,
+    sender: AgentSession,
+    kind: str,
+    frame_type: str = "",
+    text: str,
+    summary: str,
+    size: int,
+    sha256: str,
+    priority: int,
+    decision: Decision,
+    target: str,
+    idempotency_key: str | None,
+    fingerprint: str,
+    in_reply_to: Any,
+    now: datetime,
+) -> Message:
+    """The Message row an accepted send writes (not saved: `messages_write` writes it)."""
+    return model_instance(
+        Message,
+        {
+            "id": uuid.UUID(str(message_id)) if message_id else uuid.uuid4(),
+            "sender_id": sender.id,
+            "kind": kind,
+            "frame_type": frame_type,
+            "text": text,
+            "summary": summary,
+            "size": size,
+            "sha256": sha256,
+            "tier": decision.tier,
+            "priority": priority,
+            "trust": decision.trust,
+            "to_label": target,
+            "idempotency_key": idempotency_key,
+            "request_hash": fingerprint,
+            "in_reply_to_id": in_reply_to,
+            "created_at": now,
+        },
+        sender=sender,
+    )
+
+
+def first_delivery(
+    *, message: Message, recipient: AgentSession, decision: Decision, tier: str, now: datetime
+) -> Delivery:
+    """The message's Delivery row in the state the send decided (not saved: see `messages_write`)."""
+    state = decision.state
+    return model_instance(
+        Delivery,
+        {
+            "message_id": message.id,
+            "recipient_id": recipient.id,
+            "state": state,
+            "tier": tier,
+            "priority": message.priority,
+            "hold_reason": decision.hold_reason,
+            "escalate": decision.escalate,
+            "expires_at": decision.expires_at,
+            "decision_reason": decision.reason,
+            "created_at": now,
+            "updated_at": now,
+            "queued_at": now if state == S.QUEUED else None,
+            "held_at": now if state == S.HELD else None,
+            "final_at": now if state == S.REFUSED else None,
+            "relayed_at": now if state == S.RELAYED else None,
+        },
+        message=message,
+        recipient=recipient,
+    )
+
+
+def messages_write(accepted: list[tuple[Message, Delivery]], *, now: datetime) -> None:
+    """Insert the messages, then their deliveries, one statement each however many there are;
+    each delivery gets the id the database gave it."""
+    # Ids and the send's time go as text, each turned into text once (not once per column).
+    when = str(now)
+    message_rows, delivery_rows = [], []
+    for message, delivery in accepted:
+        message_id = message.id.hex
+        row = model_row(message, model_columns(Message))
+        row["id"] = message_id
+        if row["sender_id"] is not None:
+            row["sender_id"] = row["sender_id"].hex
+        if row["created_at"] is now:
+            row["created_at"] = when
+        message_rows.append(row)
+        row = model_row(delivery, model_columns(Delivery)[1:])  # all but the id, which the database gives
+        row.update(message_id=message_id, recipient_id=delivery.recipient_id.hex)
+        for name in ("created_at", "updated_at", "queued_at", "held_at", "final_at", "relayed_at"):
+            if row[name] is now:
+                row[name] = when
+        delivery_rows.append(row)
+    bulk_insert(model=Message, rows=message_rows)
+    ids = bulk_insert(model=Delivery, rows=delivery_rows, returning="id")
+    for (_message, delivery), pk in zip(accepted, ids, strict=True):
+        delivery.pk = pk
+
+
+def acceptance_audit(
+    *, actor: Principal, message: Message, delivery: Delivery, rule: str, decision: Decision
+) -> list[dict[str, Any]]:
+    """The two events every accepted send records: the message accepted, and its delivery's first
+    state (with the hold or refusal reason)."""
+    target = str(delivery.recipient_id)
+    why = decision.hold_reason or decision.reason
+    return [
+        {
+            "kind": "message.accepted",
+            "actor": actor.actor,
+            "target": target,
+            "message": message,
+            "detail": {"to": message.to_label, "rule": rule, "kind": message.kind},
+        },
+        {
+            "kind": f"delivery.{decision.state}",
+            "actor": actor.actor,
+            "target": target,
+            "message": message,
+            "delivery_id": delivery.pk,
+            "detail": {"from": S.ACCEPTED, **({"reason": why} if why else {})},
+        },
+    ]
 
 
 def _earlier_send(sender: AgentSession, key: str, fingerprint: str) -> SendOutcome | None:
