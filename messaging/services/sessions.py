@@ -111,7 +111,8 @@ def session_from_token(token: str) -> AgentSession | None:
     """The live session a token belongs to, or None. Exited sessions' tokens stop working."""
     if not token.startswith(SESSION_PREFIX):
         return None
-    session = AgentSession.objects.filter(token_hash=hash_token(token)).first()
+    # `[:1]`, not `.first()`: the hash is unique, and ordering by id costs compiling on every call.
+    session = next(iter(AgentSession.objects.filter(token_hash=hash_token(token))[:1]), None)
     if session is None or session.status == SessionStatus.EXITED:
         return None
     return session

@@ -98,3 +98,11 @@ def test_only_api_paths_take_the_api_handler() -> None:
     assert not is_api_request({"path": "/apiary"})
     assert not is_api_request({"path": "/login/"})
     assert not is_api_request({"path": "/holds/"})
+
+
+def test_requests_do_not_close_the_in_process_cache() -> None:
+    """Django's default cache has nothing to close; the hub skips that per-request step."""
+    from django.core.cache import close_caches
+    from django.core.signals import request_finished
+
+    assert not any(receiver is close_caches for receiver in request_finished._live_receivers(None)[0])
