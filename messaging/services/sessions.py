@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 from dataclasses import dataclass
 
@@ -107,12 +108,19 @@ def session_register(
     raise RuntimeError("could not allocate a unique session ref")
 
 
+@functools.cache
+def _session_by_token_sql() -> str:
+    """The token lookup as SQL, compiled by the ORM once: every authenticated call makes it, and
+    compiling the queryset each time cost more than running it."""
+    sql, _params = AgentSession.objects.filter(token_hash="")[:1].query.sql_with_params()
+    return sql
+
+
 def session_from_token(token: str) -> AgentSession | None:
     """The live session a token belongs to, or None. Exited sessions' tokens stop working."""
     if not token.startswith(SESSION_PREFIX):
         return None
-    # `[:1]`, not `.first()`: the hash is unique, and ordering by id costs compiling on every call.
-    session = next(iter(AgentSession.objects.filter(token_hash=hash_token(token))[:1]), None)
+    session = next(iter(AgentSession.objects.raw(_session_by_token_sql(), [hash_token(token)])), None)
     if session is None or session.status == SessionStatus.EXITED:
         return None
     return session

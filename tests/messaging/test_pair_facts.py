@@ -92,3 +92,24 @@ def test_a_plain_send_reads_the_pair_in_one_query(pair) -> None:
     reads = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith("SELECT")]
     # One to find bob among the candidates, one for every fact about the pair.
     assert len(reads) == 2, reads
+
+
+def test_the_token_lookup_compiles_no_query_per_call(monkeypatch) -> None:
+    """Every authenticated call looks its token up; the SQL is compiled once, not per call."""
+    from django.db.models.sql.compiler import SQLCompiler
+
+    from messaging.services.sessions import session_from_token
+
+    registration = session_register(name="alice")
+    session_from_token(registration.token)  # the first call may compile
+    compiled: list[object] = []
+    real = SQLCompiler.as_sql
+    monkeypatch.setattr(
+        SQLCompiler, "as_sql", lambda self, *a, **k: compiled.append(1) or real(self, *a, **k)
+    )
+
+    found = session_from_token(registration.token)
+
+    assert found is not None and found.id == registration.session.id
+    assert session_from_token("sbs_" + "x" * 40) is None
+    assert compiled == []
