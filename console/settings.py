@@ -142,12 +142,15 @@ CHANNEL_CAPACITY = _env_int("SWITCHBOARD_CHANNEL_CAPACITY", 10_000)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # Redis pub/sub: a group send is one PUBLISH that goes straight to the processes whose
+            # sockets joined the group (the list-based layer costs a sorted-set read and a script
+            # per group send, and a poll on the receiving side). Nothing is kept for a process that
+            # is not listening; the hub needs nothing kept: the database has every change, and a
+            # socket that (re)connects pulls what is queued.
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             "CONFIG": {
                 # redis-py 8 defaults socket_timeout to 5 s, which kills idle consumers (close 1011).
                 "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
-                "capacity": CHANNEL_CAPACITY,
-                "expiry": 60,
             },
         }
     }
