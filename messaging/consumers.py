@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from messaging.errors import SwitchboardError
 from messaging.framing import frames_for_recipient
@@ -57,8 +58,11 @@ def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
 def _off_the_shared_thread(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """`database_sync_to_async` on the server's thread pool instead of the one thread every
     consumer of the process shares by default: one socket's pull or ack does not wait behind
-    every other socket's. Each socket still awaits its own calls one at a time, in order."""
-    return DatabaseSyncToAsync(fn, thread_sensitive=False)
+    every other socket's. Each socket still awaits its own calls one at a time, in order.
+    On SQLite, which takes one writer at a time, the shared thread stays: more threads would
+    only wait for each other (and the test suite's in-memory database refuses them)."""
+    sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+    return DatabaseSyncToAsync(fn, thread_sensitive=sqlite)
 
 
 @_off_the_shared_thread
