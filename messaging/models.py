@@ -105,8 +105,14 @@ class Message(models.Model):
     """What a sender said, once. Who gets it and how far it got lives in `Delivery`."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # No index of its own: `message_sender_recent` (sender, created_at) serves lookups by sender.
     sender = models.ForeignKey(
-        AgentSession, null=True, blank=True, on_delete=models.SET_NULL, related_name="sent_messages"
+        AgentSession,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="sent_messages",
+        db_index=False,
     )
     kind = models.CharField(max_length=16, choices=MessageKind.choices, default=MessageKind.TEXT)
     frame_type = models.CharField(max_length=32, blank=True, default="")
@@ -151,8 +157,12 @@ class DeliveryTier(models.TextChoices):
 class Delivery(models.Model):
     """A message on its way to one recipient. Its `state` moves only along `states.TRANSITIONS`."""
 
-    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="deliveries")
-    recipient = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="deliveries")
+    # Neither key has an index of its own (every insert pays for each index): the unique
+    # (message, recipient) constraint serves lookups by message, `delivery_inbox` by recipient.
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="deliveries", db_index=False)
+    recipient = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+    )
     state = models.CharField(max_length=12, choices=DeliveryState.choices, default=DeliveryState.ACCEPTED)
     tier = models.CharField(max_length=12, choices=DeliveryTier.choices, default=DeliveryTier.HOST)
     priority = models.SmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
