@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from messaging.addressing import (
@@ -233,15 +233,85 @@ def _candidate(r: AgentSession) -> Candidate:
 
 def _candidate_rows(target: str) -> list[AgentSession]:
     address = parse_address(target)
-    query = Q(name_key__startswith=address.key) if len(address.key) >= 3 else Q(name_key=address.key)
-    query |= Q(name=target)
-    if address.uuid:
-        query |= Q(pk=address.uuid)
-    if address.ref:
-        query |= Q(ref=address.ref)
-    if address.name_ref:
-        query |= Q(ref=address.name_ref[1])
-    return list(AgentSession.objects.filter(query).exclude(status=SessionStatus.EXITED))
+    values = {
+        "key": address.key,
+        "name": target,
+        "uuid": address.uuid,
+        "ref": address.ref,
+        "name_ref": address.name_ref[1] if address.name_ref else None,
+    }
+    shape = (len(address.key) >= 3, *(values[k] is not None for k in ("uuid", "ref", "name_ref")))
+    compiled = _compiled_candidate_query(shape)
+    if compiled is None:
+        return list(_candidate_query(prefix=shape[0], **values))
+    sql, recipe = compiled
+    return list(AgentSession.objects.raw(sql, [step(values) for step in recipe]))
+
+
+def _candidate_query(
+    *, prefix: bool, key: str, name: str, uuid: str | None, ref: str | None, name_ref: str | None
+) -> QuerySet[AgentSession]:
+    """The live sessions an address could mean: by name key (a prefix of 3+ characters), exact
+    name, id, ref, or the ref of a `name [ref]` address."""
+    query = Q(name_key__startswith=key) if prefix else Q(name_key=key)
+    query |= Q(name=name)
+    if uuid:
+        query |= Q(pk=uuid)
+    if ref:
+        query |= Q(ref=ref)
+    if name_ref:
+        query |= Q(ref=name_ref)
+    return AgentSession.objects.filter(query).exclude(status=SessionStatus.EXITED)
+
+
+_SENTINEL_UUID = uuid.UUID("5b5b5b5b-0000-4000-8000-5b5b5b5b5b5b")
+
+
+@functools.cache
+def _compiled_candidate_query(
+    shape: tuple[bool, bool, bool, bool],
+) -> tuple[str, list[Callable[[dict[str, Any]], Any]]] | None:
+    """The candidate query of one address shape, compiled by the ORM once (every send resolves an
+    address, and compiling the OR of lookups cost more than running it), with how to fill in each
+    parameter. Compiled with marker values, each of which must come back exactly once as a
+    parameter; otherwise None, and the caller builds the query each time."""
+    prefix, has_uuid, has_ref, has_name_ref = shape
+    markers = {"key": "\x02k", "name": "\x02n", "ref": "\x02r", "name_ref": "\x02m"}
+    query = _candidate_query(
+        prefix=prefix,
+        key=markers["key"],
+        name=markers["name"],
+        uuid=str(_SENTINEL_UUID) if has_uuid else None,
+        ref=markers["ref"] if has_ref else None,
+        name_ref=markers["name_ref"] if has_name_ref else None,
+    )
+    sql, params = query.query.sql_with_params()
+    like = connection.ops.prep_for_like_query
+    recipe: list[Callable[[dict[str, Any]], Any]] = []
+    for param in params:
+        found = [k for k, m in markers.items() if param in (m, f"{m}%")]
+        if found:
+            name = found[0]
+            if param.endswith("%"):
+                recipe.append(lambda v, n=name: like(v[n]) + "%")
+            else:
+                recipe.append(lambda v, n=name: v[n])
+        elif param == _SENTINEL_UUID:
+            recipe.append(lambda v: uuid.UUID(v["uuid"]))
+        elif param == _SENTINEL_UUID.hex:
+            recipe.append(lambda v: uuid.UUID(v["uuid"]).hex)
+        elif isinstance(param, str) and "\x02" in param:
+            return None  # a marker in a form not understood here
+        else:
+            recipe.append(lambda v, constant=param: constant)
+    expected = 2 + has_uuid + has_ref + has_name_ref
+    if len(recipe) - sum(1 for p in params if not _is_marker(p, markers)) != expected:
+        return None
+    return sql, recipe
+
+
+def _is_marker(param: Any, markers: dict[str, str]) -> bool:
+    return param in (_SENTINEL_UUID, _SENTINEL_UUID.hex) or any(param in (m, f"{m}%") for m in markers.values())
 
 
 def lead_candidate(sender: AgentSession) -> Candidate | None:

@@ -5,6 +5,7 @@ Run on SQLite by the fast suite and on PostgreSQL by the PG stage (the statement
 from __future__ import annotations
 
 import hashlib
+import itertools
 from datetime import timedelta
 
 import pytest
@@ -113,3 +114,44 @@ def test_the_token_lookup_compiles_no_query_per_call(monkeypatch) -> None:
     assert found is not None and found.id == registration.session.id
     assert session_from_token("sbs_" + "x" * 40) is None
     assert compiled == []
+
+
+@pytest.mark.parametrize("shape", list(itertools.product([False, True], repeat=4)))
+def test_every_address_shape_has_its_candidate_query_compiled(shape) -> None:
+    from messaging.services.sending import _compiled_candidate_query
+
+    assert _compiled_candidate_query(shape) is not None
+
+
+def test_the_compiled_candidate_lookup_finds_what_the_orm_query_finds() -> None:
+    from messaging.addressing import parse_address
+    from messaging.services.sending import _candidate_query, _candidate_rows
+
+    made = [session_register(name=n).session for n in ("ab_cd", "abxcd", "a.b", "axb", "Bob", "bobby", "x")]
+    exited = session_register(name="bob-old").session
+    exited.status = "exited"
+    exited.save()
+    addresses = [
+        "ab_",
+        "abx",
+        "a%",
+        "bob",
+        "Bob",
+        "bo",
+        "x",
+        made[0].ref,
+        str(made[1].id),
+        f"bobby [{made[5].ref}]",
+    ]
+    for target in addresses:
+        address = parse_address(target)
+        expected = _candidate_query(
+            prefix=len(address.key) >= 3,
+            key=address.key,
+            name=target,
+            uuid=address.uuid,
+            ref=address.ref,
+            name_ref=address.name_ref[1] if address.name_ref else None,
+        )
+        assert {s.id for s in _candidate_rows(target)} == {s.id for s in expected}, target
+    assert {s.name for s in _candidate_rows("ab_")} == {"ab_cd"}  # `_` is not a wildcard
