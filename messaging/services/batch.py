@@ -16,17 +16,16 @@ sees exactly what it would have seen after the earlier items were sent one by on
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, Model, QuerySet
+from django.db.models import Max, QuerySet
 from django.utils import timezone
 
-from messaging.addressing import Resolution, parse_address, validate_address
+from messaging.addressing import Resolution, parse_address
 from messaging.errors import IdempotencyConflict, Invalid, NotFound, PinConflict, SwitchboardError
 from messaging.models import (
     AgentSession,
@@ -39,7 +38,6 @@ from messaging.models import (
     SenderPolicy,
     Tier,
 )
-from messaging.names import strip_invisible
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
@@ -64,15 +62,13 @@ from messaging.services.sending import (
     message_event,
     message_send,
     messages_write,
-    request_fingerprint,
     resolve_recipient,
-    validate_message_input,
+    send_input_checked,
 )
 from messaging.services.transports import UDS_PREFIX, schedule_push
 from messaging.states import DeliveryState
 
 S = DeliveryState
-M = TypeVar("M", bound=Model)
 BATCH_MAX = 1000
 # The item fields the bulk path handles; an item with any other field is sent by `message_send`.
 BULK_FIELDS = frozenset({"to", "text", "summary", "idempotency_key", "priority", "in_reply_to", "files"})
@@ -191,31 +187,26 @@ class _Batch:
         if item.single:
             return item
         try:
-            item.target = validate_address(fields["to"])
-            item.summary = strip_invisible(fields.get("summary") or "")[0].strip()
-            item.text = validate_message_input(
-                text=fields["text"], summary=item.summary, kind=MessageKind.TEXT
+            checked = send_input_checked(
+                to=fields["to"],
+                text=fields["text"],
+                summary=fields.get("summary") or "",
+                priority=fields.get("priority", "normal"),
+                idempotency_key=fields.get("idempotency_key"),
+                kind=MessageKind.TEXT,
+                frame_type="",
             )
-            priority = fields.get("priority", "normal")
-            if priority not in ("normal", "urgent"):
-                raise Invalid("bad_priority", "priority is `normal` or `urgent`.")
-            item.key = fields.get("idempotency_key")
-            if item.key is not None and not (0 < len(item.key) <= 128):
-                raise Invalid("bad_idempotency_key", "idempotency_key takes 1 to 128 characters.")
         except SwitchboardError as exc:
             item.error = exc
             return item
-        item.priority = Priority.URGENT if priority == "urgent" else Priority.NORMAL
-        item.fingerprint = request_fingerprint(
-            to=item.target,
-            text=item.text,
-            summary=item.summary,
-            priority=priority,
-            kind=MessageKind.TEXT,
-            frame_type="",
+        item.key = fields.get("idempotency_key")
+        item.target, item.text, item.summary, item.priority = (
+            checked.target,
+            checked.text,
+            checked.summary,
+            checked.priority,
         )
-        encoded = item.text.encode("utf-8")
-        item.sha256, item.size = hashlib.sha256(encoded).hexdigest(), len(encoded)
+        item.fingerprint, item.sha256, item.size = checked.fingerprint, checked.sha256, checked.size
         return item
 
     def _load_keys(self, items: list[_Item]) -> None:

@@ -210,6 +210,53 @@ def validate_message_input(*, text: str, summary: str, kind: str) -> str:
     return cleaned
 
 
+@dataclass(frozen=True)
+class CheckedInput:
+    """A send's input after the checks that need no database: cleaned, with its fingerprint."""
+
+    target: str
+    text: str
+    summary: str
+    priority: int
+    fingerprint: str  # of the request, for idempotency keys
+    sha256: str  # of the text, for dedupe and the audit
+    size: int  # of the text, in UTF-8 bytes
+
+
+def send_input_checked(
+    *,
+    to: str,
+    text: str,
+    summary: str,
+    priority: str,
+    idempotency_key: str | None,
+    kind: str,
+    frame_type: str,
+) -> CheckedInput:
+    """Every check of a send's input that needs no database, in the order a sender meets them;
+    raises the first failure (Invalid / TooLarge)."""
+    target = validate_address(to)
+    summary = strip_invisible(summary or "")[0].strip()
+    text = validate_message_input(text=text, summary=summary, kind=kind)
+    if priority not in ("normal", "urgent"):
+        raise Invalid("bad_priority", "priority is `normal` or `urgent`.")
+    if idempotency_key is not None and not (0 < len(idempotency_key) <= 128):
+        raise Invalid("bad_idempotency_key", "idempotency_key takes 1 to 128 characters.")
+    fingerprint = request_fingerprint(
+        to=target, text=text, summary=summary, priority=priority, kind=kind, frame_type=frame_type
+    )
+    encoded = text.encode("utf-8")
+    return CheckedInput(
+        target=target,
+        text=text,
+        summary=summary,
+        priority=Priority.URGENT if priority == "urgent" else Priority.NORMAL,
+        fingerprint=fingerprint,
+        sha256=hashlib.sha256(encoded).hexdigest(),
+        size=len(encoded),
+    )
+
+
 def looks_like_protocol_frame(text: str) -> bool:
     """True when plain text is a JSON object whose `type` is one of the protocol frame types."""
     stripped = text.strip()
@@ -311,7 +358,9 @@ def _compiled_candidate_query(
 
 
 def _is_marker(param: Any, markers: dict[str, str]) -> bool:
-    return param in (_SENTINEL_UUID, _SENTINEL_UUID.hex) or any(param in (m, f"{m}%") for m in markers.values())
+    return param in (_SENTINEL_UUID, _SENTINEL_UUID.hex) or any(
+        param in (m, f"{m}%") for m in markers.values()
+    )
 
 
 def lead_candidate(sender: AgentSession) -> Candidate | None:
@@ -531,16 +580,16 @@ def message_send(
     a message another hub forwarded here. An address no local session takes is tried on the other
     hubs (channel → LAN → relay, federation.services.forwarding) before it is `not_found`."""
     actor = actor or session_principal(sender)
-    target = validate_address(to)
-    summary = strip_invisible(summary or "")[0].strip()
-    text = validate_message_input(text=text, summary=summary, kind=kind)
-    if priority not in ("normal", "urgent"):
-        raise Invalid("bad_priority", "priority is `normal` or `urgent`.")
-    if idempotency_key is not None and not (0 < len(idempotency_key) <= 128):
-        raise Invalid("bad_idempotency_key", "idempotency_key takes 1 to 128 characters.")
-    fingerprint = request_fingerprint(
-        to=target, text=text, summary=summary, priority=priority, kind=kind, frame_type=frame_type
+    checked = send_input_checked(
+        to=to,
+        text=text,
+        summary=summary,
+        priority=priority,
+        idempotency_key=idempotency_key,
+        kind=kind,
+        frame_type=frame_type,
     )
+    target, text, summary, fingerprint = checked.target, checked.text, checked.summary, checked.fingerprint
     if idempotency_key:
         earlier = _earlier_send(sender, idempotency_key, fingerprint)
         if earlier:
@@ -568,8 +617,7 @@ def message_send(
     if recipient.id == sender.id:
         raise Invalid("self_target", "A session cannot message itself.")
     now = timezone.now()
-    encoded = text.encode("utf-8")
-    sha256 = hashlib.sha256(encoded).hexdigest()
+    sha256 = checked.sha256
     pin_key = _pin_key_checked(resolution) if route is None else ""
     facts = pair_facts(
         sender=sender, recipient=recipient, sha256=sha256, now=now, pin_key=resolution.pin_key or ""
@@ -617,9 +665,9 @@ def message_send(
         frame_type=frame_type,
         text=text,
         summary=summary,
-        size=len(encoded),
+        size=checked.size,
         sha256=sha256,
-        priority=Priority.URGENT if priority == "urgent" else Priority.NORMAL,
+        priority=checked.priority,
         decision=decision,
         target=target,
         idempotency_key=idempotency_key,
