@@ -101,6 +101,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 10,
     }
+    # A SQLite connection is a file handle in this process, and opening one costs more than most
+    # requests (Django registers its SQL functions on each): keep it with the thread, which the
+    # API's reused request threads (console/api_asgi.py) make worth it. A thread that ends closes
+    # its connection with it.
+    if "SWITCHBOARD_DB_CONN_MAX_AGE" not in os.environ:
+        DATABASES["default"]["CONN_MAX_AGE"] = None
 # PostgreSQL under daphne: a connection pool per web process (at most SWITCHBOARD_DB_POOL
 # connections). Persistent connections (CONN_MAX_AGE) do not work under ASGI, where each request
 # runs on a thread of its own: they pile up until PostgreSQL refuses more; without either, every

@@ -106,3 +106,32 @@ def test_requests_do_not_close_the_in_process_cache() -> None:
     from django.core.signals import request_finished
 
     assert not any(receiver is close_caches for receiver in request_finished._live_receivers(None)[0])
+
+
+def _settings_in_a_fresh_process(tmp_path, **env: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_") and k != "DATABASE_URL"}
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'console.settings'; django.setup(); "
+        "from django.conf import settings; print(repr(settings.DATABASES['default']['CONN_MAX_AGE']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, "SWITCHBOARD_HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_embedded_sqlite_connection_is_kept_unless_configured(tmp_path) -> None:
+    """Opening a SQLite connection costs more than most requests; the reused request threads keep
+    theirs. An explicit SWITCHBOARD_DB_CONN_MAX_AGE still wins."""
+    assert _settings_in_a_fresh_process(tmp_path) == "None"
+    assert _settings_in_a_fresh_process(tmp_path, SWITCHBOARD_DB_CONN_MAX_AGE="0") == "0"
