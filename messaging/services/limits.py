@@ -38,9 +38,6 @@ UNREAD_STATES = (S.QUEUED, S.DELIVERED)
 
 
 class BucketStore(Protocol):
-    def take(self, key: str, capacity: int, per: float, now: float) -> float:
-        """Take one token; return 0 when allowed, else seconds until one is available."""
-
     def take_many(self, wants: list[Want], now: float) -> list[tuple[int, float]]:
         """Take up to `want.count` tokens from each bucket, in one step; return (taken, seconds
         until the next one would be available) per bucket."""
@@ -90,20 +87,11 @@ class MemoryBuckets:
         self._tats: dict[str, tuple[float, float]] = {}  # key → (tat, forget after)
         self._lock = threading.Lock()
 
-    def take(self, key: str, capacity: int, per: float, now: float) -> float:
-        with self._lock:
-            if len(self._tats) > 100_000:
-                self._tats = {k: v for k, v in self._tats.items() if v[1] > now}
-            held = self._tats.get(key)
-            tat = held[0] if held and held[1] > now else None
-            new, wait = gcra(tat, capacity, per, now)
-            if not wait:
-                self._tats[key] = (new, now + per + 1)
-            return wait
-
     def take_many(self, wants: list[Want], now: float) -> list[tuple[int, float]]:
         answers = []
         with self._lock:
+            if len(self._tats) > 100_000:  # forget buckets that have refilled
+                self._tats = {k: v for k, v in self._tats.items() if v[1] > now}
             for want in wants:
                 held = self._tats.get(want.key)
                 tat = held[0] if held and held[1] > now else None
@@ -125,20 +113,7 @@ class MemoryBuckets:
             self._tats.clear()
 
 
-_GCRA_LUA = """
-local now = tonumber(ARGV[1])
-local interval = tonumber(ARGV[2])
-local per = tonumber(ARGV[3])
-local tat = tonumber(redis.call('GET', KEYS[1]) or ARGV[1])
-if tat < now then tat = now end
-local new = tat + interval
-if new - now > per + 1e-6 then return string.format('%.6f', new - now - per) end
--- %.6f, not tostring: Lua's tostring keeps 14 digits, which rounds a Unix time to 0.1 ms.
-redis.call('SET', KEYS[1], string.format('%.6f', new), 'PX', math.ceil(per * 1000) + 1000)
-return '0'
-"""
-
-# `_GCRA_LUA` for many buckets and many tokens at once: ARGV is now, then interval, per and count
+# `gcra_many` for many buckets at once, atomic in Redis: ARGV is now, then interval, per and count
 # for each key. Stops at a bucket's first refusal, as that many single takes in a row would.
 _GCRA_MANY_LUA = """
 local now = tonumber(ARGV[1])
@@ -156,7 +131,8 @@ for i, key in ipairs(KEYS) do
       wait = new - now - per
       break
     end
-    -- Rounded as `_GCRA_LUA` stores it between two takes, so n tokens here cost what n takes do.
+    -- Rounded as it is stored between two calls (%.6f, not tostring: Lua's tostring keeps 14
+    -- digits, which rounds a Unix time to 0.1 ms), so n tokens here cost what n calls of one do.
     tat, taken = tonumber(string.format('%.6f', new)), taken + 1
   end
   if taken > 0 then
@@ -187,12 +163,8 @@ class RedisBuckets:
         import redis
 
         self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-        self._script = self._client.register_script(_GCRA_LUA)
         self._many = self._client.register_script(_GCRA_MANY_LUA)
         self._give_back = self._client.register_script(_GIVE_BACK_LUA)
-
-    def take(self, key: str, capacity: int, per: float, now: float) -> float:
-        return float(self._script(keys=[key], args=[repr(now), repr(per / capacity), repr(per)]))
 
     def take_many(self, wants: list[Want], now: float) -> list[tuple[int, float]]:
         args = [repr(now)]
