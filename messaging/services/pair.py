@@ -19,9 +19,7 @@ from django.conf import settings
 from django.db import connection
 
 from messaging.models import AgentSession, Delivery, Message, MessageKind, Pin, SenderPolicy
-from messaging.states import DeliveryState
-
-UNREAD_STATES = (DeliveryState.QUEUED, DeliveryState.DELIVERED)
+from messaging.services.limits import UNREAD_STATES
 
 
 @dataclass(frozen=True)
