@@ -375,13 +375,20 @@ def lead_candidate(sender: AgentSession) -> Candidate | None:
 def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
     """Resolve `target` for `sender` and apply its pins. Raises NotFound/Ambiguous/PinConflict."""
     recipient, resolution = _resolve(sender, target)
+    _check_pin_now(sender=sender, recipient=recipient, resolution=resolution, target=target)
+    return recipient, resolution
+
+
+def _check_pin_now(
+    *, sender: AgentSession, recipient: AgentSession, resolution: Resolution, target: str
+) -> None:
+    """`pin_check` with the sender's pin read here (a send reads it with the pair's facts instead)."""
     pin_key = _pin_key_checked(resolution)
     if pin_key:
         pinned = (
             Pin.objects.filter(sender=sender, name_key=pin_key).values_list("recipient_id", flat=True).first()
         )
         pin_check(recipient=recipient, target=target, pinned_to=pinned)
-    return recipient, resolution
 
 
 def _pin_key_checked(resolution: Resolution) -> str | None:
@@ -612,7 +619,8 @@ def message_send(
 
             route = route_for_send(sender=sender, target=target)
             if route is not None:
-                resolve_recipient(sender, target)  # the local name's pin still applies
+                # The local name's pin still applies (checked against the local session it named).
+                _check_pin_now(sender=sender, recipient=recipient, resolution=resolution, target=target)
                 recipient, resolution = route.recipient, route.resolution
     if recipient.id == sender.id:
         raise Invalid("self_target", "A session cannot message itself.")
