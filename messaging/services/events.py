@@ -96,14 +96,16 @@ def _send_many(batch: list[tuple[list[str], dict[str, Any]]]) -> None:
 
 
 async def _publish(layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) -> None:
-    # A batch holds one event per change (`announce_many`), so its events need no order among
-    # themselves: send 16 at a time (within the layer's connection pool); batches stay in commit order.
+    # A batch holds one channel message per group (`announce_many`), so its messages need no order
+    # among themselves: send 16 at a time (within the layer's connection pool); batches stay in
+    # commit order.
     for start in range(0, len(batch), 16):
         sends = [(g, event) for groups, event in batch[start : start + 16] for g in groups]
         results = await asyncio.gather(*(layer.group_send(g, e) for g, e in sends), return_exceptions=True)
         for (group, event), result in zip(sends, results, strict=True):
             if isinstance(result, Exception):
-                log.warning("could not push %s to %s: %r", event["kind"], group, result)
+                # A bundle (`hub.events`) has no kind of its own.
+                log.warning("could not push %s to %s: %r", event.get("kind", event["type"]), group, result)
 
 
 class _Publisher:

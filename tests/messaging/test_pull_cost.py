@@ -48,3 +48,15 @@ def test_the_recipients_push_is_announced_before_the_senders_notice(
         message_send(sender=alice, to="bob", text="hello")
 
     assert published[:2] == ["inbox.queued", "message.sent"]
+
+
+def test_a_bundle_of_events_that_cannot_be_pushed_is_logged_not_raised(caplog) -> None:
+    import asyncio
+
+    class Failing:
+        async def group_send(self, group, message):
+            raise ConnectionError("redis went away")
+
+    bundle = {"type": "hub.events", "events": [{"type": "hub.event", "kind": "x", "data": {}}]}
+    asyncio.run(events._publish(Failing(), [(["operators"], bundle)]))
+    assert "could not push hub.events to operators" in caplog.text
