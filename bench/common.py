@@ -75,12 +75,15 @@ def line(label: str, value: str, target: str = "") -> None:
 
 
 WRK_SCRIPT = r"""
--- Every request gets a unique body (the hub deduplicates identical texts from one sender).
+-- Every request gets a unique body (the hub deduplicates identical texts from one sender); the
+-- caller makes the template unique per wrk process. Answers marked duplicate are counted.
 local counter = 0
 local thread_seq = 0
+local threads = {}
 function setup(thread)
   thread:set("tid", thread_seq)
   thread_seq = thread_seq + 1
+  table.insert(threads, thread)
 end
 function init(args)
   method, path, token, template = args[1], args[2], args[3], args[4]
@@ -95,11 +98,22 @@ function request()
   return wrk.format(method, path, headers, body)
 end
 local reported = 0
+duplicates = 0
 function response(status, headers, body)
   if status >= 300 and reported < 3 then
     reported = reported + 1
     io.stderr:write("non-2xx " .. status .. ": " .. string.sub(body or "", 1, 160) .. "\n")
   end
+  if body ~= nil and string.find(body, '"duplicate": *true') then
+    duplicates = duplicates + 1
+  end
+end
+function done(summary, latency, requests)
+  local total = 0
+  for _, thread in ipairs(threads) do
+    total = total + (thread:get("duplicates") or 0)
+  end
+  io.write("Duplicate answers: " .. total .. "\n")
 end
 """
 
@@ -145,12 +159,14 @@ def wrk_run(
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    duplicates = re.search(r"Duplicate answers: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
     latency = dict(re.findall(r"^\s+(50|90|99)%\s+([\d.]+\w+)", out, flags=re.M))
     return {
         "requests_per_s": rps,
         "requests": total,
         "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+        "duplicates": int(duplicates.group(1)) if duplicates else 0,
         "socket_errors": errors.group(1) if errors else "",
         "latency": latency,
         "non_2xx_samples": samples,
@@ -159,14 +175,22 @@ def wrk_run(
 
 
 def wrk_parallel(urls: list[str], **kwargs: Any) -> dict[str, Any]:
-    """Run one wrk per web process at the same time; return the summed rate and each run."""
+    """Run one wrk per web process at the same time; return the summed rate and each run. A body
+    template's `{n}` gets the run's own prefix, so no two requests of any run send the same text."""
     import concurrent.futures
 
+    template = kwargs.pop("template", "")
+
+    def run(indexed: tuple[int, str]) -> dict[str, Any]:
+        i, url = indexed
+        return wrk_run(url, template=template.replace("{n}", f"r{i}-{{n}}"), **kwargs)
+
     with concurrent.futures.ThreadPoolExecutor(len(urls)) as pool:
-        runs = list(pool.map(lambda u: wrk_run(u, **kwargs), urls))
+        runs = list(pool.map(run, enumerate(urls)))
     return {
         "requests_per_s": round(sum(r["requests_per_s"] for r in runs), 1),
         "non_2xx": sum(r["non_2xx"] for r in runs),
+        "duplicates": sum(r["duplicates"] for r in runs),
         "runs": [{k: v for k, v in r.items() if k != "raw"} for r in runs],
     }
 

@@ -234,6 +234,7 @@ def throughput(urls: list[str], *, seconds: float, tag: str, batch_size: int = 1
         "ping_non_2xx": ping["non_2xx"],
         "sends_per_s": sends["requests_per_s"],
         "sends_non_2xx": sends["non_2xx"],
+        "sends_duplicate_answers": sends["duplicates"],  # must be 0: every body is unique
         "sends_vs_ping": round(sends["requests_per_s"] / ping["requests_per_s"], 3),
         "batch": batch,
         "wrk": {"ping": ping["runs"], "sends": sends["runs"]},
@@ -346,6 +347,7 @@ def report(result: dict[str, Any]) -> None:
             "target ≥ 5,000/s",
         )
         line("non-2xx answers (ping / sends)", f"{tp['ping_non_2xx']} / {tp['sends_non_2xx']}")
+        line("sends answered as duplicates (must be 0)", str(tp.get("sends_duplicate_answers", "?")))
     emb = result.get("embedded")
     if emb:
         lat, tp = emb["latency"], emb["throughput"]
