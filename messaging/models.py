@@ -200,6 +200,25 @@ class Delivery(models.Model):
         return f"delivery {self.pk} ({self.state})"
 
 
+class UnreadCount(models.Model):
+    """How many of a recipient's deliveries are queued or delivered (not yet read): what the unread
+    cap checks on every send, kept by database triggers on the delivery table (migration 0004) so a
+    send reads a few rows however long the inbox is. PostgreSQL spreads a recipient's count over a
+    few `stripe` rows, one per group of connections, so concurrent sends to one recipient do not
+    wait on one row; the count is the sum of them. Written only by the triggers."""
+
+    pk = models.CompositePrimaryKey("recipient", "stripe")
+    # No database constraint: a delivery deleted with its recipient may touch the count after it.
+    recipient = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
+    stripe = models.SmallIntegerField()
+    n = models.IntegerField()
+
+    def __str__(self) -> str:
+        return f"unread {self.recipient_id}/{self.stripe}: {self.n}"
+
+
 class Pin(models.Model):
     """Once a sender has reached a name, that name stays bound to that recipient for that sender."""
 

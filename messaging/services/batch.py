@@ -48,7 +48,7 @@ from messaging.services.limits import (
     TokenReservation,
     limits_reserve,
     queue_full,
-    unread_waiting,
+    unread_count,
 )
 from messaging.services.sending import (
     LIVE_STATUSES,
@@ -120,8 +120,7 @@ class _Inbox:
     trust: str = HOST_VERIFIED
     override: tuple[str | None, bool] | None = None
     verdicts: dict[bool, Verdict] = field(default_factory=dict)
-    unread: int | None = None  # counted up to the cap
-    unread_all: int | None = None  # counted in full, for a refusal's sentence
+    unread: int | None = None
     looping_back: bool | None = None  # the recipient has sent the sender the loop threshold
     sent_there: int | None = None  # the sender's recent texts to the recipient, up to the threshold
     holds: int | None = None  # holds waiting for an operator
@@ -446,18 +445,14 @@ class _Batch:
         self.recent[(sha256, outcome.recipient.id)] = (outcome.message, outcome.delivery)
 
     def _check_unread(self, inbox: _Inbox) -> None:
-        """The unread cap of `limits_take`, counted once per recipient (up to the cap)."""
-        cap = settings.SWITCHBOARD_UNREAD_PER_RECIPIENT
+        """The unread cap of `limits_take`, read once per recipient, then counted along."""
         if inbox.unread is None:
             if self._cap_out_of_reach():
                 return
             self._write_for(inbox)
-            inbox.unread = unread_waiting(inbox.recipient.id)[:cap].count()
-        if inbox.unread >= cap:
-            if inbox.unread_all is None:
-                self._write()
-                inbox.unread_all = unread_waiting(inbox.recipient.id).count()
-            raise queue_full(inbox.recipient, inbox.unread_all)
+            inbox.unread = unread_count(inbox.recipient.id)
+        if inbox.unread >= settings.SWITCHBOARD_UNREAD_PER_RECIPIENT:
+            raise queue_full(inbox.recipient, inbox.unread)
 
     def _cap_out_of_reach(self) -> bool:
         """True when no recipient can reach the unread cap in this batch: fewer deliveries exist

@@ -9,7 +9,8 @@ All keyed by session ids, never by anything a client sends:
 - a reply loop (both directions of a pair above `SWITCHBOARD_LOOP_EXCHANGES` messages within
   `SWITCHBOARD_LOOP_WINDOW_SECONDS`) is held for an operator instead of delivered.
 
-Dedupe, the unread cap and loop detection are database queries, exact across processes. The
+Dedupe, the unread cap and loop detection are database queries, exact across processes (the
+unread cap reads a count the database keeps up to date with triggers: models.UnreadCount). The
 buckets live in Redis when REDIS_URL is set (one Lua script per take, atomic across every web
 process), else in this process's memory (embedded mode is one process).
 """
@@ -26,10 +27,10 @@ from typing import Protocol
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 
 from messaging.errors import RateLimited
-from messaging.models import AgentSession, Delivery
+from messaging.models import AgentSession, Delivery, UnreadCount
 from messaging.states import DeliveryState
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ def _key(*parts: object) -> str:
 
 def limits_take(*, sender: AgentSession, recipient: AgentSession, unread: int | None = None) -> None:
     """Spend a token from the hub's bucket and from the sender→recipient bucket, and check the
-    recipient's unread queue (`unread`: already counted up to the cap, e.g. by `pair_facts`).
+    recipient's unread queue (`unread`: already read, e.g. by `pair_facts`).
     Raises RateLimited with a sentence saying how long to wait."""
     # Both buckets in one store call; a token taken but not spent (the pair's, when the hub's
     # bucket is empty) goes back.
@@ -210,17 +211,21 @@ def limits_take(*, sender: AgentSession, recipient: AgentSession, unread: int | 
         reservation.spend(recipient)
     finally:
         reservation.release()
-    cap = settings.SWITCHBOARD_UNREAD_PER_RECIPIENT
     if unread is None:
-        # Count no further than the cap (all the check needs), so a long inbox costs no more than a
-        # short one; only a refusal counts them all, for its sentence.
-        unread = unread_waiting(recipient.id)[:cap].count()
-    if unread >= cap:
-        raise queue_full(recipient, unread_waiting(recipient.id).count())
+        unread = unread_count(recipient.id)
+    if unread >= settings.SWITCHBOARD_UNREAD_PER_RECIPIENT:
+        raise queue_full(recipient, unread)
+
+
+def unread_count(recipient_id: object) -> int:
+    """How many of the recipient's deliveries are accepted but unread (what the unread cap checks):
+    the count the database keeps (models.UnreadCount), so reading it costs the same for any inbox."""
+    found = UnreadCount.objects.filter(recipient_id=recipient_id).aggregate(n=Sum("n"))["n"]
+    return int(found or 0)
 
 
 def unread_waiting(recipient_id: object) -> QuerySet[Delivery]:
-    """The recipient's accepted-but-unread deliveries (what the unread cap counts)."""
+    """The recipient's accepted-but-unread deliveries, row by row (`unread_count` is their number)."""
     return Delivery.objects.filter(recipient_id=recipient_id, state__in=UNREAD_STATES)
 
 

@@ -4,7 +4,8 @@ A send checks observers, the dedupe window, the recipient's unread cap, the reci
 policy, both directions of a possible reply loop and the sender's pin for the name it used. Asked
 one query at a time that is seven round trips through the ORM, most of a send's cost; here they
 are scalar subqueries of one SELECT (plain SQL that SQLite and PostgreSQL both run), each bounded
-by the index it uses and by a LIMIT where it counts, so the cost does not grow with an inbox.
+by the index it uses and by a LIMIT where it counts, so the cost does not grow with an inbox (the
+unread count is read from the counts the database keeps, not counted).
 The rules that use these facts stay in their modules (limits, policy, observers, addressing).
 """
 
@@ -18,8 +19,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 
-from messaging.models import AgentSession, Delivery, Message, MessageKind, Pin, SenderPolicy
-from messaging.services.limits import UNREAD_STATES
+from messaging.models import AgentSession, Delivery, Message, MessageKind, Pin, SenderPolicy, UnreadCount
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class PairFacts:
     sender_is_observer: bool
     recipient_is_observer: bool
     duplicate_of: uuid.UUID | None  # same text to the same recipient within the dedupe window
-    unread: int  # the recipient's queued + delivered messages, counted up to the unread cap
+    unread: int  # the recipient's queued + delivered messages (models.UnreadCount)
     policy: str | None  # the recipient's rule for this sender (accept / hold / refuse), if any
     policy_by_operator: bool
     loop_replies: int  # recipient → sender texts within the loop window, up to the threshold
@@ -43,6 +43,7 @@ def _statement() -> str:
 
     message, delivery = Message._meta.db_table, Delivery._meta.db_table
     observer, policy, pin = Observer._meta.db_table, SenderPolicy._meta.db_table, Pin._meta.db_table
+    unread = UnreadCount._meta.db_table
     texts_between = (
         f"SELECT 1 FROM {delivery} d JOIN {message} m ON m.id = d.message_id "
         "WHERE m.sender_id = %s AND d.recipient_id = %s AND m.kind = %s AND m.created_at >= %s LIMIT %s"
@@ -55,8 +56,7 @@ def _statement() -> str:
             WHERE m.sender_id = %s AND m.sha256 = %s AND m.kind = %s AND m.created_at >= %s
               AND d.recipient_id = %s
             ORDER BY m.created_at DESC LIMIT 1),
-          (SELECT COUNT(*) FROM (SELECT 1 FROM {delivery}
-            WHERE recipient_id = %s AND state IN (%s, %s) LIMIT %s) AS unread),
+          (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s),
           (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
           (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
           (SELECT COUNT(*) FROM ({texts_between}) AS replies),
@@ -85,7 +85,7 @@ def pair_facts(
         s,
         r,
         *(s, sha256, text, since(settings.SWITCHBOARD_DEDUPE_SECONDS), r),
-        *(r, *[state.value for state in UNREAD_STATES], max(settings.SWITCHBOARD_UNREAD_PER_RECIPIENT, 0)),
+        r,
         *(r, s, r, s),
         *(r, s, text, loop_since, loop_limit),
         *(s, r, text, loop_since, loop_limit),

@@ -60,7 +60,7 @@ def test_duplicates_unread_pins_and_policies_are_read(pair, settings) -> None:
     assert later.unread == 0 and later.duplicate_of is None and later.pinned_to is None
 
 
-def test_counts_stop_at_their_limits(pair, settings) -> None:
+def test_loop_counts_stop_at_their_limit(pair, settings) -> None:
     alice, bob = pair
     for i in range(4):
         message_send(sender=alice, to="bob", text=f"there {i}")
@@ -70,7 +70,7 @@ def test_counts_stop_at_their_limits(pair, settings) -> None:
 
     facts = pair_facts(sender=alice, recipient=bob, sha256=sha("x"), now=timezone.now())
 
-    assert facts.unread == 3  # bob has 4 unread; counting stops at the cap
+    assert facts.unread == 4  # exact: kept by the database, not counted (test_unread_counts)
     assert (facts.loop_replies, facts.loop_sends) == (2, 2)  # 4 each way, counted up to 2
 
 

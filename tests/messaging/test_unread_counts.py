@@ -1,0 +1,168 @@
+"""The unread counts the database keeps (models.UnreadCount, migration 0004's triggers).
+
+Every send reads a recipient's unread count for the unread cap; the triggers keep it, so it must
+equal a real count of queued + delivered deliveries after anything that moves, adds or removes
+one. Run on SQLite by the fast suite and on PostgreSQL (statement triggers) by the PG stage."""
+
+from __future__ import annotations
+
+import importlib
+import random
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from messaging.errors import SwitchboardError
+from messaging.models import AgentSession, Delivery, SenderPolicy, SessionStatus
+from messaging.principals import operator_principal, session_principal
+from messaging.services.batch import messages_send_batch
+from messaging.services.delivery import inbox_ack, inbox_pull
+from messaging.services.holds import holds_decide
+from messaging.services.limits import UNREAD_STATES, unread_count, unread_waiting
+from messaging.services.sending import message_send
+from messaging.services.sessions import session_register, session_set_status
+from messaging.states import DeliveryState
+
+S = DeliveryState
+OPERATOR = operator_principal("test-operator")
+
+
+@pytest.fixture(autouse=True)
+def _no_anti_flood(settings) -> None:
+    settings.SWITCHBOARD_RATE_PAIR = 1_000_000
+    settings.SWITCHBOARD_RATE_HUB = 1_000_000
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 1_000_000
+
+
+def assert_counts_match() -> None:
+    for session in AgentSession.objects.all():
+        kept, counted = unread_count(session.id), unread_waiting(session.id).count()
+        assert kept == counted, f"{session.name}: kept {kept}, counted {counted}"
+
+
+def test_the_migration_counts_the_states_the_cap_means() -> None:
+    migration = importlib.import_module("messaging.migrations.0004_unread_counts")
+    written_out = migration.UNREAD
+    assert written_out == "(" + ", ".join(f"'{state.value}'" for state in UNREAD_STATES) + ")"
+
+
+@pytest.mark.django_db
+def test_every_way_a_delivery_moves_keeps_the_count() -> None:
+    alice, bob, carol = (session_register(name=n).session for n in ("alice", "bob", "carol"))
+    for i in range(3):
+        message_send(sender=alice, to="bob", text=f"queued {i}")
+    assert unread_count(bob.id) == 3
+    messages_send_batch(
+        sender=alice, items=[{"to": "bob", "text": "batch 1"}, {"to": "carol", "text": "batch 2"}]
+    )
+    assert (unread_count(bob.id), unread_count(carol.id)) == (4, 1)
+    assert_counts_match()
+
+    # Held messages are not unread until an operator approves them.
+    SenderPolicy.objects.create(recipient=bob, sender=carol, action="hold", by_operator=True)
+    held = [message_send(sender=carol, to="bob", text=f"held {i}") for i in range(3)]
+    assert {h.status for h in held} == {S.HELD} and unread_count(bob.id) == 4
+    holds_decide(delivery_ids=[held[0].delivery.pk], approve=True, actor=OPERATOR)
+    holds_decide(delivery_ids=[held[1].delivery.pk], approve=False, actor=OPERATOR)
+    assert unread_count(bob.id) == 5
+    assert_counts_match()
+
+    # Pulled (delivered) messages are still unread; acked ones are not.
+    pulled = inbox_pull(recipient=bob, actor=session_principal(bob), limit=2)
+    assert unread_count(bob.id) == 5
+    inbox_ack(recipient=bob, actor=session_principal(bob), message_ids=[str(d.message_id) for d in pulled])
+    assert unread_count(bob.id) == 3
+    assert_counts_match()
+
+    # A stopped recipient's messages wait as holds; they count again once it is back. (Carol has
+    # the batch's message and the hub's notices of the two decisions on her holds.)
+    assert unread_count(carol.id) == 3
+    session_set_status(session=carol, status=SessionStatus.STOPPED, actor=session_principal(carol))
+    message_send(sender=alice, to=carol.ref, text="while stopped")
+    assert unread_count(carol.id) == 3
+    session_set_status(session=carol, status=SessionStatus.IDLE, actor=session_principal(carol))
+    assert unread_count(carol.id) == 4
+    assert_counts_match()
+
+    # An exit expires what waits; deleting deliveries (or the session) takes them off.
+    session_set_status(session=carol, status=SessionStatus.EXITED, actor=session_principal(carol))
+    assert unread_count(carol.id) == 0
+    Delivery.objects.filter(recipient=bob, state=S.QUEUED).order_by("id")[:1].get().delete()
+    assert unread_count(bob.id) == 2
+    bob.delete()
+    assert_counts_match()
+
+
+@pytest.mark.django_db
+def test_random_moves_keep_the_count() -> None:
+    """300 random operations (sends, batches, pulls, acks, bulk state changes, deletes), the count
+    checked against a real count after every tenth."""
+    rng = random.Random(8)
+    sessions = [session_register(name=f"agent{i}").session for i in range(4)]
+    states = [S.QUEUED, S.DELIVERED, S.READ, S.HELD, S.EXPIRED, S.DENIED]
+    for step in range(300):
+        sender, recipient = rng.sample(sessions, 2)
+        roll = rng.random()
+        try:
+            if roll < 0.35:
+                message_send(sender=sender, to=recipient.ref, text=f"step {step}")
+            elif roll < 0.5:
+                targets = rng.sample(sessions, 3)
+                items = [{"to": t.ref, "text": f"step {step} to {t.name}"} for t in targets]
+                messages_send_batch(sender=sender, items=items)
+            elif roll < 0.65:
+                inbox_pull(recipient=recipient, actor=session_principal(recipient), limit=rng.randint(1, 5))
+            elif roll < 0.8:
+                delivered = Delivery.objects.filter(recipient=recipient, state=S.DELIVERED)
+                ids = [str(m) for m in delivered.values_list("message_id", flat=True)[: rng.randint(1, 4)]]
+                if ids:
+                    inbox_ack(recipient=recipient, actor=session_principal(recipient), message_ids=ids)
+            elif roll < 0.93:
+                some = list(Delivery.objects.order_by("?").values_list("id", flat=True)[: rng.randint(1, 6)])
+                Delivery.objects.filter(pk__in=some).update(state=rng.choice(states))
+            else:
+                victim = Delivery.objects.order_by("?").first()
+                if victim is not None:
+                    victim.delete()
+        except SwitchboardError:
+            pass  # a rule said no (a loop held, a self-send): nothing to count
+        if step % 10 == 9:
+            assert_counts_match()
+    assert Delivery.objects.filter(state__in=UNREAD_STATES).exists()
+    assert_counts_match()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_batches_in_opposite_orders_keep_exact_counts() -> None:
+    """PostgreSQL: batches to two recipients, half in each order, and pulls, from 6 connections at
+    once. Counts are written in recipient order, so none deadlocks, and they stay exact."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite runs one writer at a time")
+    senders = [session_register(name=f"sender{i}").session for i in range(6)]
+    a, b = session_register(name="left").session, session_register(name="right").session
+    failures: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for round_ in range(15):
+                pair = [a, b] if (i + round_) % 2 else [b, a]
+                items = [{"to": r.ref, "text": f"{i}-{round_} to {r.name}"} for r in pair]
+                outcomes = messages_send_batch(sender=senders[i], items=items)
+                failures.extend(o for o in outcomes if isinstance(o, BaseException))
+                if round_ % 3 == 2:
+                    inbox_pull(recipient=pair[0], actor=session_principal(pair[0]), limit=3)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert failures == []
+    assert Delivery.objects.filter(recipient__in=[a, b]).count() == 6 * 15 * 2
+    assert_counts_match()
