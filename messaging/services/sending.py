@@ -53,7 +53,7 @@ from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUST
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
 from messaging.services.audit import audit_events_write
-from messaging.services.bulk import bulk_insert, model_columns, model_instance, model_row
+from messaging.services.bulk import bulk_insert, model_columns, model_instance, model_row, models_selected
 from messaging.services.events import announce
 from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
 from messaging.services.limits import limits_take, loop_suspected
@@ -292,7 +292,7 @@ def _candidate_rows(target: str) -> list[AgentSession]:
     if compiled is None:
         return list(_candidate_query(prefix=shape[0], **values))
     sql, recipe = compiled
-    return list(AgentSession.objects.raw(sql, [step(values) for step in recipe]))
+    return models_selected(AgentSession, sql, [step(values) for step in recipe])
 
 
 def _candidate_query(

@@ -15,6 +15,7 @@ from messaging.models import AgentSession, Delivery, PermissionMode, SessionStat
 from messaging.names import clean_name, name_problem, normalize_name
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
+from messaging.services.bulk import models_selected
 from messaging.services.events import announce
 
 REF_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: refs are read aloud and retyped
@@ -120,10 +121,10 @@ def session_from_token(token: str) -> AgentSession | None:
     """The live session a token belongs to, or None. Exited sessions' tokens stop working."""
     if not token.startswith(SESSION_PREFIX):
         return None
-    session = next(iter(AgentSession.objects.raw(_session_by_token_sql(), [hash_token(token)])), None)
-    if session is None or session.status == SessionStatus.EXITED:
+    found = models_selected(AgentSession, _session_by_token_sql(), [hash_token(token)])
+    if not found or found[0].status == SessionStatus.EXITED:
         return None
-    return session
+    return found[0]
 
 
 def session_touch(session: AgentSession, *, unless_within: float = 0.0) -> None:

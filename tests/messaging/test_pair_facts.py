@@ -155,3 +155,25 @@ def test_the_compiled_candidate_lookup_finds_what_the_orm_query_finds() -> None:
         )
         assert {s.id for s in _candidate_rows(target)} == {s.id for s in expected}, target
     assert {s.name for s in _candidate_rows("ab_")} == {"ab_cd"}  # `_` is not a wildcard
+
+
+def test_rows_read_with_compiled_sql_equal_what_the_orm_reads() -> None:
+    """`models_selected` (used by the token lookup and the candidate query) converts each column
+    as the ORM does: UUIDs, datetimes, booleans and choices come back with the same types."""
+    from messaging.models import AgentSession
+    from messaging.services.bulk import models_selected
+
+    session_register(name="alice", headless=True)
+    session_register(name="bob")
+    queryset = AgentSession.objects.filter(name__in=["alice", "bob"]).order_by("name")
+    sql, params = queryset.query.sql_with_params()
+
+    selected = models_selected(AgentSession, sql, list(params))
+    expected = list(queryset)
+
+    assert [s.pk for s in selected] == [s.pk for s in expected] and len(selected) == 2
+    for got, want in zip(selected, expected, strict=True):
+        for field in AgentSession._meta.concrete_fields:
+            mine, theirs = getattr(got, field.attname), getattr(want, field.attname)
+            assert (mine, type(mine)) == (theirs, type(theirs)), field.attname
+        assert got._state.adding is False and got._state.db == want._state.db
