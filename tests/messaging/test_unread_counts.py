@@ -166,3 +166,37 @@ def test_concurrent_batches_in_opposite_orders_keep_exact_counts() -> None:
     assert failures == []
     assert Delivery.objects.filter(recipient__in=[a, b]).count() == 6 * 15 * 2
     assert_counts_match()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_upgrading_counts_the_deliveries_already_there() -> None:
+    """A hub upgraded from before migration 0004 starts with the right counts."""
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    before = [("messaging", "0003_drop_indexes_covered_by_composites")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Session, Message, OldDelivery = (
+        old.get_model("messaging", m) for m in ("AgentSession", "Message", "Delivery")
+    )
+    now = timezone.now()
+
+    def session(name: str) -> object:
+        return Session.objects.create(
+            name=name, name_key=name, ref=name[:6], token_hash=name * 8, last_seen=now, status_changed_at=now
+        )
+
+    alice, bob, carol = session("alice"), session("bob"), session("carol")
+    states = {bob: [S.QUEUED, S.QUEUED, S.DELIVERED, S.READ, S.HELD], carol: [S.DELIVERED, S.EXPIRED]}
+    for recipient, wanted in states.items():
+        for i, state in enumerate(wanted):
+            message = Message.objects.create(sender=alice, text=f"{state} {i}", size=1, sha256=f"{i}")
+            OldDelivery.objects.create(message=message, recipient=recipient, state=state)
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    assert (unread_count(bob.id), unread_count(carol.id), unread_count(alice.id)) == (3, 1, 0)
+    assert_counts_match()
