@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from messaging.addressing import Resolution, parse_address
@@ -37,6 +37,7 @@ from messaging.models import (
     Priority,
     SenderPolicy,
     Tier,
+    UnreadCount,
 )
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
@@ -152,12 +153,9 @@ class _Batch:
         self.pins: dict[str, AgentSession] = {}  # pins the batch set and has not written yet
         self.tokens: TokenReservation | None = None
         self.dedupe = settings.SWITCHBOARD_DEDUPE_SECONDS > 0
-        self.size = 0  # items in the batch
-        self.out_of_reach: bool | None = None  # see `_cap_out_of_reach`
 
     def send(self, raw: list[dict[str, Any]]) -> list[SendOutcome | SwitchboardError]:
         items = [self._prepare(fields) for fields in raw]
-        self.size = len(items)
         self._load_keys(items)
         self._load_recent(items)
         for position, item in enumerate(items):
@@ -328,11 +326,12 @@ class _Batch:
     def _read_recipient(self, inbox: _Inbox) -> bool:
         """Read in one query what the batch needs of a recipient that no item changes: whether
         either side is an observer (returned), its rule for this sender, whether it has sent the
-        sender the loop threshold of texts within the window, and the highest delivery id (see
-        `_cap_out_of_reach`). Separately they are four round trips per recipient."""
+        sender the loop threshold of texts within the window, and its unread count (the counts the
+        database keeps, models.UnreadCount). Separately they are four round trips per recipient."""
         from teams.models import Observer
 
         observer, policy = Observer._meta.db_table, SenderPolicy._meta.db_table
+        unread = UnreadCount._meta.db_table
         message, delivery = Message._meta.db_table, Delivery._meta.db_table
         ident = functools.partial(Message._meta.pk.get_db_prep_value, connection=connection)
         when = Message._meta.get_field("created_at")
@@ -347,17 +346,16 @@ class _Batch:
               (SELECT COUNT(*) FROM (SELECT 1 FROM {delivery} d JOIN {message} m ON m.id = d.message_id
                 WHERE m.sender_id = %s AND d.recipient_id = %s AND m.kind = %s AND m.created_at >= %s
                 LIMIT %s) AS replies),
-              (SELECT MAX(id) FROM {delivery})
+              (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s)
         """
         params = [sender, recipient, recipient, sender, recipient, sender, recipient, sender]
-        params += [MessageKind.TEXT, when.get_db_prep_value(since, connection), max(threshold, 1)]
+        params += [MessageKind.TEXT, when.get_db_prep_value(since, connection), max(threshold, 1), recipient]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            observed, action, by_operator, replies, highest = cursor.fetchone()
+            observed, action, by_operator, replies, unread = cursor.fetchone()
         inbox.override = (action, bool(by_operator)) if action is not None else (None, False)
         inbox.looping_back = threshold > 0 and replies >= threshold
-        if self.out_of_reach is None:
-            self.out_of_reach = (highest or 0) + self.size < settings.SWITCHBOARD_UNREAD_PER_RECIPIENT
+        inbox.unread = int(unread)  # nothing of this batch is written for it yet
         return bool(observed)
 
     def _reserve(self, items: list[_Item]) -> TokenReservation:
@@ -448,24 +446,13 @@ class _Batch:
         self.recent[(sha256, outcome.recipient.id)] = (outcome.message, outcome.delivery)
 
     def _check_unread(self, inbox: _Inbox) -> None:
-        """The unread cap of `limits_take`, read once per recipient, then counted along."""
+        """The unread cap of `limits_take`: read with the recipient, then counted along (read again
+        after something else wrote to its inbox)."""
         if inbox.unread is None:
-            if self._cap_out_of_reach():
-                return
             self._write_for(inbox)
             inbox.unread = unread_count(inbox.recipient.id)
         if inbox.unread >= settings.SWITCHBOARD_UNREAD_PER_RECIPIENT:
             raise queue_full(inbox.recipient, inbox.unread)
-
-    def _cap_out_of_reach(self) -> bool:
-        """True when no recipient can reach the unread cap in this batch: fewer deliveries exist
-        than the cap, even with every item queued (distinct positive ids: the highest bounds their
-        number). Then nobody's unread need be counted (with a large cap, a long inbox's count is
-        most of a batch's database time)."""
-        if self.out_of_reach is None:
-            highest = Delivery.objects.aggregate(highest=Max("id"))["highest"] or 0
-            self.out_of_reach = highest + self.size < settings.SWITCHBOARD_UNREAD_PER_RECIPIENT
-        return self.out_of_reach
 
     def _decide(self, item: _Item, inbox: _Inbox) -> Decision:
         """`decide_inbound` for a live local recipient, with its reads done once per recipient."""
@@ -534,11 +521,10 @@ class _Batch:
         self._write()  # the oldest holds may be this batch's own
         moved = holds_make_room(recipient=inbox.recipient)
         inbox.holds -= len(moved)
-        self.out_of_reach = False  # it wrote notifications: count from now on
         # The expired holds' senders were told with a notification: their unread counts changed.
         for sender_id in {m.sender_id for m in moved}:
             if sender_id in self.inboxes:
-                self.inboxes[sender_id].unread = self.inboxes[sender_id].unread_all = None
+                self.inboxes[sender_id].unread = None
 
     def _pin(self, key: str | None, recipient: AgentSession) -> None:
         """Pin `key` to `recipient` (written with the batch) and forget the resolutions it changes."""
@@ -567,7 +553,8 @@ class _Batch:
             self.results.append(exc)
             return
         self.results.append(outcome)
-        self.out_of_reach = False  # it may have written more than its message: count from now on
+        for inbox in self.inboxes.values():  # it may have written more than its message: read again
+            inbox.unread = None
         if outcome.duplicate:
             return
         message = outcome.message
