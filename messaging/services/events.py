@@ -10,12 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import queue
 import threading
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from channels_redis.pubsub import RedisPubSubChannelLayer
+from django.conf import settings
 from django.db import transaction
 
 log = logging.getLogger(__name__)
@@ -87,8 +92,9 @@ def _send_many(batch: list[tuple[list[str], dict[str, Any]]]) -> None:
     if layer is None:
         return
     try:
-        if type(layer).__module__.startswith("channels_redis"):
-            _publisher().put(layer, batch)
+        target = _pubsub_target(layer)
+        if target is not None:
+            _publisher(target).put(layer, batch)
         else:  # in-memory layers belong to the server's loop
             async_to_sync(_publish)(layer, batch)
     except Exception:  # a push is best effort; the database already has the change
@@ -108,65 +114,101 @@ async def _publish(layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) ->
                 log.warning("could not push %s to %s: %r", event.get("kind", event["type"]), group, result)
 
 
+@dataclass(frozen=True)
+class _PubSubTarget:
+    """Where a Redis pub/sub channel layer with one Redis server publishes a group's messages."""
+
+    address: str
+    prefix: str
+
+    def group_channel(self, group: str) -> str:
+        # channels_redis.pubsub names a group's Redis channel so (RedisPubSubLoopLayer
+        # ._get_group_channel_name); a test sends through here and receives through the layer.
+        return f"{self.prefix}__group__{group}"
+
+
+def _pubsub_target(layer: Any) -> _PubSubTarget | None:
+    """The one Redis server and prefix of the settings' pub/sub layer, or None for any other layer
+    (in-memory, or one spread over several servers), which goes through the layer's own group_send."""
+    if not isinstance(layer, RedisPubSubChannelLayer):
+        return None
+    config = settings.CHANNEL_LAYERS.get("default", {}).get("CONFIG", {})
+    hosts = config.get("hosts") or []
+    if len(hosts) != 1 or not isinstance(hosts[0], dict) or "address" not in hosts[0]:
+        return None
+    return _PubSubTarget(address=hosts[0]["address"], prefix=config.get("prefix", "asgi"))
+
+
 class _Publisher:
-    """This process's sender of live events to Redis: a thread with one long-lived event loop (so
-    one connection pool; `async_to_sync` in a thread without a loop — a Celery worker, a sweep —
-    makes a new loop and a new Redis connection per call) and one task that sends queued batches
-    in commit order. A request or a task hands its events over and goes on without waiting for
-    Redis; the database already has the change, so an event lost with the process loses nothing."""
+    """This process's sender of live events to Redis: one thread that takes the batches requests
+    and tasks hand it (in commit order) and publishes everything waiting in one pipelined round
+    trip. A request or a task goes on without waiting for Redis; under load many sends' events
+    share one round trip. The database already has every change, so events lost with Redis or the
+    process lose nothing (a socket that reconnects pulls what is queued)."""
 
     MAX_QUEUED = 50_000  # batches; beyond that (Redis hung) new ones are dropped, with a warning
+    MAX_PER_ROUND = 500  # batches published in one pipeline
 
-    def __init__(self) -> None:
+    def __init__(self, target: _PubSubTarget) -> None:
+        import redis
+
         self.pid = os.getpid()
+        self.target = target
         self.dropped, self.warned_at = 0, -1e9
-        self.loop = asyncio.new_event_loop()
-        self.queue: asyncio.Queue[tuple[Any, list[tuple[list[str], dict[str, Any]]]]] | None = None
-        ready = threading.Event()
-        threading.Thread(target=self._run, args=(ready,), name="switchboard-events", daemon=True).start()
-        ready.wait(5)
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.queue = asyncio.Queue()
-        self.loop.create_task(self._drain())
-        ready.set()
-        self.loop.run_forever()
-
-    async def _drain(self) -> None:
-        assert self.queue is not None
-        while True:
-            layer, batch = await self.queue.get()
-            try:
-                await asyncio.wait_for(_publish(layer, batch), timeout=10)
-            except Exception:
-                log.warning("could not push %d events", len(batch), exc_info=True)
+        self.queue: queue.SimpleQueue[list[tuple[str, bytes]]] = queue.SimpleQueue()
+        # A hung Redis must not stall the thread for long: it gives up on a round after 10 s.
+        self.redis = redis.Redis.from_url(target.address, socket_timeout=10, socket_connect_timeout=5)
+        threading.Thread(target=self._run, name="switchboard-events", daemon=True).start()
 
     def put(self, layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) -> None:
-        self.loop.call_soon_threadsafe(self._enqueue, layer, batch)
-
-    def _enqueue(self, layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) -> None:
-        assert self.queue is not None
+        """Queue a batch for publishing. Its events are serialized here, so an event that cannot be
+        raises to the caller (which logs it) and spoils no other round."""
         if self.queue.qsize() >= self.MAX_QUEUED:
             self.dropped += len(batch)
-            if self.loop.time() - self.warned_at >= 5:  # one line every 5 s, not one per event
+            if time.monotonic() - self.warned_at >= 5:  # one line every 5 s, not one per event
                 log.warning(
                     "live events are backing up (Redis slow or down); %d dropped so far", self.dropped
                 )
-                self.warned_at = self.loop.time()
+                self.warned_at = time.monotonic()
             return
-        self.queue.put_nowait((layer, batch))
+        publishes = []
+        for groups, event in batch:
+            payload = layer.serialize(event)
+            publishes.extend((self.target.group_channel(group), payload) for group in groups)
+        self.queue.put(publishes)
+
+    def _run(self) -> None:
+        while True:
+            waiting = [self.queue.get()]
+            while len(waiting) < self.MAX_PER_ROUND:
+                try:
+                    waiting.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
+            self.publish_round(waiting)
+
+    def publish_round(self, waiting: list[list[tuple[str, bytes]]]) -> None:
+        """PUBLISH the waiting batches' messages, in order, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for publishes in waiting:
+            for channel, payload in publishes:
+                pipe.publish(channel, payload)
+        count = len(pipe)
+        try:
+            pipe.execute()
+        except Exception:  # Redis down or hung: these are lost (the database has them); go on
+            log.warning("could not push %d events", count, exc_info=True)
 
 
 _publisher_instance: _Publisher | None = None
 _publisher_lock = threading.Lock()
 
 
-def _publisher() -> _Publisher:
+def _publisher(target: _PubSubTarget) -> _Publisher:
     global _publisher_instance
     with _publisher_lock:
-        if (
-            _publisher_instance is None or _publisher_instance.pid != os.getpid()
-        ):  # a forked child starts its own
-            _publisher_instance = _Publisher()
-        return _publisher_instance
+        instance = _publisher_instance
+        # A forked child starts its own; so does a test that points the layer at another Redis.
+        if instance is None or instance.pid != os.getpid() or instance.target != target:
+            instance = _publisher_instance = _Publisher(target)
+        return instance

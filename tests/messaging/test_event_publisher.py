@@ -1,0 +1,115 @@
+"""The process's live-event publisher on Redis pub/sub: what it publishes arrives through the
+channel layer's own subscription, in commit order; a bad round is logged and the next goes out;
+a backed-up queue drops with a warning instead of growing without bound."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+
+import pytest
+from channels.layers import InMemoryChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer
+
+from messaging.services import events
+
+
+def _redis_url() -> str:
+    url = os.environ.get("REDIS_URL") or os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+    except Exception:
+        pytest.skip("no Redis on the standard local port")
+    return url
+
+
+def _event(kind: str, n: int) -> dict:
+    return {"type": "hub.event", "kind": kind, "data": {"n": n, "text": "héllo ✓"}}
+
+
+def test_published_events_arrive_through_the_layers_own_subscription_in_order() -> None:
+    url = _redis_url()
+    prefix = f"test-{uuid.uuid4().hex[:8]}"  # no other test's subscribers see these
+    layer = RedisPubSubChannelLayer(hosts=[{"address": url}], prefix=prefix)
+    publisher = events._Publisher(events._PubSubTarget(address=url, prefix=prefix))
+
+    async def scenario() -> list[dict]:
+        channel = await layer.new_channel()
+        await layer.group_add("session.a", channel)
+        await layer.group_add("operators", channel)
+        # One batch for one group, then one for two groups, then a bundle: as a send hands them over.
+        publisher.put(layer, [(["session.a"], _event("inbox.queued", 1))])
+        publisher.put(layer, [(["session.b", "operators"], _event("message.sent", 2))])
+        publisher.put(
+            layer, [(["session.a"], {"type": "hub.events", "events": [_event("x", 3), _event("y", 4)]})]
+        )
+        got = [await asyncio.wait_for(layer.receive(channel), timeout=5) for _ in range(3)]
+        await layer.flush()
+        return got
+
+    got = asyncio.run(scenario())
+    assert got[0] == _event("inbox.queued", 1)
+    assert got[1] == _event("message.sent", 2)  # through "operators"; session.b has no subscriber here
+    assert got[2]["type"] == "hub.events" and [e["kind"] for e in got[2]["events"]] == ["x", "y"]
+
+
+def test_an_event_that_cannot_be_serialized_spoils_no_other() -> None:
+    url = _redis_url()
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    layer = RedisPubSubChannelLayer(hosts=[{"address": url}], prefix=prefix)
+    publisher = events._Publisher(events._PubSubTarget(address=url, prefix=prefix))
+
+    class Unserializable(RedisPubSubChannelLayer):
+        def serialize(self, message: dict) -> bytes:
+            raise TypeError("cannot serialize")
+
+    async def scenario() -> dict:
+        channel = await layer.new_channel()
+        await layer.group_add("operators", channel)
+        bad = Unserializable(hosts=[{"address": url}], prefix=prefix)
+        with pytest.raises(TypeError):  # raised to the caller, which logs it (`_send_many`)
+            publisher.put(bad, [(["operators"], _event("bad", 0))])
+        publisher.put(layer, [(["operators"], _event("good", 1))])
+        got = await asyncio.wait_for(layer.receive(channel), timeout=5)
+        await layer.flush()
+        return got
+
+    assert asyncio.run(scenario()) == _event("good", 1)
+
+
+def test_a_round_redis_refuses_is_logged_and_the_thread_goes_on(caplog) -> None:
+    url = _redis_url()
+    publisher = events._Publisher(events._PubSubTarget(address="redis://127.0.0.1:9/0", prefix="x"))
+    with caplog.at_level(logging.WARNING, logger="messaging.services.events"):
+        publisher.publish_round([[("x__group__operators", b"1")], [("x__group__operators", b"2")]])
+    assert "could not push 2 events" in caplog.text
+    caplog.clear()
+    publisher.redis = __import__("redis").Redis.from_url(url)  # Redis is back
+    publisher.publish_round([[("x__group__operators", b"3")]])
+    assert caplog.text == ""
+
+
+def test_a_backed_up_queue_drops_new_batches_with_a_warning(caplog, monkeypatch) -> None:
+    url = _redis_url()
+    publisher = events._Publisher(events._PubSubTarget(address=url, prefix="unused"))
+    monkeypatch.setattr(publisher, "MAX_QUEUED", 0)
+    with caplog.at_level(logging.WARNING, logger="messaging.services.events"):
+        publisher.put(object(), [(["operators"], _event("a", 1)), (["operators"], _event("b", 2))])
+        publisher.put(object(), [(["operators"], _event("c", 3))])
+    assert publisher.dropped == 3
+    assert caplog.text.count("backing up") == 1  # one line, not one per batch
+
+
+def test_only_a_single_server_pubsub_layer_goes_through_the_publisher(settings) -> None:
+    settings.CHANNEL_LAYERS = {"default": {"CONFIG": {"hosts": [{"address": "redis://127.0.0.1:1/0"}]}}}
+    one = RedisPubSubChannelLayer(hosts=[{"address": "redis://127.0.0.1:1/0"}])
+    assert events._pubsub_target(one) == events._PubSubTarget(address="redis://127.0.0.1:1/0", prefix="asgi")
+    assert events._pubsub_target(InMemoryChannelLayer()) is None
+    settings.CHANNEL_LAYERS = {
+        "default": {"CONFIG": {"hosts": [{"address": "redis://a:1/0"}, {"address": "redis://b:1/0"}]}}
+    }
+    assert events._pubsub_target(one) is None  # spread over servers: the layer's own group_send
