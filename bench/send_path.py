@@ -132,6 +132,7 @@ def push_latency(send_url: str, push_url: str, *, rate: float, seconds: float, t
         raise RuntimeError("the timing agent never connected")
     n = int(rate * seconds)
     started_at: dict[str, float] = {}
+    answered_at: dict[str, float] = {}
     failures: list[str] = []
     local = threading.local()
 
@@ -149,7 +150,9 @@ def push_latency(send_url: str, push_url: str, *, rate: float, seconds: float, t
         if r.status_code != 201:
             failures.append(f"{r.status_code} {r.text[:100]}")
             return
-        started_at[r.json()["id"]] = t
+        answered = time.perf_counter()
+        mid = r.json()["id"]
+        started_at[mid], answered_at[mid] = t, answered
 
     begin = time.perf_counter() + 0.5
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -161,7 +164,8 @@ def push_latency(send_url: str, push_url: str, *, rate: float, seconds: float, t
         time.sleep(0.05)
     timer.halt.set()
     timer.join(5)
-    lat = [timer.arrived[m] - t for m, t in started_at.items() if m in timer.arrived]
+    pushed = [m for m in started_at if m in timer.arrived]
+    lat = [timer.arrived[m] - started_at[m] for m in pushed]
     return {
         "offered_per_s": rate,
         "sent": len(started_at),
@@ -169,6 +173,9 @@ def push_latency(send_url: str, push_url: str, *, rate: float, seconds: float, t
         "failed_sends": len(failures),
         "failures": failures[:5],
         **summary_ms(lat),
+        # The two halves: the POST's answer, and the push's arrival after that answer.
+        "post": summary_ms([answered_at[m] - started_at[m] for m in started_at]),
+        "push_after_answer": summary_ms([timer.arrived[m] - answered_at[m] for m in pushed]),
     }
 
 
@@ -319,6 +326,12 @@ def main() -> None:
     write_result("send_path", result)
 
 
+def latency_halves(lat: dict[str, Any]) -> None:
+    post, push = lat["post"], lat["push_after_answer"]
+    line("  the POST's answer, p50 / p99", f"{post['p50_ms']:.2f} / {post['p99_ms']:.2f} ms")
+    line("  then the push, p50 / p99", f"{push['p50_ms']:.2f} / {push['p99_ms']:.2f} ms")
+
+
 def report(result: dict[str, Any]) -> None:
     print("\nSend path")
     prod = result.get("production")
@@ -336,6 +349,7 @@ def report(result: dict[str, Any]) -> None:
             "  ratio to the floor (p50 / p99)",
             f"{lat['p50_ms'] / f['p50_ms']:.1f}× / {lat['p99_ms'] / f['p99_ms']:.1f}×",
         )
+        latency_halves(lat)
         line("  pushed / sent", f"{lat['pushed']} / {lat['sent']}")
         line("authenticated no-op GET /api/v1/ping", f"{tp['ping_per_s']:.0f}/s")
         line("single sends", f"{tp['sends_per_s']:.0f}/s", "target ≥ 800/s")
@@ -356,6 +370,7 @@ def report(result: dict[str, Any]) -> None:
             f"send → push p50 / p99 at {lat['offered_per_s']:.0f}/s offered",
             f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} ms",
         )
+        latency_halves(lat)
         line("authenticated no-op GET /api/v1/ping", f"{tp['ping_per_s']:.0f}/s")
         line("single sends", f"{tp['sends_per_s']:.0f}/s", "target ≥ 400/s")
         line("  as a share of the no-op rate", f"{tp['sends_vs_ping']:.0%}")

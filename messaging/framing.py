@@ -60,14 +60,20 @@ def label_for(delivery: Delivery) -> str:
 
 
 def frames_for_recipient(deliveries: list[Delivery]) -> list[dict[str, Any]]:
-    """`frame_for_recipient` for a pull's worth of deliveries: one query finds which carry files."""
+    """`frame_for_recipient` for a pull's worth of deliveries. Which carry files: what the pull
+    read with them (`carries_files`), else one query for those it did not."""
     from federation.models import MessageAttachment
 
-    ids = [d.message_id for d in deliveries]
+    unknown = [d.message_id for d in deliveries if getattr(d, "carries_files", None) is None]
     with_files = set(
-        MessageAttachment.objects.filter(message_id__in=ids).values_list("message_id", flat=True)
+        MessageAttachment.objects.filter(message_id__in=unknown).values_list("message_id", flat=True)
+        if unknown
+        else ()
     )
-    return [frame_for_recipient(d, has_files=d.message_id in with_files) for d in deliveries]
+    return [
+        frame_for_recipient(d, has_files=getattr(d, "carries_files", None) or d.message_id in with_files)
+        for d in deliveries
+    ]
 
 
 def frame_for_recipient(delivery: Delivery, *, has_files: bool = True) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import uuid
 from typing import Any, TypeVar
 
 from django.db import connection
@@ -85,20 +86,56 @@ def models_selected(model: type[M], sql: str, params: list[Any]) -> list[M]:
     order (as a compiled `model.objects.filter(...)` is). For the few queries every request runs
     with SQL compiled once: `Manager.raw` works out the column order from the cursor and the
     field converters again on every call, which cost more than the query."""
-    converters = _read_converters(model, connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    instances = []
+    return [_instance(model, list(row)) for row in rows]
+
+
+def joined_models_selected(models: tuple[type[Model], ...], sql: str, params: list[Any]) -> list[list[Any]]:
+    """`models_selected` for a join: `sql` selects each model's concrete columns in field order
+    (`select_columns`), one model after another, then any plain columns. Per row: an instance of
+    each model (None where an outer join found no row: its primary key came back NULL), then the
+    plain values as read."""
+    layout = [
+        (model, len(model._meta.concrete_fields), model._meta.concrete_fields.index(model._meta.pk))
+        for model in models
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    out = []
     for row in rows:
-        values = list(row)
-        for index, column, steps in converters:
-            value = values[index]
-            for step in steps:
-                value = step(value, column, connection)
-            values[index] = value
-        instances.append(model.from_db(connection.alias, None, values))
-    return instances
+        values: list[Any] = []
+        start = 0
+        for model, width, pk_index in layout:
+            part = list(row[start : start + width])
+            values.append(None if part[pk_index] is None else _instance(model, part))
+            start += width
+        out.append(values + list(row[start:]))
+    return out
+
+
+def as_uuid(value: object) -> uuid.UUID | None:
+    """A UUID column's value read with plain SQL (SQLite keeps UUIDs as 32 hex digits)."""
+    if value is None or isinstance(value, uuid.UUID):
+        return value
+    return uuid.UUID(str(value))
+
+
+def select_columns(model: type[Model], alias: str) -> str:
+    """`alias.column, ...` for every concrete column of `model`, in field order."""
+    qn = connection.ops.quote_name
+    return ", ".join(f"{alias}.{qn(f.column)}" for f in model._meta.concrete_fields)
+
+
+def _instance(model: type[M], values: list[Any]) -> M:
+    for index, column, steps in _read_converters(model, connection.vendor):
+        value = values[index]
+        for step in steps:
+            value = step(value, column, connection)
+        values[index] = value
+    return model.from_db(connection.alias, None, values)
 
 
 @functools.cache

@@ -6,6 +6,7 @@ task or a duplicate request can never move a delivery twice, and each move is au
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,9 +17,10 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from messaging.errors import Invalid
-from messaging.models import AgentSession, Delivery
+from messaging.models import AgentSession, Delivery, Message
 from messaging.principals import Principal
 from messaging.services.audit import audit_events_bulk
+from messaging.services.bulk import as_uuid, joined_models_selected, select_columns
 from messaging.services.events import announce_many
 from messaging.states import STATE_TIMESTAMP, DeliveryState, can_transition, sources_of
 
@@ -82,8 +84,7 @@ def _move_locked(
     by_state: dict[str, list[int]] = {}
     for pk, state, *_ in rows:
         by_state.setdefault(state, []).append(pk)
-    for state, ids in by_state.items():
-        Delivery.objects.filter(pk__in=ids, state=state).update(**fields)
+    _update_by_state(by_state, fields)
     for pk, state, message_id, recipient_id, sender_id in rows:
         moved.append(Moved(pk, message_id, recipient_id, sender_id, state, to))
     audit_events_bulk(
@@ -101,6 +102,30 @@ def _move_locked(
     )
     _announce_moves(moved)
     return moved
+
+
+def _update_by_state(by_state: dict[str, list[int]], fields: dict[str, Any]) -> None:
+    """UPDATE the deliveries of each state to `fields` (what `QuerySet.update` does, without
+    compiling a query each time: every pull and ack runs this)."""
+    qn = connection.ops.quote_name
+    columns = [Delivery._meta.get_field(name) for name in fields]
+    assignments = ", ".join(f"{qn(f.column)} = %s" for f in columns)
+    values = [f.get_db_prep_save(fields[f.name], connection) for f in columns]
+    with connection.cursor() as cursor:
+        for state, ids in by_state.items():
+            in_ids, id_params = _in_list("id", ids)
+            cursor.execute(
+                f"UPDATE {qn(Delivery._meta.db_table)} SET {assignments} WHERE {in_ids} AND state = %s",
+                [*values, *id_params, state],
+            )
+
+
+def _in_list(column: str, values: list[Any]) -> tuple[str, list[Any]]:
+    """`column` is one of `values`: one array parameter on PostgreSQL (one prepared statement
+    whatever the count), a placeholder each elsewhere."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [list(values)]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
 
 
 def _announce_moves(moved: list[Moved]) -> None:
@@ -129,12 +154,7 @@ def inbox_pull(
     if limit < 1 or limit > 1000:
         raise Invalid("bad_limit", "limit is between 1 and 1000.")
     with transaction.atomic():
-        # The queued rows are locked and read whole in one query, then moved (no second read).
-        handed = list(
-            _lock(Delivery.objects.filter(recipient=recipient, state=S.QUEUED))
-            .select_related("message", "message__sender")
-            .order_by("-priority", "id")[:limit]
-        )
+        handed = _queued_locked(recipient, limit)
         now = timezone.now()
         _move_locked(
             [(d.pk, d.state, d.message_id, d.recipient_id, d.message.sender_id) for d in handed],
@@ -156,6 +176,45 @@ def inbox_pull(
         return sorted(handed, key=lambda d: (-d.priority, d.pk))
 
 
+@functools.cache
+def _pull_statement(vendor: str) -> str:
+    """A recipient's queued deliveries, each with its message, the message's sender and whether
+    it carries files, urgent first then oldest first, locked (PostgreSQL: rows another pull holds
+    are skipped). Written once per database, not compiled by the ORM on every pull."""
+    from federation.models import MessageAttachment
+
+    qn = connection.ops.quote_name
+    delivery, message = qn(Delivery._meta.db_table), qn(Message._meta.db_table)
+    session, attachment = qn(AgentSession._meta.db_table), qn(MessageAttachment._meta.db_table)
+    lock = " FOR UPDATE OF d SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+    return (
+        f"SELECT {select_columns(Delivery, 'd')}, {select_columns(Message, 'm')}, "
+        f"{select_columns(AgentSession, 's')}, "
+        f"EXISTS (SELECT 1 FROM {attachment} a WHERE a.message_id = m.id) "
+        f"FROM {delivery} d JOIN {message} m ON m.id = d.message_id "
+        f"LEFT JOIN {session} s ON s.id = m.sender_id "
+        f"WHERE d.recipient_id = %s AND d.state = %s ORDER BY d.priority DESC, d.id LIMIT %s{lock}"
+    )
+
+
+def _queued_locked(recipient: AgentSession, limit: int) -> list[Delivery]:
+    """Read and lock up to `limit` of the recipient's queued deliveries in one query, with their
+    messages and senders attached and `carries_files` set (which `frames_for_recipient` reads)."""
+    recipient_id = AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection)
+    rows = joined_models_selected(
+        (Delivery, Message, AgentSession),
+        _pull_statement(connection.vendor),
+        [recipient_id, S.QUEUED, limit],
+    )
+    handed = []
+    for delivery, message, sender, carries_files in rows:
+        message._state.fields_cache["sender"] = sender
+        delivery._state.fields_cache["message"] = message
+        delivery.carries_files = bool(carries_files)
+        handed.append(delivery)
+    return handed
+
+
 def inbox_has_queued(*, recipient_id: Any) -> bool:
     return Delivery.objects.filter(recipient_id=recipient_id, state=S.QUEUED).exists()
 
@@ -170,9 +229,10 @@ def inbox_ack(
     if len(wanted) > 1000:
         raise Invalid("bad_limit", "Acknowledge at most 1000 messages at a time.")
     with transaction.atomic():
-        mine = Delivery.objects.filter(recipient=recipient, message_id__in=_valid_uuids(wanted))
-        states = {str(mid): state for mid, state in mine.values_list("message_id", "state")}
-        moved = delivery_transition(mine, to=S.READ, actor=actor)
+        rows = _acked_locked(recipient, _valid_uuids(wanted))
+        states = {str(message_id): state for _pk, state, message_id, *_ in rows}
+        sources = sources_of(S.READ)
+        moved = _move_locked([row for row in rows if row[1] in sources], to=S.READ, actor=actor)
     acked = sorted(str(m.message_id) for m in moved)
     return {
         "acked": acked,
@@ -180,6 +240,29 @@ def inbox_ack(
         "not_acked": sorted(mid for mid, st in states.items() if st not in (S.READ,) and mid not in acked),
         "unknown": sorted(wanted - set(states)),
     }
+
+
+def _acked_locked(recipient: AgentSession, message_ids: list[str]) -> list[tuple[Any, ...]]:
+    """The recipient's deliveries of `message_ids` (id, state, message id, recipient id, sender id
+    each), locked in id order. An ack waits for a pull that holds one of them (every other move
+    skips locked rows, so nothing waits the other way round) and then sees its state."""
+    if not message_ids:
+        return []
+    qn = connection.ops.quote_name
+    field = Delivery._meta.get_field("message")
+    in_messages, params = _in_list(
+        "d.message_id", [field.get_db_prep_value(m, connection) for m in message_ids]
+    )
+    lock = " FOR UPDATE OF d" if connection.features.has_select_for_update_of else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT d.id, d.state, d.message_id, d.recipient_id, m.sender_id "
+            f"FROM {qn(Delivery._meta.db_table)} d JOIN {qn(Message._meta.db_table)} m ON m.id = d.message_id "
+            f"WHERE d.recipient_id = %s AND {in_messages} ORDER BY d.id{lock}",
+            [AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection), *params],
+        )
+        rows = cursor.fetchall()
+    return [(pk, state, as_uuid(mid), as_uuid(rid), as_uuid(sid)) for pk, state, mid, rid, sid in rows]
 
 
 def _valid_uuids(values: Iterable[str]) -> list[str]:

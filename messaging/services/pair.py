@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection
 
 from messaging.models import AgentSession, Delivery, Message, MessageKind, Pin, SenderPolicy, UnreadCount
+from messaging.services.bulk import as_uuid
 
 
 @dataclass(frozen=True)
@@ -98,17 +99,11 @@ def pair_facts(
     return PairFacts(
         sender_is_observer=bool(observer_s),
         recipient_is_observer=bool(observer_r),
-        duplicate_of=_as_uuid(duplicate) if settings.SWITCHBOARD_DEDUPE_SECONDS > 0 else None,
+        duplicate_of=as_uuid(duplicate) if settings.SWITCHBOARD_DEDUPE_SECONDS > 0 else None,
         unread=int(unread),
         policy=policy,
         policy_by_operator=bool(by_operator),
         loop_replies=int(replies),
         loop_sends=int(sends),
-        pinned_to=_as_uuid(pinned),
+        pinned_to=as_uuid(pinned),
     )
-
-
-def _as_uuid(value: object) -> uuid.UUID | None:
-    if value is None or isinstance(value, uuid.UUID):
-        return value
-    return uuid.UUID(str(value))  # SQLite keeps UUIDs as 32 hex digits
