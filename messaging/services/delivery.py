@@ -129,6 +129,9 @@ def _in_list(column: str, values: list[Any]) -> tuple[str, list[Any]]:
 
 
 def _announce_moves(moved: list[Moved]) -> None:
+    """Receipts: each move goes to the message's sender (and the console). Not to the recipient,
+    which made most of them itself (pull, ack) and learns of new messages from `inbox.queued`;
+    every event to its group would wake its sockets and long-polls for nothing."""
     announce_many(
         [
             (
@@ -139,7 +142,7 @@ def _announce_moves(moved: list[Moved]) -> None:
                     "state": m.to_state,
                     "from": m.from_state,
                 },
-                [s for s in {m.sender_id, m.recipient_id} if s],
+                [m.sender_id] if m.sender_id else [],
             )
             for m in moved
         ]

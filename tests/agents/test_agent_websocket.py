@@ -84,6 +84,32 @@ async def test_messages_are_pushed_as_they_are_queued_and_acks_mark_them_read() 
     await ws.disconnect()
 
 
+async def test_the_sender_gets_receipts_and_the_recipient_no_echo_of_its_own_moves() -> None:
+    alice, bob = await register("alice"), await register("bob")
+    alice_ws, bob_ws = connect(alice.token), connect(bob.token)
+    await hello(alice_ws)
+    await hello(bob_ws)
+
+    message_id = await send(alice, "bob", "with receipts")
+    assert (await bob_ws.receive_json_from(timeout=5))["type"] == "messages"
+    await bob_ws.send_json_to({"type": "ack", "ids": [message_id]})
+    assert (await bob_ws.receive_json_from(timeout=5))["type"] == "acked"
+
+    receipts = []
+    while len(receipts) < 3:  # the sender's own notice, then delivered, then read
+        frame = await alice_ws.receive_json_from(timeout=5)
+        assert frame["type"] == "event", frame
+        receipts.append((frame["kind"], frame["data"].get("state")))
+    assert receipts == [
+        ("message.sent", "queued"),
+        ("delivery.changed", "delivered"),
+        ("delivery.changed", "read"),
+    ]
+    assert await bob_ws.receive_nothing(timeout=0.3)  # no event about its own pull and ack
+    await alice_ws.disconnect()
+    await bob_ws.disconnect()
+
+
 async def test_token_in_the_first_frame_works_too() -> None:
     bob = await register("bob")
     ws = connect()
