@@ -108,9 +108,9 @@ def _update_by_state(by_state: dict[str, list[int]], fields: dict[str, Any]) -> 
     """UPDATE the deliveries of each state to `fields` (what `QuerySet.update` does, without
     compiling a query each time: every pull and ack runs this)."""
     qn = connection.ops.quote_name
-    columns = [Delivery._meta.get_field(name) for name in fields]
-    assignments = ", ".join(f"{qn(f.column)} = %s" for f in columns)
-    values = [f.get_db_prep_save(fields[f.name], connection) for f in columns]
+    columns = [(Delivery._meta.get_field(name), value) for name, value in fields.items()]
+    assignments = ", ".join(f"{qn(f.column)} = %s" for f, _ in columns)
+    values = [f.get_db_prep_save(value, connection) for f, value in columns]
     with connection.cursor() as cursor:
         for state, ids in by_state.items():
             in_ids, id_params = _in_list("id", ids)
