@@ -34,6 +34,11 @@ def audit_events_bulk(rows: list[dict[str, Any]]) -> list[AuditEvent]:
 def audit_events_write(rows: list[dict[str, Any]]) -> None:
     """`audit_events_bulk` for many events at once (a batch send's) when no AuditEvent objects are
     needed back: one INSERT, with little work per row (`messaging.services.bulk`)."""
+    bulk_insert(model=AuditEvent, rows=audit_rows(rows))
+
+
+def audit_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The AuditEvent rows `audit_events_write` inserts for `rows`, as `bulk_insert` takes them."""
     at = str(timezone.now())  # as text once, not once per row
     written = []
     for row in rows:
@@ -41,7 +46,7 @@ def audit_events_write(rows: list[dict[str, Any]]) -> None:
         if isinstance(fields["message_id"], uuid.UUID):
             fields["message_id"] = fields["message_id"].hex
         written.append(fields)
-    bulk_insert(model=AuditEvent, rows=written)
+    return written
 
 
 def _row_fields(row: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,6 @@ from messaging.models import (
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
-from messaging.services.audit import audit_events_write
 from messaging.services.events import announce_many
 from messaging.services.holds import STOPPED_HOLD, hold_expiry_for, holds_make_room
 from messaging.services.limits import (
@@ -586,24 +585,25 @@ class _Batch:
         pending, self.pending = self.pending, []
         pins, self.pins = self.pins, {}
         if pending:
-            messages_write([(a.outcome.message, a.outcome.delivery) for a in pending], now=self.now)
+            messages_write(
+                [(a.outcome.message, a.outcome.delivery) for a in pending],
+                now=self.now,
+                audit=[
+                    row
+                    for a in pending
+                    for row in acceptance_audit(
+                        actor=self.actor,
+                        message=a.outcome.message,
+                        delivery=a.outcome.delivery,
+                        rule=a.resolution.rule,
+                        decision=a.decision,
+                    )
+                ],
+            )
         for key, recipient in pins.items():
             Pin.objects.update_or_create(sender=self.sender, name_key=key, defaults={"recipient": recipient})
         if not pending:
             return
-        audit_events_write(
-            [
-                row
-                for a in pending
-                for row in acceptance_audit(
-                    actor=self.actor,
-                    message=a.outcome.message,
-                    delivery=a.outcome.delivery,
-                    rule=a.resolution.rule,
-                    decision=a.decision,
-                )
-            ]
-        )
         # First the recipients' pushes (the events that someone waits for), as a single send does.
         # One wake-up per recipient: its sockets pull everything queued. A socket address is written
         # one delivery per task, so each of its deliveries gets its own.

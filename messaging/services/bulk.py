@@ -32,10 +32,29 @@ def bulk_insert(*, model: type[Model], rows: list[dict[str, Any]], returning: st
     if connection.vendor != "postgresql":
         created = model._default_manager.bulk_create([model(**row) for row in rows])
         return [getattr(obj, returning) for obj in created] if returning else []
+    sql, document = insert_from_json(model, rows)
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        if returning is None:
+            cursor.execute(sql, [document])
+            return []
+        cursor.execute(f"{sql} RETURNING {qn(returning)}", [document])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def insert_from_json(
+    model: type[Model], rows: list[dict[str, Any]], *, values: dict[str, str] | None = None, join: str = ""
+) -> tuple[str, str]:
+    """PostgreSQL: the `INSERT ... SELECT` of `rows` (as `bulk_insert` takes them) from one JSON
+    document, and that document (the statement's one parameter). The rows are read as `r`;
+    `values` gives an SQL expression for a column instead of its JSON value (it may use `r` and
+    what `join` adds), so the statement can sit in a WITH that writes several tables at once."""
     qn = connection.ops.quote_name
     fields = [f for f in model._meta.concrete_fields if f.attname in rows[0]]
     table = qn(model._meta.db_table)
     columns = ", ".join(qn(f.column) for f in fields)
+    chosen = values or {}
+    selected = ", ".join(chosen.get(f.column, f"r.{qn(f.column)}") for f in fields)
     # The JSON keys are the column names; UUIDs and datetimes travel as text, which PostgreSQL
     # reads back as the column's type.
     if all(f.attname == f.column for f in fields):  # a key json_populate_recordset does not know is ignored
@@ -44,13 +63,13 @@ def bulk_insert(*, model: type[Model], rows: list[dict[str, Any]], returning: st
         document = json.dumps(
             [{f.column: row[f.attname] for f in fields} for row in rows], default=str, ensure_ascii=False
         )
-    sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM json_populate_recordset(NULL::{table}, %s::json)"
-    with connection.cursor() as cursor:
-        if returning is None:
-            cursor.execute(sql, [document])
-            return []
-        cursor.execute(f"{sql} RETURNING {qn(returning)}", [document])
-        return [row[0] for row in cursor.fetchall()]
+    rows_read = f"json_populate_recordset(NULL::{table}, %s::json)"
+    # A join may reorder the rows: keep the document's order then (ids are given in that order).
+    source = f"{rows_read} WITH ORDINALITY AS r {join} ORDER BY r.ordinality" if join else f"{rows_read} AS r"
+    return (
+        f"INSERT INTO {table} ({columns}) SELECT {selected} FROM {source}",
+        document,
+    )
 
 
 @functools.cache

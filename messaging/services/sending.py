@@ -6,6 +6,7 @@ its delivery are committed, and its result names the outcome in a sentence an ag
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -39,6 +40,7 @@ from messaging.errors import (
 )
 from messaging.models import (
     AgentSession,
+    AuditEvent,
     Delivery,
     DeliveryTier,
     Message,
@@ -52,8 +54,15 @@ from messaging.names import strip_invisible
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, Verdict, inbound_decide
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
-from messaging.services.audit import audit_events_write
-from messaging.services.bulk import bulk_insert, model_columns, model_instance, model_row, models_selected
+from messaging.services.audit import audit_events_write, audit_rows
+from messaging.services.bulk import (
+    bulk_insert,
+    insert_from_json,
+    model_columns,
+    model_instance,
+    model_row,
+    models_selected,
+)
 from messaging.services.events import announce
 from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
 from messaging.services.limits import limits_take, loop_suspected
@@ -685,27 +694,37 @@ def message_send(
     )
     tier = route.tier if route else (remote.tier if remote is not None else DeliveryTier.HOST)
     delivery = first_delivery(message=message, recipient=recipient, decision=decision, tier=tier, now=now)
+    make_room = decision.state == S.HELD and decision.hold_reason != "recipient_stopped"
+    pin_wanted = resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead")
+    pin_changes = bool(pin_wanted and facts.pinned_to != recipient.id)
+    # The common send writes with one statement on PostgreSQL (`messages_write`), which commits on
+    # its own; anything more, or an outer transaction (which needs this one's savepoint), takes one.
+    one_statement = (
+        connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+        and not (make_room or files or route is not None or pin_changes)
+    )
     try:
-        with transaction.atomic():
-            if decision.state == S.HELD and decision.hold_reason != "recipient_stopped":
+        with contextlib.nullcontext() if one_statement else transaction.atomic():
+            if make_room:
                 holds_make_room(recipient=recipient)
-            messages_write([(message, delivery)], now=now)
+            messages_write(
+                [(message, delivery)],
+                now=now,
+                audit=acceptance_audit(
+                    actor=actor, message=message, delivery=delivery, rule=resolution.rule, decision=decision
+                ),
+            )
             if files:
                 from federation.services.files import files_attach
 
                 files_attach(message_id=message.id, files=files, tier=delivery.tier)
             if route is not None:
                 route.attach(delivery)
-            pin_wanted = resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead")
-            if pin_wanted and facts.pinned_to != recipient.id:
+            if pin_changes:
                 Pin.objects.update_or_create(
                     sender=sender, name_key=resolution.pin_key, defaults={"recipient": recipient}
                 )
-            audit_events_write(
-                acceptance_audit(
-                    actor=actor, message=message, delivery=delivery, rule=resolution.rule, decision=decision
-                )
-            )
             if decision.state == S.QUEUED:  # first: the recipient's push is the event that waits
                 schedule_push(delivery.pk, recipient)
             announce(
@@ -794,9 +813,18 @@ def first_delivery(
     )
 
 
-def messages_write(accepted: list[tuple[Message, Delivery]], *, now: datetime) -> None:
+# An acceptance event's delivery id before the delivery is written: `messages_write` puts in the
+# id the database gives the delivery of the event's message.
+DELIVERY_OF_ITS_MESSAGE = -1
+
+
+def messages_write(
+    accepted: list[tuple[Message, Delivery]], *, now: datetime, audit: list[dict[str, Any]] | None = None
+) -> None:
     """Insert the messages, then their deliveries, one statement each however many there are;
-    each delivery gets the id the database gave it."""
+    each delivery gets the id the database gave it. With `audit` (events as `audit_events_write`
+    takes them; see DELIVERY_OF_ITS_MESSAGE), the events too. On PostgreSQL all of it is then one
+    statement: one round trip, and a send outside a transaction needs no BEGIN and COMMIT."""
     # Ids and the send's time go as text, each turned into text once (not once per column).
     when = str(now)
     message_rows, delivery_rows = [], []
@@ -815,10 +843,45 @@ def messages_write(accepted: list[tuple[Message, Delivery]], *, now: datetime) -
             if row[name] is now:
                 row[name] = when
         delivery_rows.append(row)
+    if audit and connection.vendor == "postgresql":
+        given = _write_with_audit(message_rows, delivery_rows, audit_rows(audit))
+        for message, delivery in accepted:
+            delivery.pk = given[message.id]
+        return
     bulk_insert(model=Message, rows=message_rows)
     ids = bulk_insert(model=Delivery, rows=delivery_rows, returning="id")
     for (_message, delivery), pk in zip(accepted, ids, strict=True):
         delivery.pk = pk
+    if audit:
+        delivery_of = {message.id: delivery.pk for message, delivery in accepted}
+        for row in audit:
+            if row.get("delivery_id") == DELIVERY_OF_ITS_MESSAGE:
+                row["delivery_id"] = delivery_of[row["message"].id]
+        audit_events_write(audit)
+
+
+def _write_with_audit(
+    message_rows: list[dict[str, Any]], delivery_rows: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> dict[uuid.UUID, int]:
+    """PostgreSQL: messages, deliveries and audit events in one statement. Returns the id each
+    message's delivery was given."""
+    messages_sql, messages_doc = insert_from_json(Message, message_rows)
+    deliveries_sql, deliveries_doc = insert_from_json(Delivery, delivery_rows)
+    events_sql, events_doc = insert_from_json(
+        AuditEvent,
+        events,
+        values={
+            "delivery_id": f"CASE WHEN r.delivery_id = {DELIVERY_OF_ITS_MESSAGE} THEN d.id ELSE r.delivery_id END"
+        },
+        join=f"LEFT JOIN d ON r.delivery_id = {DELIVERY_OF_ITS_MESSAGE} AND d.message_id = r.message_id",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH m AS ({messages_sql}), d AS ({deliveries_sql} RETURNING id, message_id), "
+            f"a AS ({events_sql}) SELECT message_id, id FROM d",
+            [messages_doc, deliveries_doc, events_doc],
+        )
+        return {message_id: pk for message_id, pk in cursor.fetchall()}
 
 
 def acceptance_audit(
@@ -841,7 +904,7 @@ def acceptance_audit(
             "actor": actor.actor,
             "target": target,
             "message": message,
-            "delivery_id": delivery.pk,
+            "delivery_id": delivery.pk if delivery.pk is not None else DELIVERY_OF_ITS_MESSAGE,
             "detail": {"from": S.ACCEPTED, **({"reason": why} if why else {})},
         },
     ]
