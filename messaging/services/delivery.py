@@ -259,13 +259,13 @@ def _acked_locked(recipient: AgentSession, message_ids: list[str]) -> list[tuple
     lock = " FOR UPDATE OF d" if connection.features.has_select_for_update_of else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT d.id, d.state, d.message_id, d.recipient_id, m.sender_id "
+            f"SELECT d.id, d.state, d.message_id, m.sender_id "
             f"FROM {qn(Delivery._meta.db_table)} d JOIN {qn(Message._meta.db_table)} m ON m.id = d.message_id "
             f"WHERE d.recipient_id = %s AND {in_messages} ORDER BY d.id{lock}",
             [AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection), *params],
         )
         rows = cursor.fetchall()
-    return [(pk, state, as_uuid(mid), as_uuid(rid), as_uuid(sid)) for pk, state, mid, rid, sid in rows]
+    return [(pk, state, as_uuid(mid), recipient.id, as_uuid(sid)) for pk, state, mid, sid in rows]
 
 
 def _valid_uuids(values: Iterable[str]) -> list[str]:

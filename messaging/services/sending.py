@@ -819,12 +819,12 @@ DELIVERY_OF_ITS_MESSAGE = -1
 
 
 def messages_write(
-    accepted: list[tuple[Message, Delivery]], *, now: datetime, audit: list[dict[str, Any]] | None = None
+    accepted: list[tuple[Message, Delivery]], *, now: datetime, audit: list[dict[str, Any]]
 ) -> None:
     """Insert the messages, then their deliveries, one statement each however many there are;
-    each delivery gets the id the database gave it. With `audit` (events as `audit_events_write`
-    takes them; see DELIVERY_OF_ITS_MESSAGE), the events too. On PostgreSQL all of it is then one
-    statement: one round trip, and a send outside a transaction needs no BEGIN and COMMIT."""
+    each delivery gets the id the database gave it. Then `audit`, their acceptance events
+    (`acceptance_audit`; see DELIVERY_OF_ITS_MESSAGE). On PostgreSQL all of it is one statement:
+    one round trip, and a send outside a transaction needs no BEGIN and COMMIT."""
     # Ids and the send's time go as text, each turned into text once (not once per column).
     when = str(now)
     message_rows, delivery_rows = [], []
@@ -843,7 +843,7 @@ def messages_write(
             if row[name] is now:
                 row[name] = when
         delivery_rows.append(row)
-    if audit and connection.vendor == "postgresql":
+    if connection.vendor == "postgresql":
         given = _write_with_audit(message_rows, delivery_rows, audit_rows(audit))
         for message, delivery in accepted:
             delivery.pk = given[message.id]
@@ -852,12 +852,11 @@ def messages_write(
     ids = bulk_insert(model=Delivery, rows=delivery_rows, returning="id")
     for (_message, delivery), pk in zip(accepted, ids, strict=True):
         delivery.pk = pk
-    if audit:
-        delivery_of = {message.id: delivery.pk for message, delivery in accepted}
-        for row in audit:
-            if row.get("delivery_id") == DELIVERY_OF_ITS_MESSAGE:
-                row["delivery_id"] = delivery_of[row["message"].id]
-        audit_events_write(audit)
+    delivery_of = {message.id: delivery.pk for message, delivery in accepted}
+    for row in audit:
+        if row.get("delivery_id") == DELIVERY_OF_ITS_MESSAGE:
+            row["delivery_id"] = delivery_of[row["message"].id]
+    audit_events_write(audit)
 
 
 def _write_with_audit(
@@ -887,8 +886,8 @@ def _write_with_audit(
 def acceptance_audit(
     *, actor: Principal, message: Message, delivery: Delivery, rule: str, decision: Decision
 ) -> list[dict[str, Any]]:
-    """The two events every accepted send records: the message accepted, and its delivery's first
-    state (with the hold or refusal reason)."""
+    """The two events every accepted send records, written by `messages_write` with the message:
+    the message accepted, and its delivery's first state (with the hold or refusal reason)."""
     target = str(delivery.recipient_id)
     why = decision.hold_reason or decision.reason
     return [
@@ -904,7 +903,7 @@ def acceptance_audit(
             "actor": actor.actor,
             "target": target,
             "message": message,
-            "delivery_id": delivery.pk if delivery.pk is not None else DELIVERY_OF_ITS_MESSAGE,
+            "delivery_id": DELIVERY_OF_ITS_MESSAGE,  # written with it: `messages_write` fills it in
             "detail": {"from": S.ACCEPTED, **({"reason": why} if why else {})},
         },
     ]
