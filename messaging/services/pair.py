@@ -34,7 +34,10 @@ class PairFacts:
     policy: str | None  # the recipient's rule for this sender (accept / hold / refuse), if any
     policy_by_operator: bool
     loop_replies: int  # recipient → sender texts within the loop window, up to the threshold
-    loop_sends: int  # sender → recipient texts within the loop window, up to the threshold
+    # sender → recipient texts within the loop window, up to the threshold; counted only when
+    # loop_replies reached it (else 0): a loop needs both, and most traffic goes one way. Counting
+    # it reads the sender's recent messages, which grow with how much the sender writes.
+    loop_sends: int
     pinned_to: uuid.UUID | None  # whom the sender's pin for the name it used points at
 
 
@@ -60,9 +63,10 @@ def _statement() -> str:
           (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s),
           (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
           (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
-          (SELECT COUNT(*) FROM ({texts_between}) AS replies),
-          (SELECT COUNT(*) FROM ({texts_between}) AS sends),
+          loop.replies,
+          CASE WHEN loop.replies >= %s THEN (SELECT COUNT(*) FROM ({texts_between}) AS sends) ELSE 0 END,
           (SELECT recipient_id FROM {pin} WHERE sender_id = %s AND name_key = %s)
+        FROM (SELECT COUNT(*) AS replies FROM ({texts_between}) AS replies) AS loop
     """
 
 
@@ -88,9 +92,10 @@ def pair_facts(
         *(s, sha256, text, since(settings.SWITCHBOARD_DEDUPE_SECONDS), r),
         r,
         *(r, s, r, s),
-        *(r, s, text, loop_since, loop_limit),
+        loop_limit,
         *(s, r, text, loop_since, loop_limit),
         *(s, pin_key),
+        *(r, s, text, loop_since, loop_limit),
     ]
     with connection.cursor() as cursor:
         cursor.execute(_statement(), params)

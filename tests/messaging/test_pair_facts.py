@@ -74,6 +74,25 @@ def test_loop_counts_stop_at_their_limit(pair, settings) -> None:
     assert (facts.loop_replies, facts.loop_sends) == (2, 2)  # 4 each way, counted up to 2
 
 
+def test_the_senders_own_direction_is_counted_only_when_the_replies_reach_the_threshold(
+    pair, settings
+) -> None:
+    alice, bob = pair
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 100
+    settings.SWITCHBOARD_LOOP_EXCHANGES = 2
+    for i in range(3):
+        message_send(sender=alice, to="bob", text=f"one way {i}")
+    message_send(sender=bob, to="alice", text="one reply")
+
+    one_way = pair_facts(sender=alice, recipient=bob, sha256=sha("x"), now=timezone.now())
+    message_send(sender=bob, to="alice", text="a second reply")
+    both_ways = pair_facts(sender=alice, recipient=bob, sha256=sha("x"), now=timezone.now())
+
+    # Alice's sends are not read while Bob's replies cannot make a loop: no loop either way.
+    assert (one_way.loop_replies, one_way.loop_sends) == (1, 0)
+    assert (both_ways.loop_replies, both_ways.loop_sends) == (2, 2)
+
+
 def test_observers_are_seen_on_either_side(pair) -> None:
     from teams.models import Observer
 
