@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
 from typing import Any, Literal
 
+import orjson
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -284,7 +284,7 @@ def send_batch(request: HttpRequest, body: BatchIn) -> HttpResponse:
     ]
     failed = sum(isinstance(o, SwitchboardError) for o in outcomes)
     answer = {"accepted": len(outcomes) - failed, "failed": failed, "results": results}
-    return HttpResponse(json.dumps(answer), status=201, content_type="application/json")
+    return HttpResponse(orjson.dumps(answer), status=201, content_type="application/json")
 
 
 @router.get("/messages/{message_id}", response={200: dict, **ERRORS}, auth=AUTH)

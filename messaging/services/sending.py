@@ -183,10 +183,15 @@ def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: 
     return f"{again}{state} for {who}."
 
 
+# One encoder for every fingerprint (json.dumps builds one per call when given an option). The
+# text it writes is stored (Message.request_hash) and compared on retries: keep it byte for byte.
+_FINGERPRINT_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def request_fingerprint(
     *, to: str, text: str, summary: str, priority: str, kind: str, frame_type: str
 ) -> str:
-    body = json.dumps([to, text, summary, priority, kind, frame_type], ensure_ascii=False)
+    body = _FINGERPRINT_JSON.encode([to, text, summary, priority, kind, frame_type])
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
