@@ -10,11 +10,15 @@ shapes are measured:
   - unread: the N messages are queued and unread (what a file mailbox holds: delivered entries are
     removed from it), with the unread cap lifted so such an inbox can exist;
   - history: the N messages were read long ago (the hub keeps them; a file mailbox would not).
+  - sender: the N messages are the sender's own, sent within the last half minute to someone else
+    (inside the dedupe and loop windows): a busy sender's send must not slow down either.
 The file-mailbox baseline is the design reference's: one JSON array per recipient, a lock file,
 the whole array read, changed and rewritten atomically (temp file, fsync, rename) on every
 write and on every read that marks messages read.
 
 One operation = one send of a new message; one read = pull what is queued (at most 10) and ack it.
+The sizes are measured in turn, round by round, not one after the other, so the machine's own
+swings during the run fall on every size alike.
 """
 
 from __future__ import annotations
@@ -84,24 +88,24 @@ class FileMailbox:
 
 def file_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
     folder = Path(tempfile.mkdtemp(prefix="sb-bench-mailbox-"))
-    out = {}
     try:
-        for n in sizes:
-            box = FileMailbox(folder, f"bob{n}")
+        boxes = {n: FileMailbox(folder, f"bob{n}") for n in sizes}
+        for n, box in boxes.items():
             box.preload(n)
-            sends, reads = [], []
-            k = max(3, rounds if n <= 10_000 else rounds // 5)
-            for i in range(k):
+        costs: dict[int, dict[str, list[float]]] = {n: {"send": [], "read": []} for n in sizes}
+        for i in range(rounds):  # the sizes in turn, as for the hub (`hub_costs`)
+            for n, box in boxes.items():
+                if n > 10_000 and i >= max(3, rounds // 5):  # a rewrite of 100,000 entries is slow
+                    continue
                 t = time.perf_counter()
                 box.send(f"new {i}")
-                sends.append(time.perf_counter() - t)
+                costs[n]["send"].append(time.perf_counter() - t)
                 t = time.perf_counter()
                 box.read(limit=1)  # keeps the size at n
-                reads.append(time.perf_counter() - t)
-            out[n] = {"send": summary_ms(sends), "read": summary_ms(reads)}
+                costs[n]["read"].append(time.perf_counter() - t)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return out
+    return {n: {op: summary_ms(times) for op, times in ops.items()} for n, ops in costs.items()}
 
 
 def database_settle(connection: Any) -> None:
@@ -116,6 +120,10 @@ def database_settle(connection: Any) -> None:
 
 
 def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, Any]]:
+    """Each size gets its own sender and recipient, filled first; then the rounds visit the sizes
+    in turn (send, then read, at 10, then at 10,000, ...), so a machine that speeds up or slows
+    down during the run (a shared one does, by up to 1.5× within minutes) moves every size alike
+    and the ratios between them stay about the code."""
     from datetime import timedelta
 
     from django.db import connection, transaction
@@ -127,21 +135,21 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
     from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
-    alice = session_register(name=f"alice-{shape}").session
-    out = {}
-    have = 0
-    bob = session_register(name=f"bob-{shape}").session
     long_ago = timezone.now() - timedelta(days=2)
+    pairs = {}
     for n in sizes:
-        # Top the inbox up to n messages, written in bulk (older than every dedupe/loop window).
+        alice = session_register(name=f"alice-{shape}-{n}").session
+        bob = session_register(name=f"bob-{shape}-{n}").session
+        # Whose inbox the n messages fill: bob's, or for the sender shape a third session's.
+        filled = session_register(name=f"carol-{shape}-{n}").session if shape == "sender" else bob
         with transaction.atomic():
-            while have < n:
-                chunk = min(5000, n - have)
+            for start in range(0, n, 5000):
+                chunk = min(5000, n - start)
                 messages = Message.objects.bulk_create(
                     [
                         Message(
                             sender=alice,
-                            text=f"history {have + i} " + "x" * 120,
+                            text=f"history {start + i} " + "x" * 120,
                             size=140,
                             sha256=uuid.uuid4().hex * 2,
                             request_hash="",
@@ -149,12 +157,12 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
                         for i in range(chunk)
                     ]
                 )
-                state = "queued" if shape == "unread" else "read"
+                state = "read" if shape == "history" else "queued"
                 Delivery.objects.bulk_create(
                     [
                         Delivery(
                             message=m,
-                            recipient=bob,
+                            recipient=filled,
                             state=state,
                             queued_at=long_ago,
                             delivered_at=None if state == "queued" else long_ago,
@@ -163,28 +171,33 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
                         for m in messages
                     ]
                 )
-                have += chunk
-            Message.objects.filter(sender=alice).update(created_at=long_ago)
-        database_settle(connection)
-        actor = session_principal(bob)
-        sends, reads = [], []
-        for i in range(rounds):
+            # Older than every dedupe / loop window; the sender shape's are inside both.
+            recently = timezone.now() - timedelta(seconds=30)
+            Message.objects.filter(sender=alice).update(
+                created_at=recently if shape == "sender" else long_ago
+            )
+        pairs[n] = (alice, bob, session_principal(bob))
+    database_settle(connection)
+    AgentSession.objects.filter(pk__in=[bob.pk for _, bob, _ in pairs.values()]).update(
+        last_seen=timezone.now()
+    )
+    costs: dict[int, dict[str, list[float]]] = {n: {"send": [], "read": []} for n in sizes}
+    for i in range(rounds):
+        for n, (alice, bob, actor) in pairs.items():
             t = time.perf_counter()
             sent = message_send(sender=alice, to=bob.ref, text=f"new {shape} {n} {i}")
-            sends.append(time.perf_counter() - t)
+            costs[n]["send"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            if shape == "unread":
+            if shape == "unread":  # (the sender shape's inbox holds only these sends)
                 # Read the oldest one (keeps n unread), as the file mailbox does.
                 got = inbox_pull(recipient=bob, actor=actor, limit=1)
             else:
                 got = inbox_pull(recipient=bob, actor=actor, limit=10)
             inbox_ack(recipient=bob, actor=actor, message_ids=[str(d.message_id) for d in got])
-            reads.append(time.perf_counter() - t)
+            costs[n]["read"].append(time.perf_counter() - t)
             assert got, "the read found nothing"
             assert sent.status == "queued"
-        out[n] = {"send": summary_ms(sends), "read": summary_ms(reads)}
-        AgentSession.objects.filter(pk=bob.pk).update(last_seen=timezone.now())
-    return out
+    return {n: {op: summary_ms(times) for op, times in ops.items()} for n, ops in costs.items()}
 
 
 def main() -> None:
@@ -202,6 +215,7 @@ def main() -> None:
         result: dict[str, Any] = {"sizes": sizes, "rounds": rounds}
         result["hub_unread"] = hub_costs(sizes, rounds, "unread")
         result["hub_history"] = hub_costs(sizes, rounds, "history")
+        result["hub_sender"] = hub_costs(sizes, rounds, "sender")
         result["file_mailbox"] = file_costs(sizes, rounds)
     finally:
         from django.db import connections
@@ -216,19 +230,20 @@ def report(result: dict[str, Any]) -> None:
     sizes = result["sizes"]
     small, big = sizes[0], sizes[-1]
     print("\nSend and inbox read, p50 in ms, by messages already in the inbox")
-    print(f"  {'':<26}" + "".join(f"{n:>12,}" for n in sizes) + f"{'big/small':>12}")
+    print(f"  {'':<32}" + "".join(f"{n:>12,}" for n in sizes) + f"{'big/small':>12}")
     for key, label in (
         ("hub_unread", "hub, N unread"),
         ("hub_history", "hub, N read (history)"),
+        ("hub_sender", "hub, N sent by the sender"),
         ("file_mailbox", "file mailbox"),
     ):
         for op in ("send", "read"):
             row = result[key]
             values = [row[n][op]["p50_ms"] for n in sizes]
             ratio = values[-1] / values[0]
-            print(f"  {label + ' ' + op:<26}" + "".join(f"{v:>12.3f}" for v in values) + f"{ratio:>11.2f}×")
+            print(f"  {label + ' ' + op:<32}" + "".join(f"{v:>12.3f}" for v in values) + f"{ratio:>11.2f}×")
     print()
-    for key in ("hub_unread", "hub_history"):
+    for key in ("hub_unread", "hub_history", "hub_sender"):
         for op in ("send", "read"):
             ratio = result[key][big][op]["p50_ms"] / result[key][small][op]["p50_ms"]
             line(f"{key} {op} at {big:,} vs {small}", f"{ratio:.2f}×", "target ≤ 1.2×")
