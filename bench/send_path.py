@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from common import line, summary_ms, write_result, wrk_parallel
 from tests.integration.harness import (
     ENROLL_KEY,
     VENV_BIN,
+    Hub,
     Proc,
     RedisServer,
     Registered,
@@ -248,7 +251,9 @@ def throughput(urls: list[str], *, seconds: float, tag: str, batch_size: int = 1
     }
 
 
-def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def production_hub(workdir: Path) -> Iterator[tuple[Hub, str, RedisServer]]:
+    """The production topology on a fresh database and a private Redis, stopped afterwards."""
     (workdir / "redis").mkdir()
     redis = RedisServer(workdir / "redis").start()
     db = database_migrated()
@@ -257,6 +262,16 @@ def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         hub = hub_start(
             database_url=db, redis_url=redis.url(), workdir=workdir / "hub", migrate=False, extra_env=LOAD_ENV
         )
+        yield hub, db, redis
+    finally:
+        if hub:
+            hub.stop()
+        redis.stop()
+        database_drop(db)
+
+
+def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    with production_hub(workdir) as (hub, db, redis):
         floor = measure_floor(db, redis.url(), n=args.floor_n)
         latency = push_latency(
             hub.web_urls[0], hub.web_urls[1], rate=args.rate, seconds=args.seconds, tag="prod"
@@ -264,11 +279,20 @@ def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         tp = throughput(hub.web_urls, seconds=args.seconds, tag="prod", batch_size=args.batch_size)
         memory = {p.name: round(rss_mb(p.pid), 1) for p in hub.webs}
         return {"floor": floor, "latency": latency, "throughput": tp, "web_rss_mb": memory}
-    finally:
-        if hub:
-            hub.stop()
-        redis.stop()
-        database_drop(db)
+
+
+def batch_only(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The production topology's batch phase alone, `--repeat` times on one hub (fresh senders
+    each time): short enough to run several times, alternating with another commit (A/B pairs)."""
+    with production_hub(workdir) as (hub, _db, _redis):
+        sink = register(hub.web_urls[0], "batch-sink")
+        runs = []
+        for k in range(args.repeat):
+            senders = [register(u, f"batch-{k}-{i}") for i, u in enumerate(hub.web_urls)]
+            runs.append(
+                batch_rate(hub.web_urls, senders, sink.ref, seconds=args.seconds, size=args.batch_size)
+            )
+        return {"runs": runs}
 
 
 def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -308,7 +332,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="offered sends/s for the latency phase")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     parser.add_argument("--floor-n", type=int, default=2000)
-    parser.add_argument("--only", choices=["production", "embedded"], default=None)
+    parser.add_argument(
+        "--only", choices=["production", "embedded", "batch"], default=None, help="batch: its phase alone"
+    )
+    parser.add_argument("--repeat", type=int, default=2, help="with --only batch: runs on one hub")
     parser.add_argument("--batch-size", type=int, default=100, help="messages per batch request")
     args = parser.parse_args()
     if args.smoke:
@@ -320,6 +347,8 @@ def main() -> None:
             result["production"] = production(args, workdir)
         if args.only in (None, "embedded"):
             result["embedded"] = embedded(args, workdir)
+        if args.only == "batch":
+            result["batch_only"] = batch_only(args, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report(result)
@@ -362,6 +391,8 @@ def report(result: dict[str, Any]) -> None:
         )
         line("non-2xx answers (ping / sends)", f"{tp['ping_non_2xx']} / {tp['sends_non_2xx']}")
         line("sends answered as duplicates (must be 0)", str(tp.get("sends_duplicate_answers", "?")))
+    for run in result.get("batch_only", {}).get("runs", []):
+        line(f"batch sends ({run['batch']} per request)", f"{run['per_s']:.0f} msg/s", "target ≥ 5,000/s")
     emb = result.get("embedded")
     if emb:
         lat, tp = emb["latency"], emb["throughput"]
