@@ -261,6 +261,9 @@ class _Batch:
             # statistics do not yet know how much a sender writes (a new or busy one) that range
             # looks a few rows long, and at 30,000 recent messages it cost 6 ms per batch instead
             # of 0.3. The ORDER BY inside keeps the subquery from being flattened into that plan.
+            # (Before a table's first ANALYZE the planner has no figures at all and may read the
+            # window for every text; autovacuum, which looks every minute, analyzes a table once
+            # 50 rows have changed, so that lasts about a minute of a new hub's life.)
             # Never a prepared statement, whose generic plan does not know the array's length.
             # Django's cursor cannot say so, so it runs on psycopg's (with Django's error translation).
             params = [hashes, self.sender.id, MessageKind.TEXT, since]
