@@ -110,10 +110,7 @@ def models_selected(model: type[M], sql: str, params: list[Any]) -> list[M]:
     order (as a compiled `model.objects.filter(...)` is). For the few queries every request runs
     with SQL compiled once: `Manager.raw` works out the column order from the cursor and the
     field converters again on every call, which cost more than the query."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    return [_instance(model, list(row)) for row in rows]
+    return [row[0] for row in joined_models_selected((model,), sql, params)]
 
 
 def joined_models_selected(models: tuple[type[Model], ...], sql: str, params: list[Any]) -> list[list[Any]]:
@@ -121,10 +118,7 @@ def joined_models_selected(models: tuple[type[Model], ...], sql: str, params: li
     (`select_columns`), one model after another, then any plain columns. Per row: an instance of
     each model (None where an outer join found no row: its primary key came back NULL), then the
     plain values as read."""
-    layout = [
-        (model, len(model._meta.concrete_fields), model._meta.concrete_fields.index(model._meta.pk))
-        for model in models
-    ]
+    layout = _layout(models)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -138,6 +132,15 @@ def joined_models_selected(models: tuple[type[Model], ...], sql: str, params: li
             start += width
         out.append(values + list(row[start:]))
     return out
+
+
+@functools.cache
+def _layout(models: tuple[type[Model], ...]) -> tuple[tuple[type[Model], int, int], ...]:
+    """Per model of a joined SELECT: the model, how many columns it has, where its primary key is."""
+    return tuple(
+        (model, len(model._meta.concrete_fields), model._meta.concrete_fields.index(model._meta.pk))
+        for model in models
+    )
 
 
 def as_uuid(value: object) -> uuid.UUID | None:
