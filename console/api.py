@@ -124,12 +124,21 @@ def body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     )
 
 
+DATABASE_DOWN_DETAIL = (
+    "The hub's database is unavailable; this request may or may not have taken effect. Retry: a send "
+    "with the same idempotency_key is stored once, and an inbox pull with include_unacked=true also "
+    "returns messages handed over before the failure."
+)
+
+
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def database_down(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
-    # Never answer 2xx for something that was not committed: say so and let the caller retry.
+    # Never answer 2xx for something that was not committed. The database may have failed while
+    # committing, after the change was made durable, so the answer cannot promise "nothing was
+    # saved": it says how to retry safely instead.
     return api.create_response(
         request,
-        {"error": "unavailable", "detail": "The hub's database is unavailable; nothing was saved. Retry."},
+        {"error": "unavailable", "detail": DATABASE_DOWN_DETAIL},
         status=503,
     )

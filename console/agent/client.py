@@ -55,6 +55,9 @@ class HubClient:
         self.url = (url or hub_url()).rstrip("/")
         self.token = token
         self.requests = 0  # round trips made (the hooks report how many each event cost)
+        # A pull that failed on the hub's side or on the way back may still have handed messages
+        # over (marked delivered); the next pull then asks for those too (see `inbox`).
+        self.pull_unsettled = False
         self._http = httpx.Client(
             base_url=f"{self.url}/api/v1", timeout=timeout, transport=transport or HubClient.default_transport
         )
@@ -163,7 +166,11 @@ class HubClient:
         """End a turn in one round trip: the messages waiting (now delivered; the session stays busy),
         or `[]` when none were and the session went idle with `final_answer`."""
         body = {"status": "idle", "final_answer": final_answer, "unless_inbox": True, "limit": limit}
-        return self.call("PATCH", "sessions/me", body=body).get("messages") or []
+        try:
+            return self.call("PATCH", "sessions/me", body=body).get("messages") or []
+        except HubError as exc:
+            self._note_failed_pull(exc)
+            raise
 
     def deregister(self) -> dict[str, Any]:
         return self.call("DELETE", "sessions/me")
@@ -199,14 +206,28 @@ class HubClient:
         status: str | None = None,
     ) -> list[dict[str, Any]]:
         """Pull queued messages (the hub marks them delivered). `wait` long-polls up to that long;
-        `status="busy"` reports the session busy in the same round trip."""
+        `status="busy"` reports the session busy in the same round trip.
+
+        After a pull whose answer was lost (the hub failed, or the connection did, once the request
+        was sent) the next pull includes delivered-but-unacked messages, so none is stranded."""
         params = {
             "wait": wait or None,
             "limit": limit,
-            "include_unacked": "true" if include_unacked else None,
+            "include_unacked": "true" if include_unacked or self.pull_unsettled else None,
             "status": status,
         }
-        return self.call("GET", "inbox", params=params, timeout=float(wait) + 10.0)["messages"]
+        try:
+            messages = self.call("GET", "inbox", params=params, timeout=float(wait) + 10.0)["messages"]
+        except HubError as exc:
+            self._note_failed_pull(exc)
+            raise
+        self.pull_unsettled = False
+        return messages
+
+    def _note_failed_pull(self, exc: HubError) -> None:
+        # A 4xx was refused before anything moved; a 5xx or a lost connection may not have been.
+        if exc.status == 0 or exc.status >= 500:
+            self.pull_unsettled = True
 
     def ack(self, ids: Iterable[str]) -> dict[str, Any]:
         return self.call("POST", "inbox/ack", body={"ids": list(ids)})

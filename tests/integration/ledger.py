@@ -155,19 +155,36 @@ class InboxReader(threading.Thread):
         self.stop_at = time.monotonic() + deadline
         self.halt = threading.Event()
         self.errors: list[str] = []
+        self.recovered_pulls = 0  # pulls with include_unacked after a pull whose answer was lost
 
     def run(self) -> None:
+        # As the agent client does (HubClient.inbox): a pull whose answer was lost may still have
+        # handed messages over (the database failed while committing), so the next pull asks for
+        # delivered-but-unacked messages too, and counts only ids it has not seen.
+        unsettled = False
         with httpx.Client(base_url=self.base_url, headers=self.agent.headers, timeout=self.wait + 30) as c:
             while not self.halt.is_set() and time.monotonic() < self.stop_at:
                 try:
-                    r = c.get("/api/v1/inbox", params={"wait": self.wait})
+                    params: dict[str, Any] = {"wait": self.wait}
+                    if unsettled:
+                        params["include_unacked"] = "true"
+                    try:
+                        r = c.get("/api/v1/inbox", params=params)
+                    except httpx.HTTPError:
+                        unsettled = True
+                        raise
                     if r.status_code != 200:
+                        unsettled = unsettled or r.status_code >= 500
                         self.errors.append(f"{r.status_code}: {r.text[:200]}")
                         time.sleep(0.2)
                         continue
                     ids = [m["id"] for m in r.json()["messages"]]
                     for mid in ids:
-                        self.ledger.got(mid)
+                        if not unsettled or self.ledger.received[mid] == 0:
+                            self.ledger.got(mid)
+                    if unsettled:
+                        self.recovered_pulls += 1
+                    unsettled = False
                     if ids:
                         a = c.post("/api/v1/inbox/ack", json={"ids": ids})
                         if a.status_code != 200:
@@ -360,6 +377,7 @@ class WebSocketAgent(threading.Thread):
         self.halt = threading.Event()
         self.ready = threading.Event()
         self.errors: list[str] = []
+        self.recovered_pulls = 0  # pulls with include_unacked after a pull whose answer was lost
 
     def run(self) -> None:
         import json
