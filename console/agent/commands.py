@@ -121,7 +121,15 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     from console.agent.delivery_text import render_messages
 
     with _client(args) as client:
-        messages = client.inbox(wait=args.wait, limit=args.limit, include_unacked=args.unacked)
+        try:
+            messages = client.inbox(wait=args.wait, limit=args.limit, include_unacked=args.unacked)
+        except HubError as exc:
+            if client.pull_unsettled and not args.unacked:
+                exc.detail += (
+                    " Messages may have been handed over before the failure: "
+                    "`switchboard inbox --unacked` shows them."
+                )
+            raise
         if messages and args.ack:
             client.ack([m["id"] for m in messages])
     if args.json:

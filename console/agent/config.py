@@ -76,6 +76,9 @@ class SavedSession:
     cwd: str = ""
     status: str = "busy"  # the last status this client reported
     ended: bool = False
+    # A pull's answer was lost (hub error or dropped connection): the next pull, by whichever hook
+    # process runs next, also asks for messages handed over but not acked (see HubClient.inbox).
+    pull_unsettled: bool = False
     saved_at: float = field(default_factory=time.time)
 
 

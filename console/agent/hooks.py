@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import httpx
 
@@ -43,6 +43,7 @@ from console.agent.config import (
 from console.agent.delivery_text import render_messages
 
 log = logging.getLogger("switchboard.hook")
+T = TypeVar("T")
 HOOK_TIMEOUT = httpx.Timeout(5.0, connect=1.0)
 MAX_FINAL_ANSWER = 20_000
 INBOX_LIMIT = 20
@@ -149,12 +150,25 @@ class Hook:
         saved = self.register()
         return saved, call(saved)
 
+    def pulling(self, saved: SavedSession, pull: Callable[[HubClient], T]) -> T:
+        """`pull(client)` as the saved session, carrying a lost pull's mark from one hook process
+        to the next (`SavedSession.pull_unsettled`), so no handed-over message is stranded."""
+        with self.client(saved.token) as client:
+            client.pull_unsettled = saved.pull_unsettled
+            try:
+                return pull(client)
+            finally:
+                if client.pull_unsettled != saved.pull_unsettled:
+                    saved.pull_unsettled = client.pull_unsettled
+                    session_save(saved)
+
     def on_inject(self, event_name: str) -> dict[str, Any] | None:
         def pull(saved: SavedSession) -> list[dict[str, Any]]:
             # A prompt after an idle starts a turn: the same request reports busy.
             starting = event_name == "UserPromptSubmit" and saved.status != "busy"
-            with self.client(saved.token) as client:
-                messages = client.inbox(limit=INBOX_LIMIT, status="busy" if starting else None)
+            messages = self.pulling(
+                saved, lambda client: client.inbox(limit=INBOX_LIMIT, status="busy" if starting else None)
+            )
             if starting:
                 saved.status = "busy"
                 session_save(saved)
@@ -170,8 +184,12 @@ class Hook:
 
         def end_turn(saved: SavedSession) -> list[dict[str, Any]]:
             # One request: the hub hands back what waits (the agent stays busy), else goes idle.
-            with self.client(saved.token) as client:
-                return client.end_turn(final_answer=answer, limit=INBOX_LIMIT)
+            # After a lost pull, first fetch what it may have handed over.
+            def pull(client: HubClient) -> list[dict[str, Any]]:
+                recovered = client.inbox(limit=INBOX_LIMIT) if client.pull_unsettled else []
+                return recovered or client.end_turn(final_answer=answer, limit=INBOX_LIMIT)
+
+            return self.pulling(saved, pull)
 
         saved, messages = self.with_session(end_turn)
         if messages:

@@ -14,6 +14,7 @@ from console.agent.client import HubClient
 from console.agent.install import hooks_settings, install, merge_hooks
 from console.cli import main
 from messaging.models import Delivery
+from tests.agents.lossy import LosesAnswers
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -81,6 +82,22 @@ def test_exit_codes_tell_usage_hub_and_unreachable_apart(
     monkeypatch.setattr(HubClient, "default_transport", None)  # real network, to a closed port
     code, _, err = run(capsys, "agents", "--url", "http://127.0.0.1:9")
     assert code == 4 and "Retry later" in err  # the hub is unreachable
+
+
+def test_inbox_after_a_lost_answer_says_how_to_see_what_was_handed_over(
+    inprocess_hub: str, register, send, capsys, monkeypatch
+) -> None:
+    bob = register("bob")
+    sent = send(register("alice"), "bob", "the release is tagged").json_body["id"]
+    monkeypatch.setenv("SWITCHBOARD_TOKEN", bob.token)
+    lossy = LosesAnswers(HubClient.default_transport, lose=1, answer="503")
+    monkeypatch.setattr(HubClient, "default_transport", lossy)
+
+    code, out, err = run(capsys, "inbox")
+    assert (code, out) == (3, "") and "`switchboard inbox --unacked` shows them" in err
+
+    code, out, _ = run(capsys, "inbox", "--unacked", "--json")
+    assert code == 0 and [m["id"] for m in json.loads(out)] == [sent]
 
 
 def test_tasks_commands_work_the_board(inprocess_hub: str, register, api, capsys, monkeypatch) -> None:

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from console.agent.client import HubClient
 from console.agent.config import session_load
 from console.agent.hooks import run_hook
 from messaging.models import AgentSession, Delivery
+from tests.agents.lossy import LosesAnswers
 
 SESSION_ID = "5f1c2a9e-0b7d-4c55-9d1e-2f6a8b3c4d01"
 
@@ -105,6 +107,39 @@ def test_post_tool_use_injects_framed_messages_and_marks_them_delivered(started,
 
     code, out = hook(event("PostToolUse", tool_name="Read", tool_input={}, tool_use_id="toolu_2"))
     assert (code, out) == (0, None)  # nothing new: nothing injected twice
+
+
+@pytest.mark.parametrize("next_event", ["PostToolUse", "Stop"])
+def test_a_pull_whose_answer_was_lost_is_recovered_by_the_next_hook(
+    started, register, send, next_event: str
+) -> None:
+    # Given a PostToolUse pull that the hub carried out but whose answer never reached the hook
+    sent = send(register("alice"), "billing", "Rotate the staging key today.").json_body["id"]
+    lossy = LosesAnswers(HubClient.default_transport, lose=1, answer="503")
+
+    def make_client(url: str, token: str | None) -> HubClient:
+        return HubClient(url, token, transport=lossy)
+
+    def run(payload: dict[str, Any]) -> dict[str, Any] | None:
+        stdout = io.StringIO()
+        assert run_hook(io.StringIO(json.dumps(payload)), stdout, make_client=make_client) == 0
+        return json.loads(stdout.getvalue()) if stdout.getvalue() else None
+
+    assert run(event("PostToolUse", tool_name="Bash", tool_input={}, tool_use_id="toolu_1")) is None
+    assert Delivery.objects.get(message_id=sent).state == "delivered"
+
+    # When the next hook runs (another process: the mark is in the saved session)
+    if next_event == "Stop":
+        out = run(event("Stop", stop_hook_active=False, last_assistant_message="Done."))
+        text = out["reason"]  # the agent is kept working on it
+    else:
+        out = run(event("PostToolUse", tool_name="Read", tool_input={}, tool_use_id="toolu_2"))
+        text = out["hookSpecificOutput"]["additionalContext"]
+
+    # Then the message reaches the agent, and later pulls are plain again
+    assert "Rotate the staging key today." in text and sent in text
+    assert [url.params.get("include_unacked") for url in lossy.pulls] == [None, "true"]
+    assert session_load(SESSION_ID).pull_unsettled is False
 
 
 def test_user_prompt_submit_injects_and_marks_the_session_busy_again(started, register, send) -> None:
