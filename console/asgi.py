@@ -14,6 +14,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
 from console.api_asgi import ApiHandler, is_api_request  # noqa: E402
+from console.heap import FreezeAfterWarmUp, freeze_long_lived  # noqa: E402
 from console.routing import websocket_application  # noqa: E402
 
 api_asgi_app = ApiHandler()
@@ -24,4 +25,13 @@ async def http_application(scope: dict[str, Any], receive: Any, send: Any) -> No
     await app(scope, receive, send)
 
 
-application = ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})
+router = ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})
+warm_up = FreezeAfterWarmUp()
+
+
+async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    warm_up.tick()
+    await router(scope, receive, send)
+
+
+freeze_long_lived()  # the application is built: keep full GC passes off its objects (console.heap)

@@ -8,7 +8,10 @@ import weakref
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_init, worker_process_init
 from celery.worker.consumer import Consumer as CeleryConsumer
+
+from console.heap import freeze_long_lived
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -17,6 +20,12 @@ log = logging.getLogger(__name__)
 app = Celery("switchboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["messaging", "teams", "federation"])
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _freeze_long_lived(**_: object) -> None:
+    freeze_long_lived()  # a worker (or pool) process is ready: keep full GC passes short (console.heap)
 
 
 @app.on_after_finalize.connect
