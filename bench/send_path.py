@@ -8,7 +8,8 @@ Embedded: `switchboard serve` (one process, SQLite, in-memory layer). In the sam
 
 - the floor: one PostgreSQL commit + one Redis PUBLISH + one Unix-socket write and read, in a loop;
 - send → push latency: an agent on the WebSocket of web 1, a sender posting to web 0 at a fixed
-  offered rate (open loop, 100 messages/s), latency from the start of the POST to the push arriving;
+  offered rate (open loop, 100 messages/s), latency from the start of the POST to the push arriving,
+  after a 1 s warm-up at the same rate that is not timed (`--warm-up`);
 - sustained single sends/s with wrk on both web processes, against the rate of the authenticated
   no-op `GET /api/v1/ping` on the same processes in the same run;
 - batch sends (`POST /api/v1/messages/batch`, 100 messages per request), messages/s.
@@ -125,8 +126,14 @@ class PushTimer(threading.Thread):
                     ws.send(json.dumps({"type": "ack", "ids": ids}))
 
 
-def push_latency(send_url: str, push_url: str, *, rate: float, seconds: float, tag: str) -> dict[str, Any]:
-    """Open-loop sends at `rate`/s to web `send_url`; an agent on `push_url` times the pushes."""
+def push_latency(
+    send_url: str, push_url: str, *, rate: float, seconds: float, tag: str, warm_up: float = 1.0
+) -> dict[str, Any]:
+    """Open-loop sends at `rate`/s to web `send_url`; an agent on `push_url` times the pushes.
+
+    The first `warm_up` seconds of sends are made but not timed: the client's connections and the
+    web process's request threads (each with its own database connection) are opened then, once,
+    as in any process that has served a few requests; what follows is the steady state."""
     sender = register(send_url, f"lat-sender-{tag}")
     agent = register(push_url, f"lat-agent-{tag}")
     timer = PushTimer(push_url, agent)
@@ -155,11 +162,13 @@ def push_latency(send_url: str, push_url: str, *, rate: float, seconds: float, t
             return
         answered = time.perf_counter()
         mid = r.json()["id"]
-        started_at[mid], answered_at[mid] = t, answered
+        if i >= 0:  # negative: a warm-up send
+            started_at[mid], answered_at[mid] = t, answered
 
-    begin = time.perf_counter() + 0.5
+    warm = int(rate * warm_up)
+    begin = time.perf_counter() + 0.5 + warm_up
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        futures = [pool.submit(one, i, begin + i / rate) for i in range(n)]
+        futures = [pool.submit(one, i, begin + i / rate) for i in range(-warm, n)]
         for f in futures:
             f.result()
     deadline = time.monotonic() + 15
@@ -171,6 +180,7 @@ def push_latency(send_url: str, push_url: str, *, rate: float, seconds: float, t
     lat = [timer.arrived[m] - started_at[m] for m in pushed]
     return {
         "offered_per_s": rate,
+        "warm_up_s": warm_up,
         "sent": len(started_at),
         "pushed": len(lat),
         "failed_sends": len(failures),
@@ -274,7 +284,12 @@ def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with production_hub(workdir) as (hub, db, redis):
         floor = measure_floor(db, redis.url(), n=args.floor_n)
         latency = push_latency(
-            hub.web_urls[0], hub.web_urls[1], rate=args.rate, seconds=args.seconds, tag="prod"
+            hub.web_urls[0],
+            hub.web_urls[1],
+            rate=args.rate,
+            seconds=args.seconds,
+            tag="prod",
+            warm_up=args.warm_up,
         )
         tp = throughput(hub.web_urls, seconds=args.seconds, tag="prod", batch_size=args.batch_size)
         memory = {p.name: round(rss_mb(p.pid), 1) for p in hub.webs}
@@ -317,7 +332,9 @@ def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             what="switchboard serve",
             interval=0.2,
         )
-        latency = push_latency(url, url, rate=args.rate, seconds=args.seconds, tag="emb")
+        latency = push_latency(
+            url, url, rate=args.rate, seconds=args.seconds, tag="emb", warm_up=args.warm_up
+        )
         tp = throughput([url], seconds=args.seconds, tag="emb", batch_size=args.batch_size)
         return {"latency": latency, "throughput": tp, "rss_mb": round(rss_mb(proc.pid), 1)}
     finally:
@@ -332,6 +349,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="offered sends/s for the latency phase")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     parser.add_argument("--floor-n", type=int, default=2000)
+    parser.add_argument("--warm-up", type=float, default=1.0, help="untimed seconds before the latency phase")
     parser.add_argument(
         "--only", choices=["production", "embedded", "batch"], default=None, help="batch: its phase alone"
     )
