@@ -108,6 +108,9 @@ def frame_for_recipient(delivery: Delivery, *, has_files: bool = True) -> dict[s
         "marker": marker,
         "framed": f"{marker}\n{label_for(delivery)}\n\n{message.text}{listing}",
         "state": delivery.state,
+        # Handed over before this answer and not acked yet (a pull with include_unacked): the
+        # recipient may have seen it already.
+        "redelivered": getattr(delivery, "redelivered", False),
         "priority": Priority(message.priority).label,
         "tier": message.tier,
         "trust": message.trust,

@@ -39,7 +39,10 @@ def render_messages(
                 f"{message['marker']}\n(text of {len(message.get('text', '')):,} characters not shown here"
                 f"{': ' + summary if summary else ''}; {how_to_reread})"
             )
-        block = f"=== BEGIN {boundary} message {message['id']}\n{body}\n=== END {boundary}"
+        again = (
+            " (handed over before and not acked: you may have seen it)" if message.get("redelivered") else ""
+        )
+        block = f"=== BEGIN {boundary} message {message['id']}{again}\n{body}\n=== END {boundary}"
         parts.append(block)
         used += len(block) + 2
     return "\n\n".join(parts)

@@ -168,12 +168,15 @@ def inbox_pull(
         for delivery in handed:
             delivery.state, delivery.delivered_at, delivery.updated_at = S.DELIVERED, now, now
         if include_unacked and len(handed) < limit:
-            handed += (
+            earlier = list(
                 Delivery.objects.filter(recipient=recipient, state=S.DELIVERED)
                 .exclude(pk__in=[d.pk for d in handed])
                 .select_related("message", "message__sender")
                 .order_by("-priority", "id")[: limit - len(handed)]
             )
+            for delivery in earlier:
+                delivery.redelivered = True  # handed over by an earlier pull or push, never acked
+            handed += earlier
         for delivery in handed:
             delivery.recipient = recipient
         return sorted(handed, key=lambda d: (-d.priority, d.pk))

@@ -138,6 +138,7 @@ def test_a_pull_whose_answer_was_lost_is_recovered_by_the_next_hook(
 
     # Then the message reaches the agent, and later pulls are plain again
     assert "Rotate the staging key today." in text and sent in text
+    assert f"message {sent} (handed over before and not acked: you may have seen it)" in text
     assert [url.params.get("include_unacked") for url in lossy.pulls] == [None, "true"]
     assert session_load(SESSION_ID).pull_unsettled is False
 

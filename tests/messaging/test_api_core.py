@@ -311,10 +311,14 @@ def test_delivered_but_unacked_messages_can_be_fetched_again(api, register, send
     alice, bob = register("alice"), register("bob")
     one = send(alice, "bob", "one").json_body["id"]
     two = send(alice, "bob", "two").json_body["id"]
-    api.get("inbox", bob.token)  # the client crashes before acking
+    first = api.get("inbox", bob.token).json_body["messages"]  # the client crashes before acking
     api.post("inbox/ack", bob.token, {"ids": [one]})
+    three = send(alice, "bob", "three").json_body["id"]
     again = api.get("inbox", bob.token, include_unacked="true").json_body["messages"]
-    assert [m["id"] for m in again] == [two]
+    assert [m["id"] for m in again] == [two, three]
+    # Each says whether it was handed over before (the recipient may have seen it)
+    assert [m["redelivered"] for m in first] == [False, False]
+    assert [m["redelivered"] for m in again] == [True, False]
 
 
 def test_inbox_frames_carry_a_server_computed_marker_and_peer_label(api, register, send):
