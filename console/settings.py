@@ -276,5 +276,8 @@ LOGGING = {
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
+        # One line per finished task: the periodic sweeps alone made several a second (failures
+        # are still logged, at ERROR).
+        "celery.app.trace": {"level": os.environ.get("SWITCHBOARD_TASK_LOG_LEVEL", "WARNING")},
     },
 }
