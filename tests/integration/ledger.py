@@ -155,7 +155,6 @@ class InboxReader(threading.Thread):
         self.stop_at = time.monotonic() + deadline
         self.halt = threading.Event()
         self.errors: list[str] = []
-        self.recovered_pulls = 0  # pulls with include_unacked after a pull whose answer was lost
 
     def run(self) -> None:
         # As the agent client does (HubClient.inbox): a pull whose answer was lost may still have
@@ -182,8 +181,6 @@ class InboxReader(threading.Thread):
                     for mid in ids:
                         if not unsettled or self.ledger.received[mid] == 0:
                             self.ledger.got(mid)
-                    if unsettled:
-                        self.recovered_pulls += 1
                     unsettled = False
                     if ids:
                         a = c.post("/api/v1/inbox/ack", json={"ids": ids})
@@ -377,7 +374,6 @@ class WebSocketAgent(threading.Thread):
         self.halt = threading.Event()
         self.ready = threading.Event()
         self.errors: list[str] = []
-        self.recovered_pulls = 0  # pulls with include_unacked after a pull whose answer was lost
 
     def run(self) -> None:
         import json
