@@ -59,3 +59,35 @@ def test_json_for_the_database_writes_uuids_and_datetimes_as_text() -> None:
     assert json.loads(bulk.json_text([{"id": ident, "at": when, "n": 1, "text": "é"}])) == [
         {"id": str(ident), "at": when.isoformat(), "n": 1, "text": "é"}
     ]
+
+
+@pytest.mark.django_db
+def test_bulk_insert_writes_every_row_and_returns_ids_in_row_order() -> None:
+    # More rows than SQLite takes parameters for in one statement: several statements there
+    alice = session_register(name="alice").session
+    session_register(name="bob")
+    sent = message_send(sender=alice, to="bob", text="template")
+    message_row = bulk.model_row(sent.message, bulk.model_columns(Message))
+    delivery_row = bulk.model_row(sent.delivery, bulk.model_columns(Delivery)[1:])  # the database gives ids
+    new_ids = [uuid.uuid4() for _ in range(300)]
+    bulk.bulk_insert(
+        model=Message,
+        rows=[
+            {**message_row, "id": mid, "text": f"copy {i}", "sha256": f"{i:064x}"}
+            for i, mid in enumerate(new_ids)
+        ],
+    )
+
+    given = bulk.bulk_insert(
+        model=Delivery, rows=[{**delivery_row, "message_id": mid} for mid in new_ids], returning="id"
+    )
+
+    assert len(given) == len(set(given)) == 300
+    stored = dict(Delivery.objects.filter(pk__in=given).values_list("pk", "message_id"))
+    assert [stored[pk] for pk in given] == new_ids
+    assert list(Message.objects.filter(pk__in=new_ids).order_by("text").values_list("text", flat=True))[
+        :2
+    ] == [
+        "copy 0",
+        "copy 1",
+    ]
