@@ -27,6 +27,15 @@ if str(REPO) not in sys.path:
 RESULTS = REPO / "bench" / "results"
 
 
+_STARTED = time.monotonic()
+
+
+def progress(what: str) -> None:
+    """One line on stderr as a phase starts (`[  42 s] what`), so a run of minutes shows where it is;
+    the figures go to stdout at the end."""
+    print(f"[{time.monotonic() - _STARTED:5.0f} s] {what}", file=sys.stderr, flush=True)
+
+
 def pct(values: list[float], q: float) -> float:
     """The q-th percentile (0-100) by nearest rank; NaN for no values."""
     if not values:

@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from common import django_in_process, line, write_result
+from common import django_in_process, line, progress, write_result
 
 from tests.integration.harness import RedisServer, database_drop, database_migrated
 
@@ -97,6 +97,7 @@ def main() -> None:
         from messaging.models import AuditEvent, Delivery
         from messaging.tasks import sweep_due_deliveries
 
+        progress(f"baseline: {n:,} holds, then one bare UPDATE + INSERT")
         t = time.perf_counter()
         base_recipient = make_holds(n, "baseline")
         setup_s = time.perf_counter() - t
@@ -105,6 +106,7 @@ def main() -> None:
         baseline = baseline_sql(base_recipient.pk)
         assert Delivery.objects.filter(recipient=base_recipient, state="expired").count() == n
 
+        progress(f"sweep: {n:,} holds, then the periodic job until none is left")
         recipient = make_holds(n, "sweep")
         with connection.cursor() as c:
             c.execute("ANALYZE messaging_delivery")

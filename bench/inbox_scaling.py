@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from common import django_in_process, line, summary_ms, write_result
+from common import django_in_process, line, progress, summary_ms, write_result
 
 from tests.integration.harness import database_drop, database_migrated
 
@@ -89,6 +89,7 @@ class FileMailbox:
 def file_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
     folder = Path(tempfile.mkdtemp(prefix="sb-bench-mailbox-"))
     try:
+        progress(f"file mailbox baseline: {len(sizes)} sizes, {rounds} rounds")
         boxes = {n: FileMailbox(folder, f"bob{n}") for n in sizes}
         for n, box in boxes.items():
             box.preload(n)
@@ -138,6 +139,7 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
     long_ago = timezone.now() - timedelta(days=2)
     pairs = {}
     for n in sizes:
+        progress(f"{shape}: filling a {n:,}-message inbox")
         alice = session_register(name=f"alice-{shape}-{n}").session
         bob = session_register(name=f"bob-{shape}-{n}").session
         # Whose inbox the n messages fill: bob's, or for the sender shape a third session's.
@@ -182,6 +184,7 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
         last_seen=timezone.now()
     )
     costs: dict[int, dict[str, list[float]]] = {n: {"send": [], "read": []} for n in sizes}
+    progress(f"{shape}: {rounds} rounds of a send and a read at each size")
     for i in range(rounds):
         for n, (alice, bob, actor) in pairs.items():
             t = time.perf_counter()

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import line, summary_ms, write_result, wrk_parallel
+from common import line, progress, summary_ms, write_result, wrk_parallel
 
 from tests.integration.harness import (
     ENROLL_KEY,
@@ -234,10 +234,12 @@ def throughput(urls: list[str], *, seconds: float, tag: str, batch_size: int = 1
     """wrk on every web process: the no-op ping, then single sends, then batch sends."""
     sender = register(urls[0], f"tp-sender-{tag}")
     sink = register(urls[0], f"tp-sink-{tag}")
+    progress(f"{tag}: wrk on the no-op ping, {seconds:g} s")
     ping = wrk_parallel(
         urls, method="GET", path="/api/v1/ping", token=sender.token, seconds=seconds, connections=4
     )
     body = json.dumps({"to": sink.ref, "message": "throughput " + tag + " {n}"})
+    progress(f"{tag}: wrk on single sends, {seconds:g} s")
     sends = wrk_parallel(
         urls,
         method="POST",
@@ -248,6 +250,7 @@ def throughput(urls: list[str], *, seconds: float, tag: str, batch_size: int = 1
         connections=4,
     )
     batch_senders = [register(u, f"tp-batch-{tag}-{i}") for i, u in enumerate(urls)]
+    progress(f"{tag}: batch sends of {batch_size}, {seconds:g} s")
     batch = batch_rate(urls, batch_senders, sink.ref, seconds=seconds, size=batch_size)
     return {
         "ping_per_s": ping["requests_per_s"],
@@ -269,6 +272,7 @@ def production_hub(workdir: Path) -> Iterator[tuple[Hub, str, RedisServer]]:
     db = database_migrated()
     hub = None
     try:
+        progress("starting the production topology (PostgreSQL database, Redis, 2 daphne, worker, beat)")
         hub = hub_start(
             database_url=db, redis_url=redis.url(), workdir=workdir / "hub", migrate=False, extra_env=LOAD_ENV
         )
@@ -282,7 +286,9 @@ def production_hub(workdir: Path) -> Iterator[tuple[Hub, str, RedisServer]]:
 
 def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with production_hub(workdir) as (hub, db, redis):
+        progress(f"the floor: {args.floor_n:,} commits + publishes + socket writes")
         floor = measure_floor(db, redis.url(), n=args.floor_n)
+        progress(f"send → push latency at {args.rate:g}/s, {args.warm_up:g} s warm-up + {args.seconds:g} s")
         latency = push_latency(
             hub.web_urls[0],
             hub.web_urls[1],
@@ -303,6 +309,7 @@ def batch_only(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         sink = register(hub.web_urls[0], "batch-sink")
         runs = []
         for k in range(args.repeat):
+            progress(f"batch sends of {args.batch_size}, run {k + 1} of {args.repeat}, {args.seconds:g} s")
             senders = [register(u, f"batch-{k}-{i}") for i, u in enumerate(hub.web_urls)]
             runs.append(
                 batch_rate(hub.web_urls, senders, sink.ref, seconds=args.seconds, size=args.batch_size)
@@ -323,6 +330,7 @@ def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     proc = Proc(
         "serve", [str(VENV_BIN / "switchboard"), "serve", "--port", str(port)], env, workdir / "serve.log"
     )
+    progress("starting switchboard serve (embedded mode)")
     proc.start()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -331,6 +339,9 @@ def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             timeout=90,
             what="switchboard serve",
             interval=0.2,
+        )
+        progress(
+            f"emb: send → push latency at {args.rate:g}/s, {args.warm_up:g} s warm-up + {args.seconds:g} s"
         )
         latency = push_latency(
             url, url, rate=args.rate, seconds=args.seconds, tag="emb", warm_up=args.warm_up

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import line, summary_ms, write_result
+from common import line, progress, summary_ms, write_result
 from send_path import register
 
 from tests.integration.harness import RedisServer, database_drop, database_migrated, hub_start, rss_mb
@@ -163,9 +163,11 @@ def main() -> None:
     db = database_migrated()
     hub = None
     try:
+        progress("starting the production topology")
         hub = hub_start(
             database_url=db, redis_url=redis.url(), workdir=workdir / "hub", migrate=False, extra_env=LOAD_ENV
         )
+        progress(f"registering {args.sockets:,} agents")
         before = {p.name: round(rss_mb(p.pid), 1) for p in hub.webs}
         senders = [register(u, f"ws-sender-{i}") for i, u in enumerate(hub.web_urls)]
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -176,6 +178,7 @@ def main() -> None:
         async def run() -> dict[str, Any]:
             return await drive(hub.web_urls, agents, [s.token for s in senders], seconds=args.seconds)
 
+        progress(f"{args.sockets:,} sockets: connecting, then {args.seconds:g} s at 1 message/s each")
         result = asyncio.run(run())
         after = {p.name: round(rss_mb(p.pid), 1) for p in hub.webs}
         result["web_rss_mb_before"] = before
