@@ -379,6 +379,7 @@ class Hub:
             "SWITCHBOARD_SECRET_KEY": "sb-prod-secret-" + "s" * 40,
             "SWITCHBOARD_ENROLL_KEY": ENROLL_KEY,
             "SWITCHBOARD_SWEEP_SECONDS": "1",
+            "SWITCHBOARD_TASK_LOG_LEVEL": "INFO",  # a line per finished task: tests read what ran
             **self.extra_env,
         }
 
