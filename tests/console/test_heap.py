@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import Iterator
 
@@ -29,6 +30,22 @@ def test_the_warm_up_freezes_once_after_its_requests(unfrozen: None) -> None:
     frozen = gc.get_freeze_count()
     assert frozen >= len(survivor)
 
+    gc.unfreeze()
+    warm_up.tick()  # and never again
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_process_with_few_connections_freezes_a_while_after_the_first(unfrozen: None) -> None:
+    # A web process that mostly holds WebSockets may never see 200 connections
+    warm_up = FreezeAfterWarmUp(after=200, seconds=0.05)
+
+    async def first_connection_then_quiet() -> int:
+        warm_up.tick()
+        assert gc.get_freeze_count() == 0
+        await asyncio.sleep(0.2)
+        return gc.get_freeze_count()
+
+    assert asyncio.run(first_connection_then_quiet()) > 0
     gc.unfreeze()
     warm_up.tick()  # and never again
     assert gc.get_freeze_count() == 0
