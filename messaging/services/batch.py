@@ -62,6 +62,7 @@ from messaging.services.sending import (
     message_event,
     message_send,
     messages_write,
+    reply_checked,
     resolve_recipient,
     send_input_checked,
 )
@@ -393,6 +394,7 @@ class _Batch:
         if isinstance(found, SwitchboardError):
             raise found
         recipient, resolution = found
+        reply_checked(self.sender, item.fields.get("in_reply_to"))
         inbox = self._inbox(recipient)
         if inbox.checked is not None:
             raise inbox.checked

@@ -638,6 +638,7 @@ def message_send(
                 recipient, resolution = route.recipient, route.resolution
     if recipient.id == sender.id:
         raise Invalid("self_target", "A session cannot message itself.")
+    reply_checked(sender, in_reply_to)
     now = timezone.now()
     sha256 = checked.sha256
     pin_key = _pin_key_checked(resolution) if route is None else ""
@@ -912,6 +913,22 @@ def acceptance_audit(
             "detail": {"from": S.ACCEPTED, **({"reason": why} if why else {})},
         },
     ]
+
+
+def reply_checked(sender: AgentSession, in_reply_to: str | None) -> None:
+    """Raise NotFound unless `in_reply_to` (when given) is a message `sender` sent or received."""
+    if not in_reply_to:
+        return
+    try:
+        uuid.UUID(str(in_reply_to))
+    except ValueError:
+        raise Invalid("bad_in_reply_to", "in_reply_to is a message id (a UUID).") from None
+    theirs = Q(sender=sender) | Q(deliveries__recipient=sender)
+    if not Message.objects.filter(theirs, pk=in_reply_to).exists():
+        raise NotFound(
+            f"in_reply_to: there is no message {in_reply_to} that you sent or received.",
+            reason="in_reply_to",
+        )
 
 
 def _earlier_send(sender: AgentSession, key: str, fingerprint: str) -> SendOutcome | None:

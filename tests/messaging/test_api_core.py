@@ -392,3 +392,32 @@ def test_audit_retention_purges_old_events(db, settings):
     audit_event("test.new", actor="hub")
     assert audit_purge_expired() == 1
     assert list(AuditEvent.objects.values_list("kind", flat=True)) == ["test.new"]
+
+
+def test_a_reply_names_a_message_its_sender_sent_or_received(api, register, send):
+    alice, bob, carol = register("alice"), register("bob"), register("carol")
+    asked = send(alice, "bob", "Can you take the parser?").json_body["id"]
+    private = send(carol, "alice", "between carol and alice").json_body["id"]
+
+    answered = send(bob, "alice", "Yes, on it.", in_reply_to=asked)
+    followed_up = send(alice, "bob", "Thanks.", in_reply_to=asked)  # the sender may refer to it too
+    unknown = send(bob, "alice", "re?", in_reply_to="00000000-0000-0000-0000-000000000005")
+    not_theirs = send(bob, "alice", "re?", in_reply_to=private)
+
+    assert answered.status_code == 201 and followed_up.status_code == 201
+    assert str(Message.objects.get(pk=answered.json_body["id"]).in_reply_to_id) == asked
+    for refused in (unknown, not_theirs):  # a 404 with a reason, not a 500 from the foreign key
+        assert refused.status_code == 404, refused.json_body
+        assert refused.json_body["error"] == "not_found" and refused.json_body["reason"] == "in_reply_to"
+    assert Message.objects.filter(text="re?").count() == 0
+
+
+def test_a_reply_to_something_that_is_not_a_message_id_is_refused_by_the_service(db, register):
+    from messaging.errors import Invalid
+    from messaging.services.sending import message_send
+
+    register("alice"), register("bob")
+    alice = AgentSession.objects.get(name="alice")
+    with pytest.raises(Invalid) as refused:  # the MCP tool passes the id as text
+        message_send(sender=alice, to="bob", text="re", in_reply_to="not-an-id")
+    assert refused.value.reason == "bad_in_reply_to"

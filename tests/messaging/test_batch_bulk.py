@@ -60,6 +60,7 @@ def mixed_items() -> list[dict[str, Any]]:
         *({"to": "erin", "text": f"erin {i}"} for i in range(8)),  # 15-22 unread cap, then pair rate
         *({"to": "frank", "text": f"frank {i}"} for i in range(3)),  # 23-25 the third is a loop
         {"to": "olga", "text": "observers receive nothing"},  # 26
+        {"to": "bob", "text": "re: nothing", "in_reply_to": str(uuid.UUID(int=5))},  # 27 no such message
     ]
 
 
@@ -91,6 +92,7 @@ EXPECTED = [
     "queued",
     "held:loop_suspected",
     "forbidden:observer",
+    "not_found:in_reply_to",
 ]
 
 
