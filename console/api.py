@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -24,16 +24,16 @@ class StorableTextParser(Parser):
 
     def parse_body(self, request: HttpRequest) -> Any:
         data = super().parse_body(request)
-        _refuse_unstorable(data)  # raised inside ninja's body parsing: a 400 "Cannot parse request body"
+        refuse_unstorable(data)  # raised inside ninja's body parsing: a 400 "Cannot parse request body"
         return data
 
     def parse_querydict(self, data: Any, list_fields: list[str], request: HttpRequest) -> Any:
         result = super().parse_querydict(data, list_fields, request)
-        _refuse_unstorable(result)
+        refuse_unstorable(result)
         return result
 
 
-def _refuse_unstorable(value: Any) -> None:
+def refuse_unstorable(value: Any) -> None:
     pending = [value]
     while pending:
         item = pending.pop()
@@ -65,9 +65,27 @@ api.add_router("/v1/", holds_router)
 api.add_router("/v1/", teams_router)
 
 
+def error_answer(exc: Exception) -> tuple[int, dict[str, Any]] | None:
+    """The status and body for an error a service call raised: a domain error, or the database
+    being down. None for anything else (a fault in the hub). The ninja handlers below and the
+    direct send route (`console.send_route`) both answer with it."""
+    if isinstance(exc, SwitchboardError):
+        return exc.status, exc.as_dict()
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # Never answer 2xx for something that was not committed. The database may have failed
+        # while committing, after the change was made durable, so the answer cannot promise
+        # "nothing was saved": it says how to retry safely instead.
+        return 503, {"error": "unavailable", "detail": DATABASE_DOWN_DETAIL}
+    return None
+
+
 @api.exception_handler(SwitchboardError)
-def domain_error(request: HttpRequest, exc: SwitchboardError) -> HttpResponse:
-    return api.create_response(request, exc.as_dict(), status=exc.status)
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def service_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    answer = error_answer(exc)
+    assert answer is not None  # registered only for the errors it maps
+    return api.create_response(request, answer[1], status=answer[0])
 
 
 @api.exception_handler(ValidationError)
@@ -129,16 +147,3 @@ DATABASE_DOWN_DETAIL = (
     "with the same idempotency_key is stored once, and an inbox pull with include_unacked=true also "
     "returns messages handed over before the failure."
 )
-
-
-@api.exception_handler(OperationalError)
-@api.exception_handler(InterfaceError)
-def database_down(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
-    # Never answer 2xx for something that was not committed. The database may have failed while
-    # committing, after the change was made durable, so the answer cannot promise "nothing was
-    # saved": it says how to retry safely instead.
-    return api.create_response(
-        request,
-        {"error": "unavailable", "detail": DATABASE_DOWN_DETAIL},
-        status=503,
-    )

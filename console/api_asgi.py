@@ -39,20 +39,39 @@ IDLE_LANES_KEPT = 16  # threads kept for the next requests; more are made when m
 Respond = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
 
 
+class SecurityCalls:
+    """The console's security middleware called inline (it only reads the request and sets
+    headers): the SSL redirect on the way in, when configured, and the security headers on the
+    way out. Shared by the API's middleware and the direct send route."""
+
+    def __init__(self) -> None:
+        self._security = SecurityMiddleware(_never_called)
+        self._framing = XFrameOptionsMiddleware(_never_called)
+
+    def redirect(self, request: HttpRequest) -> HttpResponseBase | None:
+        return self._security.process_request(request)  # SECURE_SSL_REDIRECT, when configured
+
+    def headers_added(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        return self._framing.process_response(request, self._security.process_response(request, response))
+
+
+def _never_called(request: HttpRequest) -> HttpResponseBase:
+    raise AssertionError("SecurityCalls runs the middleware's hooks only")
+
+
 def api_request_middleware(get_response: Respond) -> Respond:
     """Lazy session and user for the API, plus the console's security headers, without thread hops."""
     session_store = import_module(settings.SESSION_ENGINE).SessionStore
-    security = SecurityMiddleware(get_response)
-    framing = XFrameOptionsMiddleware(get_response)
+    security = SecurityCalls()
 
     async def middleware(request: HttpRequest) -> HttpResponseBase:
-        redirect = security.process_request(request)  # SECURE_SSL_REDIRECT, when configured
+        redirect = security.redirect(request)
         if redirect is not None:
             return redirect
         request.session = session_store(request.COOKIES.get(settings.SESSION_COOKIE_NAME))
         request.user = SimpleLazyObject(lambda: get_user(request))
         response = await get_response(request)
-        return framing.process_response(request, security.process_response(request, response))
+        return security.headers_added(request, response)
 
     markcoroutinefunction(middleware)
     return middleware
@@ -60,11 +79,15 @@ def api_request_middleware(get_response: Respond) -> Respond:
 
 class ApiHandler(ASGIHandler):
     """Django's ASGI handler with `api_request_middleware` as its whole middleware chain, running
-    each request's sync code on a reused lane (see the module docstring)."""
+    each request's sync code on a reused lane (see the module docstring). Sends go by the direct
+    route (`console.send_route`), which hands back to this handler what it does not serve."""
 
     def __init__(self) -> None:
         super().__init__()
         self._idle_lanes: list[ThreadPoolExecutor] = []
+        from console.send_route import SendRoute  # it imports the API, which needs the apps loaded
+
+        self._send_route = SendRoute()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -72,7 +95,10 @@ class ApiHandler(ASGIHandler):
         lane = self._idle_lanes.pop() if self._idle_lanes else ThreadPoolExecutor(1, "api-lane")
         try:
             async with ThreadSensitiveContext(executor=lane):
-                await self.handle(scope, receive, send)
+                if self._send_route.takes(scope):
+                    await self._send_route(scope, receive, send, fallback=self.handle)
+                else:
+                    await self.handle(scope, receive, send)
         finally:
             if len(self._idle_lanes) < IDLE_LANES_KEPT:
                 self._idle_lanes.append(lane)
@@ -88,8 +114,13 @@ class ApiHandler(ASGIHandler):
 
 
 def is_api_request(scope: dict[str, Any]) -> bool:
+    return app_path(scope).startswith(API_PREFIX)
+
+
+def app_path(scope: dict[str, Any]) -> str:
+    """The request's path below the hub's mount point (`root_path`)."""
     path = scope.get("path", "")
     root = scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root) :]
-    return path.startswith(API_PREFIX)
+    return path
