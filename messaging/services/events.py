@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings
@@ -96,9 +96,34 @@ def _send_many(batch: list[tuple[list[str], dict[str, Any]]]) -> None:
         if target is not None:
             _publisher(target).put(layer, batch)
         else:  # in-memory layers belong to the server's loop
-            async_to_sync(_publish)(layer, batch)
+            _publish_on_server_loop(layer, batch)
     except Exception:  # a push is best effort; the database already has the change
         log.warning("could not push %d events", len(batch), exc_info=True)
+
+
+def _publish_on_server_loop(layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) -> None:
+    """Hand the batch to the server's event loop (an in-memory layer lives there). A request's
+    thread does not wait for it: the loop is busy serving, and a wait there held the request (and
+    its thread) for as long as the loop took to get round to it. Code with no server loop behind
+    its thread (a task on the embedded pool, a command, a test) publishes and waits as before.
+    Batches start in the order they are handed over, so events keep commit order."""
+    # asgiref notes the loop behind each `sync_to_async` call on its thread and never clears it,
+    # so a thread outside such a call may find a loop that has since stopped.
+    loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
+    behind = getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) == os.getpid()
+    if loop is None or not behind or not loop.is_running():
+        async_to_sync(_publish)(layer, batch)
+        return
+    loop.call_soon_threadsafe(_publish_started, layer, batch)
+
+
+def _publish_started(layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) -> None:
+    task = asyncio.ensure_future(_publish(layer, batch))
+    _publishing.add(task)  # the loop keeps only weak references to tasks
+    task.add_done_callback(_publishing.discard)
+
+
+_publishing: set[asyncio.Future[None]] = set()
 
 
 async def _publish(layer: Any, batch: list[tuple[list[str], dict[str, Any]]]) -> None:

@@ -112,3 +112,52 @@ def test_only_a_single_server_pubsub_layer_goes_through_the_publisher(settings) 
         "default": {"CONFIG": {"hosts": [{"address": "redis://a:1/0"}, {"address": "redis://b:1/0"}]}}
     }
     assert events._pubsub_target(one) is None  # spread over servers: the layer's own group_send
+
+
+def test_an_in_memory_layer_gets_events_from_a_request_thread_without_the_thread_waiting(monkeypatch) -> None:
+    """Embedded mode: a request's thread hands its events to the server's loop and goes on, even
+    while the loop is busy; the loop publishes them later, in the order they were handed over."""
+    import threading
+
+    from asgiref.sync import sync_to_async
+
+    layer = InMemoryChannelLayer()
+    monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
+    thread_done = threading.Event()
+
+    def request_thread() -> None:
+        for n in range(20):
+            events._send_many([(["session.x"], _event("message.sent", n))])
+        thread_done.set()
+
+    async def scenario() -> tuple[bool, list[int]]:
+        channel = await layer.new_channel()
+        await layer.group_add("session.x", channel)
+        request = asyncio.ensure_future(sync_to_async(request_thread)())
+        await asyncio.sleep(0)  # the thread starts
+        # The loop is busy (blocked) until the thread is done: a thread that waited for the loop
+        # to publish each event would never be, and this gives up after 5 s.
+        went_on = thread_done.wait(timeout=5)
+        await request
+        received = [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(20)]
+        return went_on, [m["data"]["n"] for m in received]
+
+    went_on, order = asyncio.run(scenario())
+    assert went_on
+    assert order == list(range(20))
+
+
+def test_code_with_no_server_loop_behind_it_publishes_before_going_on(monkeypatch) -> None:
+    layer = InMemoryChannelLayer()
+    monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
+    channel = asyncio.run(layer.new_channel())
+    asyncio.run(layer.group_add("operators", channel))
+    # a command or a pool task; this thread once ran a `sync_to_async` call, whose loop is gone
+    from asgiref.sync import SyncToAsync
+
+    gone = asyncio.new_event_loop()
+    gone.close()
+    monkeypatch.setattr(SyncToAsync.threadlocal, "main_event_loop", gone, raising=False)
+    monkeypatch.setattr(SyncToAsync.threadlocal, "main_event_loop_pid", os.getpid(), raising=False)
+    events._send_many([(["operators"], _event("task.done", 1))])
+    assert asyncio.run(asyncio.wait_for(layer.receive(channel), 5))["data"]["n"] == 1
