@@ -94,6 +94,7 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["ENGINE"] = "console.sqlite"  # Django's, writers queued on a lock (see there)
     DATABASES["default"]["OPTIONS"] = {
         # WAL lets readers run beside the writer; IMMEDIATE takes the write lock at BEGIN, so two
         # writers queue on busy_timeout instead of failing with "database is locked" mid-transaction.

@@ -1,0 +1,65 @@
+"""Django's SQLite backend, with this process's write transactions queued on a lock.
+
+SQLite lets one connection write at a time. The hub starts every transaction with
+`BEGIN IMMEDIATE` (console.settings), so a second writer waits in SQLite's busy handler, which
+sleeps between tries (1, 2, 5, 10 ms and longer): under concurrent sends the request threads slept
+while the processor idled. Threads of one process now queue on a lock per database file and start
+as soon as the writer before them commits or rolls back.
+
+The lock only orders this process's writers. SQLite's own locking still does the guarding: a
+thread that has not got the lock within the connection's timeout goes ahead and waits in SQLite
+as before, and other processes (a management command, a second hub) never see the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django.db.backends.sqlite3 import base
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def write_lock(name: str) -> threading.Lock:
+    """The lock writers of database file `name` queue on in this process."""
+    with _locks_guard:
+        return _locks.setdefault(name, threading.Lock())
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    _holds_write_lock = False
+
+    def _start_transaction_under_autocommit(self) -> None:
+        if self.transaction_mode == "IMMEDIATE" and not self._holds_write_lock:
+            timeout = float(self.settings_dict.get("OPTIONS", {}).get("timeout", 5))
+            self._holds_write_lock = write_lock(str(self.settings_dict["NAME"])).acquire(timeout=timeout)
+        try:
+            super()._start_transaction_under_autocommit()
+        except BaseException:
+            self._write_lock_released()
+            raise
+
+    def _commit(self) -> Any:
+        try:
+            return super()._commit()
+        finally:
+            self._write_lock_released()
+
+    def _rollback(self) -> Any:
+        try:
+            return super()._rollback()
+        finally:
+            self._write_lock_released()
+
+    def _close(self) -> Any:
+        try:
+            return super()._close()
+        finally:
+            self._write_lock_released()
+
+    def _write_lock_released(self) -> None:
+        if self._holds_write_lock:
+            self._holds_write_lock = False
+            write_lock(str(self.settings_dict["NAME"])).release()
