@@ -58,6 +58,15 @@ def summary_ms(seconds: list[float]) -> dict[str, float]:
     }
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU the processes have used so far, in seconds (Linux /proc)."""
+    total_ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total_ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on, including how busy the machine was."""
     return {

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import line, progress, summary_ms, write_result, wrk_parallel
+from common import cpu_seconds, line, progress, summary_ms, write_result, wrk_parallel
 
 from tests.integration.harness import (
     ENROLL_KEY,
@@ -230,16 +230,23 @@ def batch_rate(
     }
 
 
-def throughput(urls: list[str], *, seconds: float, tag: str, batch_size: int = 100) -> dict[str, Any]:
-    """wrk on every web process: the no-op ping, then single sends, then batch sends."""
+def throughput(
+    urls: list[str], web_pids: list[int], *, seconds: float, tag: str, batch_size: int = 100
+) -> dict[str, Any]:
+    """wrk on every web process: the no-op ping, then single sends, then batch sends. The web
+    processes' CPU per request is taken from /proc around the ping and send phases: unlike the
+    rates, it does not depend on what else (wrk, PostgreSQL) shares the machine's cores."""
     sender = register(urls[0], f"tp-sender-{tag}")
     sink = register(urls[0], f"tp-sink-{tag}")
     progress(f"{tag}: wrk on the no-op ping, {seconds:g} s")
+    before = cpu_seconds(web_pids)
     ping = wrk_parallel(
         urls, method="GET", path="/api/v1/ping", token=sender.token, seconds=seconds, connections=4
     )
+    ping_cpu = cpu_seconds(web_pids) - before
     body = json.dumps({"to": sink.ref, "message": "throughput " + tag + " {n}"})
     progress(f"{tag}: wrk on single sends, {seconds:g} s")
+    before = cpu_seconds(web_pids)
     sends = wrk_parallel(
         urls,
         method="POST",
@@ -249,6 +256,7 @@ def throughput(urls: list[str], *, seconds: float, tag: str, batch_size: int = 1
         seconds=seconds,
         connections=4,
     )
+    sends_cpu = cpu_seconds(web_pids) - before
     batch_senders = [register(u, f"tp-batch-{tag}-{i}") for i, u in enumerate(urls)]
     progress(f"{tag}: batch sends of {batch_size}, {seconds:g} s")
     batch = batch_rate(urls, batch_senders, sink.ref, seconds=seconds, size=batch_size)
@@ -259,9 +267,16 @@ def throughput(urls: list[str], *, seconds: float, tag: str, batch_size: int = 1
         "sends_non_2xx": sends["non_2xx"],
         "sends_duplicate_answers": sends["duplicates"],  # must be 0: every body is unique
         "sends_vs_ping": round(sends["requests_per_s"] / ping["requests_per_s"], 3),
+        "web_cpu_ms_per_ping": _per_request_ms(ping_cpu, ping),
+        "web_cpu_ms_per_send": _per_request_ms(sends_cpu, sends),
         "batch": batch,
         "wrk": {"ping": ping["runs"], "sends": sends["runs"]},
     }
+
+
+def _per_request_ms(cpu_s: float, run: dict[str, Any]) -> float:
+    requests = sum(r["requests"] for r in run["runs"])
+    return round(cpu_s * 1000 / requests, 3) if requests else float("nan")
 
 
 @contextlib.contextmanager
@@ -297,7 +312,13 @@ def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             tag="prod",
             warm_up=args.warm_up,
         )
-        tp = throughput(hub.web_urls, seconds=args.seconds, tag="prod", batch_size=args.batch_size)
+        tp = throughput(
+            hub.web_urls,
+            [p.pid for p in hub.webs],
+            seconds=args.seconds,
+            tag="prod",
+            batch_size=args.batch_size,
+        )
         memory = {p.name: round(rss_mb(p.pid), 1) for p in hub.webs}
         return {"floor": floor, "latency": latency, "throughput": tp, "web_rss_mb": memory}
 
@@ -346,7 +367,7 @@ def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         latency = push_latency(
             url, url, rate=args.rate, seconds=args.seconds, tag="emb", warm_up=args.warm_up
         )
-        tp = throughput([url], seconds=args.seconds, tag="emb", batch_size=args.batch_size)
+        tp = throughput([url], [proc.pid], seconds=args.seconds, tag="emb", batch_size=args.batch_size)
         return {"latency": latency, "throughput": tp, "rss_mb": round(rss_mb(proc.pid), 1)}
     finally:
         proc.stop()
@@ -390,6 +411,11 @@ def latency_halves(lat: dict[str, Any]) -> None:
     line("  then the push, p50 / p99", f"{push['p50_ms']:.2f} / {push['p99_ms']:.2f} ms")
 
 
+def web_cpu(tp: dict[str, Any]) -> None:
+    send, ping = tp["web_cpu_ms_per_send"], tp["web_cpu_ms_per_ping"]
+    line("  web-process CPU per send / per ping", f"{send:.2f} / {ping:.2f} ms ({send / ping:.2f}×)")
+
+
 def report(result: dict[str, Any]) -> None:
     print("\nSend path")
     prod = result.get("production")
@@ -413,6 +439,7 @@ def report(result: dict[str, Any]) -> None:
         line("single sends", f"{tp['sends_per_s']:.0f}/s", "target ≥ 800/s")
         line("  as a share of the no-op rate", f"{tp['sends_vs_ping']:.0%}", "target ≥ 60%")
         line("  ratio to the floor rate", f"{tp['sends_per_s'] / f['per_s']:.2f}×")
+        web_cpu(tp)
         line(
             f"batch sends ({tp['batch']['batch']} per request)",
             f"{tp['batch']['per_s']:.0f} msg/s",
@@ -434,6 +461,7 @@ def report(result: dict[str, Any]) -> None:
         line("authenticated no-op GET /api/v1/ping", f"{tp['ping_per_s']:.0f}/s")
         line("single sends", f"{tp['sends_per_s']:.0f}/s", "target ≥ 400/s")
         line("  as a share of the no-op rate", f"{tp['sends_vs_ping']:.0%}")
+        web_cpu(tp)
         line(f"batch sends ({tp['batch']['batch']} per request)", f"{tp['batch']['per_s']:.0f} msg/s")
 
 
