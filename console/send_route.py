@@ -32,14 +32,13 @@ from django.http import HttpResponse, HttpResponseBase
 from ninja.errors import HttpError
 from pydantic import ValidationError
 
-from console.api import error_answer, refuse_unstorable
+from console.api import api, error_answer, refuse_unstorable
 from console.api_asgi import SecurityCalls, app_path
 from messaging.api import SendIn, SendOut, send_answer
 from messaging.auth import BearerAuth
 from messaging.principals import Principal
 
 SEND_PATH = "/api/v1/messages"
-JSON_TYPE = "application/json; charset=utf-8"  # what ninja's renderer answers with
 
 Asgi = Callable[..., Awaitable[Any]]
 
@@ -91,7 +90,7 @@ class SendRoute:
                 if answer is None:  # a fault in the hub: logged and answered as Django does
                     return self._security.headers_added(request, response_for_exception(request, exc))
                 status, payload = answer
-            response = HttpResponse(orjson.dumps(payload), status=status, content_type=JSON_TYPE)
+            response = HttpResponse(orjson.dumps(payload), status=status, content_type=api.get_content_type())
             return self._security.headers_added(request, response)
         finally:
             request_finished.send(sender=self.__class__)

@@ -29,12 +29,13 @@ def write_lock(name: str) -> threading.Lock:
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    _holds_write_lock = False
+    _write_lock_held: threading.Lock | None = None
 
     def _start_transaction_under_autocommit(self) -> None:
-        if self.transaction_mode == "IMMEDIATE" and not self._holds_write_lock:
-            timeout = float(self.settings_dict.get("OPTIONS", {}).get("timeout", 5))
-            self._holds_write_lock = write_lock(str(self.settings_dict["NAME"])).acquire(timeout=timeout)
+        if self.transaction_mode == "IMMEDIATE" and self._write_lock_held is None:
+            lock = write_lock(str(self.settings_dict["NAME"]))
+            if lock.acquire(timeout=float(self.settings_dict.get("OPTIONS", {}).get("timeout", 5))):
+                self._write_lock_held = lock
         try:
             super()._start_transaction_under_autocommit()
         except BaseException:
@@ -60,6 +61,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
             self._write_lock_released()
 
     def _write_lock_released(self) -> None:
-        if self._holds_write_lock:
-            self._holds_write_lock = False
-            write_lock(str(self.settings_dict["NAME"])).release()
+        lock, self._write_lock_held = self._write_lock_held, None
+        if lock is not None:
+            lock.release()
