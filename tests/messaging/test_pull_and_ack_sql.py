@@ -132,3 +132,75 @@ def test_an_ack_waits_for_the_pull_that_holds_its_delivery_then_acks_it() -> Non
     assert results["pulled"] == [sent]
     assert results["ack"]["acked"] == [str(sent)]  # saw "delivered" once the pull committed
     assert Delivery.objects.get(message_id=sent).state == S.READ
+
+
+def _pull_setup(sender_name: str, recipient_name: str) -> tuple[object, object]:
+    """A recipient with three queued messages (one urgent, one carrying a file) and one held."""
+    from federation.models import Attachment, MessageAttachment
+
+    sender = session_register(name=sender_name).session
+    recipient = session_register(name=recipient_name).session
+    message_send(sender=sender, to=recipient_name, text="plain")
+    message_send(sender=sender, to=recipient_name, text="urgent", priority="urgent")
+    with_file = message_send(sender=sender, to=recipient_name, text="with a file")
+    file, _ = Attachment.objects.get_or_create(sha256="b" * 64, defaults={"size": 1})
+    MessageAttachment.objects.create(message_id=with_file.message.id, attachment=file, position=0, name="f")
+    Delivery.objects.filter(recipient=recipient, message__text="plain").update(priority=Priority.NORMAL)
+    return sender, recipient
+
+
+def _pulled_shape(
+    pulled: list[Delivery], receipts: list[tuple[str, dict, list]], sender: object, recipient: object
+) -> dict[str, object]:
+    from messaging.models import AuditEvent
+
+    ids = [d.pk for d in pulled]
+    audit = AuditEvent.objects.filter(kind="delivery.delivered", delivery_id__in=ids).order_by("id")
+    stored = {d.pk: d for d in Delivery.objects.filter(pk__in=ids)}
+    return {
+        "texts": [d.message.text for d in pulled],
+        "files": [d.carries_files for d in pulled],
+        "from the sender": [d.message.sender.pk == sender.pk for d in pulled],
+        "states": [(d.state, stored[d.pk].state) for d in pulled],
+        "times": [d.delivered_at == d.updated_at == stored[d.pk].delivered_at is not None for d in pulled],
+        "to the recipient": [d.recipient.pk == d.recipient_id == recipient.pk for d in pulled],
+        "audit": [
+            (a.delivery_id == d.pk, a.message_id == d.message_id, a.target == str(d.recipient_id), a.detail)
+            for a, d in zip(audit, pulled, strict=True)
+        ],
+        "by the recipient": [a.actor == session_principal(recipient).actor for a in audit],
+        "receipts": [(kind, data["state"], data["from"], to == [sender.id]) for kind, data, to in receipts],
+        "receipts in order": [data["delivery_id"] for _, data, _ in receipts] == ids,
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_a_postgres_pull_is_one_statement_with_the_same_outcome(monkeypatch) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement pull is PostgreSQL's")
+    from django.test.utils import CaptureQueriesContext
+
+    import messaging.services.delivery as delivery
+
+    receipts: list[tuple[str, dict, list]] = []
+    monkeypatch.setattr(delivery, "announce_many", lambda items, **kw: receipts.extend(items))
+    alice, bob = _pull_setup("alice", "bob")
+    dave, carol = _pull_setup("dave", "carol")
+
+    with transaction.atomic():  # the statement-by-statement pull
+        in_transaction = inbox_pull(recipient=bob, actor=session_principal(bob))
+    shape_in_transaction = _pulled_shape(in_transaction, receipts, alice, bob)
+    receipts.clear()
+    with CaptureQueriesContext(connection) as queries:
+        alone = inbox_pull(recipient=carol, actor=session_principal(carol))
+
+    assert len(queries) == 1
+    shape_alone = _pulled_shape(alone, receipts, dave, carol)
+    assert shape_alone == shape_in_transaction
+    assert shape_alone["texts"] == ["urgent", "plain", "with a file"]
+    assert shape_alone["files"] == [False, False, True]
+    assert all(all(v) for k, v in shape_alone.items() if k.startswith(("from", "to", "by", "times")))
+    assert shape_alone["receipts in order"] is True
+    assert shape_alone["receipts"] == [("delivery.changed", "delivered", "queued", True)] * 3
+    assert [a[3] for a in shape_alone["audit"]] == [{"from": "queued"}] * 3
+    assert inbox_pull(recipient=carol, actor=session_principal(carol)) == []
