@@ -297,11 +297,14 @@ def inbox_ack(
         raise Invalid("empty_ack", "Name at least one message id to acknowledge.")
     if len(wanted) > 1000:
         raise Invalid("bad_limit", "Acknowledge at most 1000 messages at a time.")
-    with transaction.atomic():
-        rows = _acked_locked(recipient, _valid_uuids(wanted))
-        states = {str(message_id): state for _pk, state, message_id, *_ in rows}
-        sources = sources_of(S.READ)
-        moved = _move_locked([row for row in rows if row[1] in sources], to=S.READ, actor=actor)
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        rows, moved = _acked_in_one_statement(recipient, _valid_uuids(wanted), actor)
+    else:
+        with transaction.atomic():
+            rows = _acked_locked(recipient, _valid_uuids(wanted))
+            sources = sources_of(S.READ)
+            moved = _move_locked([row for row in rows if row[1] in sources], to=S.READ, actor=actor)
+    states = {str(message_id): state for _pk, state, message_id, *_ in rows}
     acked = sorted(str(m.message_id) for m in moved)
     return {
         "acked": acked,
@@ -332,6 +335,61 @@ def _acked_locked(recipient: AgentSession, message_ids: list[str]) -> list[tuple
         )
         rows = cursor.fetchall()
     return [(pk, state, as_uuid(mid), recipient.id, as_uuid(sid)) for pk, state, mid, sid in rows]
+
+
+def _acked_in_one_statement(
+    recipient: AgentSession, message_ids: list[str], actor: Principal
+) -> tuple[list[tuple[Any, ...]], list[Moved]]:
+    """PostgreSQL, outside a transaction: what `_acked_locked` and `_move_locked` do for an ack, as
+    one statement (`_ack_write_statement`): the rows as `_acked_locked` gives them, and what moved
+    to read (audited and announced as `_move_locked` does). Locks as `_acked_locked` does: waits
+    for a pull that holds a row, then sees the row as that pull left it."""
+    if not message_ids:
+        return [], []
+    field = Delivery._meta.get_field("message")
+    when = Delivery._meta.get_field("updated_at").get_db_prep_value(timezone.now(), connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _ack_write_statement(),
+            [
+                AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection),
+                [field.get_db_prep_value(m, connection) for m in message_ids],
+                *(S.READ, when, when, list(sources_of(S.READ))),
+                *(when, f"delivery.{S.READ}", actor.actor),
+            ],
+        )
+        found = cursor.fetchall()
+    rows, moved = [], []
+    for pk, state, message_id, sender_id, was_moved in found:
+        row = (pk, state, as_uuid(message_id), recipient.id, as_uuid(sender_id))
+        rows.append(row)
+        if was_moved:
+            moved.append(Moved(pk, row[2], recipient.id, row[4], state, S.READ))
+    _announce_moves(moved)
+    return rows, moved
+
+
+@functools.cache
+def _ack_write_statement() -> str:
+    """PostgreSQL: lock the recipient's deliveries of the acked messages in id order, mark those
+    in a state that may go to read as read, write their `delivery.read` audit events, and answer
+    each locked row (id, state before, message id, sender id) with whether it moved."""
+    qn = connection.ops.quote_name
+    delivery, message = qn(Delivery._meta.db_table), qn(Message._meta.db_table)
+    audit = qn(AuditEvent._meta.db_table)
+    return (
+        "WITH locked AS (SELECT d.id, d.state, d.message_id, d.recipient_id, m.sender_id "
+        f"FROM {delivery} d JOIN {message} m ON m.id = d.message_id "
+        "WHERE d.recipient_id = %s AND d.message_id = ANY(%s) ORDER BY d.id FOR UPDATE OF d), "
+        f"moved AS (UPDATE {delivery} AS u SET state = %s, updated_at = %s, read_at = %s "
+        "FROM locked WHERE u.id = locked.id AND locked.state = ANY(%s) RETURNING u.id), "
+        f"audit AS (INSERT INTO {audit} (at, kind, actor, target, message_id, delivery_id, length, sha256, detail) "
+        "SELECT %s, %s, %s, locked.recipient_id::text, locked.message_id, locked.id, NULL, '', "
+        "jsonb_build_object('from', locked.state) FROM locked JOIN moved ON moved.id = locked.id "
+        "ORDER BY locked.id) "
+        "SELECT locked.id, locked.state, locked.message_id, locked.sender_id, moved.id IS NOT NULL "
+        "FROM locked LEFT JOIN moved ON moved.id = locked.id ORDER BY locked.id"
+    )
 
 
 def _valid_uuids(values: Iterable[str]) -> list[str]:

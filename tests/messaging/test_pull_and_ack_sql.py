@@ -204,3 +204,78 @@ def test_outside_a_transaction_a_postgres_pull_is_one_statement_with_the_same_ou
     assert shape_alone["receipts"] == [("delivery.changed", "delivered", "queued", True)] * 3
     assert [a[3] for a in shape_alone["audit"]] == [{"from": "queued"}] * 3
     assert inbox_pull(recipient=carol, actor=session_principal(carol)) == []
+
+
+def _ack_setup(sender_name: str, recipient_name: str) -> tuple[object, object, list[str]]:
+    """Four messages to the recipient: one still queued, one delivered, one read, one delivered
+    but then acked twice over: ids in that order, and an id nobody sent."""
+    import uuid
+
+    sender = session_register(name=sender_name).session
+    recipient = session_register(name=recipient_name).session
+    ids = [str(message_send(sender=sender, to=recipient_name, text=f"m{i}").message.id) for i in range(3)]
+    states = [S.QUEUED, S.DELIVERED, S.READ]
+    for message_id, state in zip(ids, states, strict=True):
+        Delivery.objects.filter(message_id=message_id).update(state=state)
+    return sender, recipient, [*ids, str(uuid.uuid4())]
+
+
+def _acked_shape(answer: dict, ids: list[str], receipts: list, sender: object, recipient: object) -> dict:
+    from messaging.models import AuditEvent
+
+    names = dict(zip(ids, ["queued", "delivered", "read", "unknown"], strict=True))
+    deliveries = {str(d.message_id): d for d in Delivery.objects.filter(message_id__in=ids[:3])}
+    audit = AuditEvent.objects.filter(kind="delivery.read", message_id__in=ids[:3]).order_by("id")
+    return {
+        "answer": {k: sorted(names[i] for i in v) for k, v in answer.items()},  # ids sort at random
+        "states": {names[i]: d.state for i, d in deliveries.items()},
+        "read at": {names[i]: d.read_at is not None for i, d in deliveries.items()},
+        "audit": [
+            (names[str(a.message_id)], a.delivery_id == deliveries[str(a.message_id)].pk, a.detail, a.target)
+            for a in audit
+        ],
+        "actors": {a.actor == session_principal(recipient).actor for a in audit},
+        "targets": {a.target == str(recipient.id) for a in audit},
+        "receipts": [
+            (kind, data["state"], data["from"], names[data["message_id"]], to == [sender.id])
+            for kind, data, to in receipts
+        ],
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_a_postgres_ack_is_one_statement_with_the_same_outcome(monkeypatch) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement ack is PostgreSQL's")
+    from django.test.utils import CaptureQueriesContext
+
+    import messaging.services.delivery as delivery
+
+    receipts: list[tuple[str, dict, list]] = []
+    monkeypatch.setattr(delivery, "announce_many", lambda items, **kw: receipts.extend(items))
+    alice, bob, bob_ids = _ack_setup("alice", "bob")
+    dave, carol, carol_ids = _ack_setup("dave", "carol")
+
+    with transaction.atomic():  # the statement-by-statement ack
+        answer = inbox_ack(recipient=bob, actor=session_principal(bob), message_ids=bob_ids)
+    in_transaction = _acked_shape(answer, bob_ids, receipts, alice, bob)
+    receipts.clear()
+    with CaptureQueriesContext(connection) as queries:
+        answer = inbox_ack(recipient=carol, actor=session_principal(carol), message_ids=carol_ids)
+    alone = _acked_shape(answer, carol_ids, receipts, dave, carol)
+
+    assert len(queries) == 1
+    assert alone == {**in_transaction, "audit": [(*a[:3], str(carol.id)) for a in in_transaction["audit"]]}
+    assert alone["answer"] == {
+        "acked": ["delivered", "queued"],
+        "already_read": ["read"],
+        "not_acked": [],
+        "unknown": ["unknown"],
+    }
+    assert alone["states"] == {"queued": S.READ, "delivered": S.READ, "read": S.READ}
+    assert [a[2] for a in alone["audit"]] == [{"from": "queued"}, {"from": "delivered"}]
+    assert alone["actors"] == alone["targets"] == {True}
+    assert [r[1:] for r in alone["receipts"]] == [
+        ("read", "queued", "queued", True),
+        ("read", "delivered", "delivered", True),
+    ]
