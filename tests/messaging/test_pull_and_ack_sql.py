@@ -8,6 +8,7 @@ import time
 
 import pytest
 from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from messaging.models import Delivery, Priority
 from messaging.principals import session_principal
@@ -134,6 +135,18 @@ def test_an_ack_waits_for_the_pull_that_holds_its_delivery_then_acks_it() -> Non
     assert Delivery.objects.get(message_id=sent).state == S.READ
 
 
+@pytest.fixture
+def receipts(monkeypatch) -> list[tuple[str, dict, list]]:
+    """PostgreSQL only (the one-statement moves are its): the receipts the moves announce."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement pull and ack are PostgreSQL's")
+    import messaging.services.delivery as delivery
+
+    announced: list[tuple[str, dict, list]] = []
+    monkeypatch.setattr(delivery, "announce_many", lambda items, **kw: announced.extend(items))
+    return announced
+
+
 def _pull_setup(sender_name: str, recipient_name: str) -> tuple[object, object]:
     """A recipient with three queued messages (one urgent, one carrying a file) and one held."""
     from federation.models import Attachment, MessageAttachment
@@ -175,15 +188,7 @@ def _pulled_shape(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_a_postgres_pull_is_one_statement_with_the_same_outcome(monkeypatch) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("the one-statement pull is PostgreSQL's")
-    from django.test.utils import CaptureQueriesContext
-
-    import messaging.services.delivery as delivery
-
-    receipts: list[tuple[str, dict, list]] = []
-    monkeypatch.setattr(delivery, "announce_many", lambda items, **kw: receipts.extend(items))
+def test_outside_a_transaction_a_postgres_pull_is_one_statement_with_the_same_outcome(receipts: list) -> None:
     alice, bob = _pull_setup("alice", "bob")
     dave, carol = _pull_setup("dave", "carol")
 
@@ -244,15 +249,7 @@ def _acked_shape(answer: dict, ids: list[str], receipts: list, sender: object, r
 
 
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_a_postgres_ack_is_one_statement_with_the_same_outcome(monkeypatch) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("the one-statement ack is PostgreSQL's")
-    from django.test.utils import CaptureQueriesContext
-
-    import messaging.services.delivery as delivery
-
-    receipts: list[tuple[str, dict, list]] = []
-    monkeypatch.setattr(delivery, "announce_many", lambda items, **kw: receipts.extend(items))
+def test_outside_a_transaction_a_postgres_ack_is_one_statement_with_the_same_outcome(receipts: list) -> None:
     alice, bob, bob_ids = _ack_setup("alice", "bob")
     dave, carol, carol_ids = _ack_setup("dave", "carol")
 
