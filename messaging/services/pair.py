@@ -12,6 +12,7 @@ The rules that use these facts stay in their modules (limits, policy, observers,
 from __future__ import annotations
 
 import functools
+import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -41,6 +42,12 @@ class PairFacts:
     pinned_to: uuid.UUID | None  # whom the sender's pin for the name it used points at
 
 
+def dedupe_key(sender_id: uuid.UUID, sha256: str) -> str:
+    """What the dedupe rule looks a sender's text up by (`Message.dedupe_key`): one value per
+    sender and text, so the lookup is a single indexed equality (migration 0005 has the formula)."""
+    return hashlib.sha256(f"{sender_id.hex}:{sha256}".encode()).hexdigest()
+
+
 @functools.cache
 def _statement() -> str:
     from teams.models import Observer
@@ -57,8 +64,7 @@ def _statement() -> str:
           EXISTS (SELECT 1 FROM {observer} WHERE session_id = %s),
           EXISTS (SELECT 1 FROM {observer} WHERE session_id = %s),
           (SELECT m.id FROM {message} m JOIN {delivery} d ON d.message_id = m.id
-            WHERE m.sender_id = %s AND m.sha256 = %s AND m.kind = %s AND m.created_at >= %s
-              AND d.recipient_id = %s
+            WHERE m.dedupe_key = %s AND m.kind = %s AND m.created_at >= %s AND d.recipient_id = %s
             ORDER BY m.created_at DESC LIMIT 1),
           (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s),
           (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
@@ -89,7 +95,7 @@ def pair_facts(
     params = [
         s,
         r,
-        *(s, sha256, text, since(settings.SWITCHBOARD_DEDUPE_SECONDS), r),
+        *(dedupe_key(sender.id, sha256), text, since(settings.SWITCHBOARD_DEDUPE_SECONDS), r),
         r,
         *(r, s, r, s),
         loop_limit,

@@ -66,7 +66,7 @@ from messaging.services.bulk import (
 from messaging.services.events import announce
 from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
 from messaging.services.limits import limits_take, loop_suspected
-from messaging.services.pair import PairFacts, pair_facts
+from messaging.services.pair import PairFacts, dedupe_key, pair_facts
 from messaging.services.transports import schedule_push
 from messaging.states import DeliveryState
 
@@ -783,6 +783,7 @@ def accepted_message(
             "to_label": target,
             "idempotency_key": idempotency_key,
             "request_hash": fingerprint,
+            "dedupe_key": dedupe_key(sender.id, sha256),
             "in_reply_to_id": in_reply_to,
             "created_at": now,
         },

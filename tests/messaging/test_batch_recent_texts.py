@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from messaging.models import MessageKind
 from messaging.services.batch import RECENT_TEXTS_SQL, messages_send_batch
+from messaging.services.pair import dedupe_key
 from messaging.services.sessions import session_register
 
 # What the lookup was before: one probe per text on paper, but planned as a read of every message
@@ -44,7 +45,11 @@ def _send(sender_name: str, prefix: str, batches: int) -> None:
 
 def _lookup(sql: str, sender_id: object, texts: list[str], window: int) -> tuple[int, list[str]]:
     asked = sorted(hashlib.sha256(t.encode()).hexdigest() for t in texts)
-    params = [asked, sender_id, MessageKind.TEXT, timezone.now() - timedelta(seconds=window)]
+    since = timezone.now() - timedelta(seconds=window)
+    if sql == RECENT_TEXTS_SQL:  # asks by the texts' dedupe keys, which hold the sender
+        params = [[dedupe_key(sender_id, sha256) for sha256 in asked], MessageKind.TEXT, since]
+    else:
+        params = [asked, sender_id, MessageKind.TEXT, since]
     with connection.cursor() as cursor:
         cursor.cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params, prepare=False)
         (explained,) = cursor.fetchone()

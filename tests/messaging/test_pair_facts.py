@@ -196,3 +196,96 @@ def test_rows_read_with_compiled_sql_equal_what_the_orm_reads() -> None:
             mine, theirs = getattr(got, field.attname), getattr(want, field.attname)
             assert (mine, type(mine)) == (theirs, type(theirs)), field.attname
         assert got._state.adding is False and got._state.db == want._state.db
+
+
+def test_the_dedupe_key_is_the_migrations_formula_and_is_written_with_every_message(pair) -> None:
+    import importlib
+
+    from messaging.services.batch import messages_send_batch
+    from messaging.services.notifications import Notice, notifications_send
+    from messaging.services.pair import dedupe_key
+
+    migration = importlib.import_module("messaging.migrations.0005_dedupe_key")
+    alice, bob = pair
+    assert dedupe_key(alice.id, sha("x")) == migration.dedupe_key(alice.id, sha("x"))
+    assert dedupe_key(alice.id, sha("x")) != dedupe_key(bob.id, sha("x")) != dedupe_key(bob.id, sha("y"))
+
+    single = message_send(sender=alice, to="bob", text="one").message
+    batched = messages_send_batch(sender=alice, items=[{"to": "bob", "text": "two"}])[0].message
+    notifications_send([Notice(recipient_id=bob.id, text="from the hub")])
+    keys = dict(Message.objects.values_list("text", "dedupe_key"))
+    assert keys == {
+        "one": dedupe_key(alice.id, single.sha256),
+        "two": dedupe_key(alice.id, batched.sha256),
+        "from the hub": "",
+    }
+
+
+def _rows_filtered_out(sql: str, params: list, *, prepare: bool | None = None) -> int:
+    """The most rows any node of `sql`'s plan read and then dropped (EXPLAIN ANALYZE)."""
+    with connection.cursor() as cursor:
+        cursor.cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params, prepare=prepare)
+        plan = cursor.fetchone()[0]
+
+    def most(node: dict) -> int:
+        return max([node.get("Rows Removed by Filter", 0), *(most(n) for n in node.get("Plans", []))])
+
+    return most(plan[0]["Plan"])
+
+
+def test_a_busy_new_sender_s_dedupe_lookup_reads_one_index_entry_per_text(pair) -> None:
+    """PostgreSQL's statistics take a sender they have not seen for a rare one. The dedupe lookup
+    must not read every message such a sender wrote within the window (it did, through
+    `message_sender_recent`, when it asked for the sender and the text apart)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a PostgreSQL planner question")
+    from messaging.services.batch import RECENT_TEXTS_SQL
+    from messaging.services.pair import _statement, dedupe_key
+
+    alice, bob = pair
+    carol = session_register(name="carol").session
+    session_register(name="dave")
+    for i in range(500):  # the hub's traffic so far, which the statistics describe
+        message_send(sender=carol, to="dave", text=f"earlier {i}", hub_made=True)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # before alice writes anything: she is not in the statistics
+    for i in range(300):
+        message_send(sender=alice, to="bob", text=f"busy {i}", hub_made=True)  # no rate limits
+    now = timezone.now()
+    since = now - timedelta(seconds=60)
+
+    # The single send's read (`pair_facts`), with its parameters as pair_facts passes them.
+    captured: list[tuple[str, list]] = []
+
+    def capture(run, sql, params, many, context):
+        captured.append((sql, list(params)))
+        return run(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        pair_facts(sender=alice, recipient=bob, sha256=sha("busy 299 again"), now=now)
+    assert captured[0][0] == _statement()
+    assert _rows_filtered_out(*captured[0]) < 10
+
+    # The batch's read, for 100 texts.
+    keys = [dedupe_key(alice.id, sha(f"new {j}")) for j in range(100)]
+    assert _rows_filtered_out(RECENT_TEXTS_SQL, [keys, "text", since], prepare=False) < 10
+
+
+def test_the_migration_gives_the_last_day_s_messages_their_dedupe_key(pair) -> None:
+    import importlib
+
+    from django.apps import apps
+
+    from messaging.services.pair import dedupe_key
+
+    migration = importlib.import_module("messaging.migrations.0005_dedupe_key")
+    alice, _bob = pair
+    recent = message_send(sender=alice, to="bob", text="recent").message
+    old = message_send(sender=alice, to="bob", text="old").message
+    Message.objects.update(dedupe_key="")
+    Message.objects.filter(pk=old.id).update(created_at=timezone.now() - timedelta(days=2))
+
+    migration.keys_for_recent_messages(apps, None)
+
+    keys = dict(Message.objects.values_list("id", "dedupe_key"))
+    assert keys == {recent.id: dedupe_key(alice.id, recent.sha256), old.id: ""}
