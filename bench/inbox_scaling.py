@@ -133,6 +133,7 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
     from messaging.models import AgentSession, Delivery, Message
     from messaging.principals import session_principal
     from messaging.services.delivery import inbox_ack, inbox_pull
+    from messaging.services.pair import dedupe_key
     from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
@@ -147,16 +148,18 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
         with transaction.atomic():
             for start in range(0, n, 5000):
                 chunk = min(5000, n - start)
+                hashes = [uuid.uuid4().hex * 2 for _ in range(chunk)]
                 messages = Message.objects.bulk_create(
                     [
                         Message(
                             sender=alice,
                             text=f"history {start + i} " + "x" * 120,
                             size=140,
-                            sha256=uuid.uuid4().hex * 2,
+                            sha256=sha256,
+                            dedupe_key=dedupe_key(alice.id, sha256),
                             request_hash="",
                         )
-                        for i in range(chunk)
+                        for i, sha256 in enumerate(hashes)
                     ]
                 )
                 state = "read" if shape == "history" else "queued"
