@@ -14,10 +14,12 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
 from console.api_asgi import ApiHandler, is_api_request  # noqa: E402
+from console.daphne_requests import skip_form_parsing  # noqa: E402
 from console.heap import FreezeAfterWarmUp, freeze_long_lived  # noqa: E402
 from console.routing import websocket_application  # noqa: E402
 
 api_asgi_app = ApiHandler()
+skip_form_parsing()  # daphne hands the body to Django, which parses forms itself
 
 
 async def http_application(scope: dict[str, Any], receive: Any, send: Any) -> None:
