@@ -189,31 +189,35 @@ def _pull_statement(vendor: str) -> str:
     """A recipient's queued deliveries, each with its message, the message's sender and whether
     it carries files, urgent first then oldest first, locked (PostgreSQL: rows another pull holds
     are skipped). Written once per database, not compiled by the ORM on every pull."""
-    from federation.models import MessageAttachment
-
-    qn = connection.ops.quote_name
-    delivery, message = qn(Delivery._meta.db_table), qn(Message._meta.db_table)
-    session, attachment = qn(AgentSession._meta.db_table), qn(MessageAttachment._meta.db_table)
+    delivery = connection.ops.quote_name(Delivery._meta.db_table)
     lock = " FOR UPDATE OF d SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
     return (
-        f"SELECT {select_columns(Delivery, 'd')}, {select_columns(Message, 'm')}, "
-        f"{select_columns(AgentSession, 's')}, "
-        f"EXISTS (SELECT 1 FROM {attachment} a WHERE a.message_id = m.id) "
-        f"FROM {delivery} d JOIN {message} m ON m.id = d.message_id "
-        f"LEFT JOIN {session} s ON s.id = m.sender_id "
+        f"{_handed_select(f'{delivery} d', 'd')} "
         f"WHERE d.recipient_id = %s AND d.state = %s ORDER BY d.priority DESC, d.id LIMIT %s{lock}"
     )
 
 
-def _queued_locked(recipient: AgentSession, limit: int) -> list[Delivery]:
-    """Read and lock up to `limit` of the recipient's queued deliveries in one query, with their
-    messages and senders attached and `carries_files` set (which `frames_for_recipient` reads)."""
-    recipient_id = AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection)
-    rows = joined_models_selected(
-        (Delivery, Message, AgentSession),
-        _pull_statement(connection.vendor),
-        [recipient_id, S.QUEUED, limit],
+def _handed_select(source: str, alias: str) -> str:
+    """The SELECT a pull reads its deliveries with (`_handed` takes its rows): from `source`
+    (the deliveries, named `alias`), each delivery's columns, its message's, the message's
+    sender's, and whether the message carries files."""
+    from federation.models import MessageAttachment
+
+    qn = connection.ops.quote_name
+    message, session = qn(Message._meta.db_table), qn(AgentSession._meta.db_table)
+    attachment = qn(MessageAttachment._meta.db_table)
+    return (
+        f"SELECT {select_columns(Delivery, alias)}, {select_columns(Message, 'm')}, "
+        f"{select_columns(AgentSession, 's')}, "
+        f"EXISTS (SELECT 1 FROM {attachment} a WHERE a.message_id = m.id) "
+        f"FROM {source} JOIN {message} m ON m.id = {alias}.message_id "
+        f"LEFT JOIN {session} s ON s.id = m.sender_id"
     )
+
+
+def _handed(rows: list[list[Any]]) -> list[Delivery]:
+    """The deliveries of `_handed_select`'s rows, with their messages and senders attached and
+    `carries_files` set (which `frames_for_recipient` reads)."""
     handed = []
     for delivery, message, sender, carries_files in rows:
         message._state.fields_cache["sender"] = sender
@@ -223,6 +227,18 @@ def _queued_locked(recipient: AgentSession, limit: int) -> list[Delivery]:
     return handed
 
 
+def _queued_locked(recipient: AgentSession, limit: int) -> list[Delivery]:
+    """Read and lock up to `limit` of the recipient's queued deliveries in one query (`_handed`)."""
+    recipient_id = AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection)
+    return _handed(
+        joined_models_selected(
+            (Delivery, Message, AgentSession),
+            _pull_statement(connection.vendor),
+            [recipient_id, S.QUEUED, limit],
+        )
+    )
+
+
 def _pulled_in_one_statement(recipient: AgentSession, actor: Principal, limit: int) -> list[Delivery]:
     """PostgreSQL, outside a transaction: `inbox_pull` as one statement (`_pull_write_statement`),
     so a push costs one round trip instead of five (BEGIN, lock and read, update, audit, COMMIT).
@@ -230,22 +246,19 @@ def _pulled_in_one_statement(recipient: AgentSession, actor: Principal, limit: i
     now = timezone.now()
     when = Delivery._meta.get_field("updated_at").get_db_prep_value(now, connection)
     recipient_id = AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection)
-    rows = joined_models_selected(
-        (Delivery, Message, AgentSession),
-        _pull_write_statement(),
-        [
-            *(recipient_id, S.QUEUED, limit),
-            *(S.DELIVERED, when, when),
-            *(when, f"delivery.{S.DELIVERED}", actor.actor, json_text({"from": S.QUEUED})),
-        ],
+    handed = _handed(
+        joined_models_selected(
+            (Delivery, Message, AgentSession),
+            _pull_write_statement(),
+            [
+                *(recipient_id, S.QUEUED, limit),
+                *(S.DELIVERED, when, when),
+                *(when, f"delivery.{S.DELIVERED}", actor.actor, json_text({"from": S.QUEUED})),
+            ],
+        )
     )
-    handed = []
-    for delivery, message, sender, carries_files in rows:
-        message._state.fields_cache["sender"] = sender
-        delivery._state.fields_cache["message"] = message
-        delivery.carries_files = bool(carries_files)
+    for delivery in handed:
         delivery.recipient = recipient
-        handed.append(delivery)
     _announce_moves(
         [
             Moved(d.pk, d.message_id, d.recipient_id, d.message.sender_id, S.QUEUED, S.DELIVERED)
@@ -259,14 +272,10 @@ def _pulled_in_one_statement(recipient: AgentSession, actor: Principal, limit: i
 def _pull_write_statement() -> str:
     """PostgreSQL: lock up to a limit of a recipient's queued deliveries (urgent first, then
     oldest first, skipping rows another pull holds), mark them delivered, write their
-    `delivery.delivered` audit events, and read them back with their messages, senders and whether
-    they carry files (as `_pull_statement` does), all in one statement."""
-    from federation.models import MessageAttachment
-
+    `delivery.delivered` audit events, and read them back as `_pull_statement` does
+    (`_handed_select`), all in one statement."""
     qn = connection.ops.quote_name
-    delivery, message = qn(Delivery._meta.db_table), qn(Message._meta.db_table)
-    session, attachment = qn(AgentSession._meta.db_table), qn(MessageAttachment._meta.db_table)
-    audit = qn(AuditEvent._meta.db_table)
+    delivery, audit = qn(Delivery._meta.db_table), qn(AuditEvent._meta.db_table)
     order = "ORDER BY moved.priority DESC, moved.id"
     return (
         f"WITH picked AS (SELECT id FROM {delivery} WHERE recipient_id = %s AND state = %s "
@@ -276,11 +285,7 @@ def _pull_write_statement() -> str:
         f"audit AS (INSERT INTO {audit} (at, kind, actor, target, message_id, delivery_id, length, sha256, detail) "
         f"SELECT %s, %s, %s, moved.recipient_id::text, moved.message_id, moved.id, NULL, '', %s::jsonb "
         f"FROM moved {order}) "
-        f"SELECT {select_columns(Delivery, 'moved')}, {select_columns(Message, 'm')}, "
-        f"{select_columns(AgentSession, 's')}, "
-        f"EXISTS (SELECT 1 FROM {attachment} a WHERE a.message_id = m.id) "
-        f"FROM moved JOIN {message} m ON m.id = moved.message_id "
-        f"LEFT JOIN {session} s ON s.id = m.sender_id {order}"
+        f"{_handed_select('moved', 'moved')} {order}"
     )
 
 
