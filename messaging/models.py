@@ -129,6 +129,9 @@ class Message(models.Model):
     # SHA-256 of the sender and the text's SHA-256 (`messaging.services.pair.dedupe_key`), empty
     # for the hub's own messages: what the dedupe rule looks up, by `message_dedupe_key`.
     dedupe_key = models.CharField(max_length=64, blank=True, default="")
+    # The sender → recipient pair the message was accepted for (`messaging.services.pair.pair_key`),
+    # null for the hub's own messages: what loop protection counts a pair's recent texts by.
+    pair_key = models.UUIDField(null=True, blank=True)
     in_reply_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
@@ -140,6 +143,10 @@ class Message(models.Model):
             # read every message the sender wrote within the window, which it does whenever its
             # statistics take the sender for a rare one (a new sender, a table not analyzed yet).
             models.Index(fields=["dedupe_key", "created_at"], name="message_dedupe_key"),
+            # A pair's recent texts, read up to the loop threshold: one index range, however much
+            # either side writes to or receives from others (joined through the deliveries, the
+            # count read the recipient's texts to anyone or the sender's whole inbox).
+            models.Index(fields=["pair_key", "created_at"], name="message_pair_recent"),
             models.Index(fields=["sender", "created_at"], name="message_sender_recent"),
         ]
         constraints = [

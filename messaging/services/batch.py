@@ -42,6 +42,7 @@ from messaging.models import (
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
+from messaging.services.bulk import rows_planned_per_call
 from messaging.services.events import announce_many
 from messaging.services.holds import STOPPED_HOLD, hold_expiry_for, holds_make_room
 from messaging.services.limits import (
@@ -50,7 +51,7 @@ from messaging.services.limits import (
     queue_full,
     unread_count,
 )
-from messaging.services.pair import dedupe_key
+from messaging.services.pair import dedupe_key, pair_key, pair_texts_sql
 from messaging.services.sending import (
     LIVE_STATUSES,
     Decision,
@@ -263,12 +264,8 @@ class _Batch:
             # message the sender wrote within the window (`message_sender_recent`) for each text,
             # which it chose whenever its statistics took the sender for a rare one (a new sender,
             # or any before the table's first ANALYZE): 23 ms per batch of 100 instead of 1.
-            # Never a prepared statement, whose generic plan does not know the array's length.
-            # Django's cursor cannot say so, so it runs on psycopg's (with Django's error translation).
-            params = [keys, MessageKind.TEXT, since]
-            with connection.cursor() as cursor, connection.wrap_database_errors:
-                cursor.cursor.execute(RECENT_TEXTS_SQL, params, prepare=False)
-                matches = cursor.fetchall()
+            # Planned per call: a generic plan does not know the array's length.
+            matches = rows_planned_per_call(RECENT_TEXTS_SQL, [keys, MessageKind.TEXT, since])
         else:
             matches = list(
                 Delivery.objects.filter(
@@ -342,7 +339,6 @@ class _Batch:
 
         observer, policy = Observer._meta.db_table, SenderPolicy._meta.db_table
         unread = UnreadCount._meta.db_table
-        message, delivery = Message._meta.db_table, Delivery._meta.db_table
         ident = functools.partial(Message._meta.pk.get_db_prep_value, connection=connection)
         when = Message._meta.get_field("created_at")
         threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
@@ -353,16 +349,13 @@ class _Batch:
               EXISTS (SELECT 1 FROM {observer} WHERE session_id = %s OR session_id = %s),
               (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
               (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
-              (SELECT COUNT(*) FROM (SELECT 1 FROM {delivery} d JOIN {message} m ON m.id = d.message_id
-                WHERE m.sender_id = %s AND d.recipient_id = %s AND m.kind = %s AND m.created_at >= %s
-                LIMIT %s) AS replies),
+              (SELECT COUNT(*) FROM ({pair_texts_sql()}) AS replies),
               (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s)
         """
-        params = [sender, recipient, recipient, sender, recipient, sender, recipient, sender]
-        params += [MessageKind.TEXT, when.get_db_prep_value(since, connection), max(threshold, 1), recipient]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            observed, action, by_operator, replies, unread = cursor.fetchone()
+        params = [sender, recipient, recipient, sender, recipient, sender]
+        params += [ident(pair_key(inbox.recipient.id, self.sender.id)), MessageKind.TEXT]
+        params += [when.get_db_prep_value(since, connection), max(threshold, 1), recipient]
+        ((observed, action, by_operator, replies, unread),) = rows_planned_per_call(sql, params)
         inbox.override = (action, bool(by_operator)) if action is not None else (None, False)
         inbox.looping_back = threshold > 0 and replies >= threshold
         inbox.unread = int(unread)  # nothing of this batch is written for it yet
@@ -406,6 +399,7 @@ class _Batch:
             self._make_room(inbox)
         message = accepted_message(
             sender=self.sender,
+            recipient=recipient,
             kind=MessageKind.TEXT,
             text=item.text,
             summary=item.summary,
@@ -508,14 +502,11 @@ class _Batch:
             inbox.sent_there = there[:threshold].count()
         return inbox.sent_there >= threshold
 
-    def _recent_texts(self, *, sender: AgentSession, recipient: AgentSession) -> QuerySet[Delivery]:
+    def _recent_texts(self, *, sender: AgentSession, recipient: AgentSession) -> QuerySet[Message]:
         """One direction of a pair's plain-text traffic within the loop window."""
         since = self.now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
-        return Delivery.objects.filter(
-            message__created_at__gte=since,
-            message__kind=MessageKind.TEXT,
-            message__sender=sender,
-            recipient=recipient,
+        return Message.objects.filter(
+            pair_key=pair_key(sender.id, recipient.id), kind=MessageKind.TEXT, created_at__gte=since
         )
 
     def _make_room(self, inbox: _Inbox) -> None:

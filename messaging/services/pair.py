@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection
 
 from messaging.models import AgentSession, Delivery, Message, MessageKind, Pin, SenderPolicy, UnreadCount
-from messaging.services.bulk import as_uuid
+from messaging.services.bulk import as_uuid, rows_planned_per_call
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,22 @@ def dedupe_key(sender_id: uuid.UUID, sha256: str) -> str:
     return hashlib.sha256(f"{sender_id.hex}:{sha256}".encode()).hexdigest()
 
 
+def pair_key(sender_id: uuid.UUID, recipient_id: uuid.UUID) -> uuid.UUID:
+    """What loop protection counts a pair's texts by (`Message.pair_key`): one value per sender →
+    recipient direction, so the count is one index range (migration 0006 has the formula)."""
+    return uuid.UUID(bytes=hashlib.sha256(f"{sender_id.hex}>{recipient_id.hex}".encode()).digest()[:16])
+
+
+def pair_texts_sql() -> str:
+    """One direction of a pair's texts within the loop window, as a subquery to count up to a
+    limit; parameters: the pair's key, the kind, the window's start, the limit. It names one
+    column no other index starts with, so every plan reads only that pair's recent texts."""
+    return (
+        f"SELECT 1 FROM {Message._meta.db_table} "
+        "WHERE pair_key = %s AND kind = %s AND created_at >= %s LIMIT %s"
+    )
+
+
 @functools.cache
 def _statement() -> str:
     from teams.models import Observer
@@ -55,10 +71,6 @@ def _statement() -> str:
     message, delivery = Message._meta.db_table, Delivery._meta.db_table
     observer, policy, pin = Observer._meta.db_table, SenderPolicy._meta.db_table, Pin._meta.db_table
     unread = UnreadCount._meta.db_table
-    texts_between = (
-        f"SELECT 1 FROM {delivery} d JOIN {message} m ON m.id = d.message_id "
-        "WHERE m.sender_id = %s AND d.recipient_id = %s AND m.kind = %s AND m.created_at >= %s LIMIT %s"
-    )
     return f"""
         SELECT
           EXISTS (SELECT 1 FROM {observer} WHERE session_id = %s),
@@ -70,9 +82,9 @@ def _statement() -> str:
           (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
           (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
           loop.replies,
-          CASE WHEN loop.replies >= %s THEN (SELECT COUNT(*) FROM ({texts_between}) AS sends) ELSE 0 END,
+          CASE WHEN loop.replies >= %s THEN (SELECT COUNT(*) FROM ({pair_texts_sql()}) AS sends) ELSE 0 END,
           (SELECT recipient_id FROM {pin} WHERE sender_id = %s AND name_key = %s)
-        FROM (SELECT COUNT(*) AS replies FROM ({texts_between}) AS replies) AS loop
+        FROM (SELECT COUNT(*) AS replies FROM ({pair_texts_sql()}) AS replies) AS loop
     """
 
 
@@ -92,6 +104,7 @@ def pair_facts(
     loop_since = since(settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
     loop_limit = max(settings.SWITCHBOARD_LOOP_EXCHANGES, 0)  # SQLite reads a negative LIMIT as none
     text = MessageKind.TEXT.value
+    there, back = ident(pair_key(sender.id, recipient.id)), ident(pair_key(recipient.id, sender.id))
     params = [
         s,
         r,
@@ -99,13 +112,12 @@ def pair_facts(
         r,
         *(r, s, r, s),
         loop_limit,
-        *(s, r, text, loop_since, loop_limit),
+        *(there, text, loop_since, loop_limit),
         *(s, pin_key),
-        *(r, s, text, loop_since, loop_limit),
+        *(back, text, loop_since, loop_limit),
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(_statement(), params)
-        row = cursor.fetchone()
+    # Planned per call: how many rows each count reads depends on the values (see the helper).
+    (row,) = rows_planned_per_call(_statement(), params)
     observer_s, observer_r, duplicate, unread, policy, by_operator, replies, sends, pinned = row
     return PairFacts(
         sender_is_observer=bool(observer_s),

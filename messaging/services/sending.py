@@ -66,7 +66,7 @@ from messaging.services.bulk import (
 from messaging.services.events import announce
 from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
 from messaging.services.limits import limits_take, loop_suspected
-from messaging.services.pair import PairFacts, dedupe_key, pair_facts
+from messaging.services.pair import PairFacts, dedupe_key, pair_facts, pair_key
 from messaging.services.transports import schedule_push
 from messaging.states import DeliveryState
 
@@ -684,6 +684,7 @@ def message_send(
     message = accepted_message(
         message_id=remote.message_id if remote is not None else None,
         sender=sender,
+        recipient=recipient,
         kind=kind,
         frame_type=frame_type,
         text=text,
@@ -751,6 +752,7 @@ def accepted_message(
     *,
     message_id: Any = None,
     sender: AgentSession,
+    recipient: AgentSession,
     kind: str,
     frame_type: str = "",
     text: str,
@@ -765,7 +767,7 @@ def accepted_message(
     in_reply_to: Any,
     now: datetime,
 ) -> Message:
-    """The Message row an accepted send writes (not saved: `messages_write` writes it)."""
+    """The Message row an accepted send to `recipient` writes (not saved: `messages_write` writes it)."""
     return model_instance(
         Message,
         {
@@ -784,6 +786,7 @@ def accepted_message(
             "idempotency_key": idempotency_key,
             "request_hash": fingerprint,
             "dedupe_key": dedupe_key(sender.id, sha256),
+            "pair_key": pair_key(sender.id, recipient.id),
             "in_reply_to_id": in_reply_to,
             "created_at": now,
         },
