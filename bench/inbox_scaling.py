@@ -5,13 +5,16 @@ against a file mailbox at the same sizes.
     .venv/bin/python bench/inbox_scaling.py --smoke   # sizes 10 and 1,000 only
 
 The hub side calls the services in this process (`message_send`, `inbox_pull` + `inbox_ack`) on a
-fresh PostgreSQL database, so HTTP costs (constant per request) do not blur the trend. Two hub
+fresh PostgreSQL database, so HTTP costs (constant per request) do not blur the trend. Four hub
 shapes are measured:
   - unread: the N messages are queued and unread (what a file mailbox holds: delivered entries are
     removed from it), with the unread cap lifted so such an inbox can exist;
   - history: the N messages were read long ago (the hub keeps them; a file mailbox would not).
   - sender: the N messages are the sender's own, sent within the last half minute to someone else
-    (inside the dedupe and loop windows): a busy sender's send must not slow down either.
+    (inside the dedupe and loop windows): a busy sender's send must not slow down either;
+  - recipient: the N messages are the recipient's own, sent within the last half minute to someone
+    else, and the sender has read N from that someone: the loop rule counts the recipient's texts
+    to the sender, and must read neither side's other traffic.
 The file-mailbox baseline is the design reference's: one JSON array per recipient, a lock file,
 the whole array read, changed and rewritten atomically (temp file, fsync, rename) on every
 write and on every read that marks messages read.
@@ -133,54 +136,61 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
     from messaging.models import AgentSession, Delivery, Message
     from messaging.principals import session_principal
     from messaging.services.delivery import inbox_ack, inbox_pull
-    from messaging.services.pair import dedupe_key
+    from messaging.services.pair import dedupe_key, pair_key
     from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
     long_ago = timezone.now() - timedelta(days=2)
+    recently = timezone.now() - timedelta(seconds=30)  # inside every dedupe and loop window
+
+    def fill(author: AgentSession, inbox: AgentSession, n: int, *, state: str, created_at: Any) -> None:
+        for start in range(0, n, 5000):
+            chunk = min(5000, n - start)
+            hashes = [uuid.uuid4().hex * 2 for _ in range(chunk)]
+            messages = Message.objects.bulk_create(
+                [
+                    Message(
+                        sender=author,
+                        text=f"history {start + i} " + "x" * 120,
+                        size=140,
+                        sha256=sha256,
+                        dedupe_key=dedupe_key(author.id, sha256),
+                        pair_key=pair_key(author.id, inbox.id),
+                        request_hash="",
+                    )
+                    for i, sha256 in enumerate(hashes)
+                ]
+            )
+            Delivery.objects.bulk_create(
+                [
+                    Delivery(
+                        message=m,
+                        recipient=inbox,
+                        state=state,
+                        queued_at=long_ago,
+                        delivered_at=None if state == "queued" else long_ago,
+                        read_at=None if state == "queued" else long_ago,
+                    )
+                    for m in messages
+                ]
+            )
+        # Set apart: a new row takes the time it is written (`auto_now_add`).
+        Message.objects.filter(sender=author, deliveries__recipient=inbox).update(created_at=created_at)
+
     pairs = {}
     for n in sizes:
         progress(f"{shape}: filling a {n:,}-message inbox")
         alice = session_register(name=f"alice-{shape}-{n}").session
         bob = session_register(name=f"bob-{shape}-{n}").session
-        # Whose inbox the n messages fill: bob's, or for the sender shape a third session's.
-        filled = session_register(name=f"carol-{shape}-{n}").session if shape == "sender" else bob
+        carol = session_register(name=f"carol-{shape}-{n}").session
         with transaction.atomic():
-            for start in range(0, n, 5000):
-                chunk = min(5000, n - start)
-                hashes = [uuid.uuid4().hex * 2 for _ in range(chunk)]
-                messages = Message.objects.bulk_create(
-                    [
-                        Message(
-                            sender=alice,
-                            text=f"history {start + i} " + "x" * 120,
-                            size=140,
-                            sha256=sha256,
-                            dedupe_key=dedupe_key(alice.id, sha256),
-                            request_hash="",
-                        )
-                        for i, sha256 in enumerate(hashes)
-                    ]
-                )
-                state = "read" if shape == "history" else "queued"
-                Delivery.objects.bulk_create(
-                    [
-                        Delivery(
-                            message=m,
-                            recipient=filled,
-                            state=state,
-                            queued_at=long_ago,
-                            delivered_at=None if state == "queued" else long_ago,
-                            read_at=None if state == "queued" else long_ago,
-                        )
-                        for m in messages
-                    ]
-                )
-            # Older than every dedupe / loop window; the sender shape's are inside both.
-            recently = timezone.now() - timedelta(seconds=30)
-            Message.objects.filter(sender=alice).update(
-                created_at=recently if shape == "sender" else long_ago
-            )
+            if shape == "sender":  # alice's own, to carol, just now
+                fill(alice, carol, n, state="queued", created_at=recently)
+            elif shape == "recipient":  # bob's own to carol just now, and alice's inbox from carol
+                fill(bob, carol, n, state="queued", created_at=recently)
+                fill(carol, alice, n, state="read", created_at=long_ago)
+            else:  # bob's inbox, from alice, unread or read long ago
+                fill(alice, bob, n, state="read" if shape == "history" else "queued", created_at=long_ago)
         pairs[n] = (alice, bob, session_principal(bob))
     database_settle(connection)
     AgentSession.objects.filter(pk__in=[bob.pk for _, bob, _ in pairs.values()]).update(
@@ -194,7 +204,7 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
             sent = message_send(sender=alice, to=bob.ref, text=f"new {shape} {n} {i}")
             costs[n]["send"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            if shape == "unread":  # (the sender shape's inbox holds only these sends)
+            if shape == "unread":  # (the sender and recipient shapes' inboxes hold only these sends)
                 # Read the oldest one (keeps n unread), as the file mailbox does.
                 got = inbox_pull(recipient=bob, actor=actor, limit=1)
             else:
@@ -222,6 +232,7 @@ def main() -> None:
         result["hub_unread"] = hub_costs(sizes, rounds, "unread")
         result["hub_history"] = hub_costs(sizes, rounds, "history")
         result["hub_sender"] = hub_costs(sizes, rounds, "sender")
+        result["hub_recipient"] = hub_costs(sizes, rounds, "recipient")
         result["file_mailbox"] = file_costs(sizes, rounds)
     finally:
         from django.db import connections
@@ -241,6 +252,7 @@ def report(result: dict[str, Any]) -> None:
         ("hub_unread", "hub, N unread"),
         ("hub_history", "hub, N read (history)"),
         ("hub_sender", "hub, N sent by the sender"),
+        ("hub_recipient", "hub, N sent by the recipient"),
         ("file_mailbox", "file mailbox"),
     ):
         for op in ("send", "read"):
@@ -249,7 +261,7 @@ def report(result: dict[str, Any]) -> None:
             ratio = values[-1] / values[0]
             print(f"  {label + ' ' + op:<32}" + "".join(f"{v:>12.3f}" for v in values) + f"{ratio:>11.2f}×")
     print()
-    for key in ("hub_unread", "hub_history", "hub_sender"):
+    for key in ("hub_unread", "hub_history", "hub_sender", "hub_recipient"):
         for op in ("send", "read"):
             ratio = result[key][big][op]["p50_ms"] / result[key][small][op]["p50_ms"]
             line(f"{key} {op} at {big:,} vs {small}", f"{ratio:.2f}×", "target ≤ 1.2×")
