@@ -22,7 +22,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from messaging.addressing import Resolution, parse_address
@@ -498,16 +497,17 @@ class _Batch:
             return False
         if inbox.sent_there is None:
             self._write_for(inbox)
-            there = self._recent_texts(sender=self.sender, recipient=inbox.recipient)
-            inbox.sent_there = there[:threshold].count()
+            inbox.sent_there = self._texts_sent_there(inbox.recipient, up_to=threshold)
         return inbox.sent_there >= threshold
 
-    def _recent_texts(self, *, sender: AgentSession, recipient: AgentSession) -> QuerySet[Message]:
-        """One direction of a pair's plain-text traffic within the loop window."""
+    def _texts_sent_there(self, recipient: AgentSession, *, up_to: int) -> int:
+        """The sender's plain texts to `recipient` within the loop window, counted up to `up_to`."""
         since = self.now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
-        return Message.objects.filter(
-            pair_key=pair_key(sender.id, recipient.id), kind=MessageKind.TEXT, created_at__gte=since
-        )
+        key = Message._meta.pk.get_db_prep_value(pair_key(self.sender.id, recipient.id), connection)
+        when = Message._meta.get_field("created_at").get_db_prep_value(since, connection)
+        sql = f"SELECT COUNT(*) FROM ({pair_texts_sql()}) AS sent"
+        ((count,),) = rows_planned_per_call(sql, [key, MessageKind.TEXT, when, up_to])
+        return int(count)
 
     def _make_room(self, inbox: _Inbox) -> None:
         """`holds_make_room` only when the recipient's holds are at the cap (counted once)."""

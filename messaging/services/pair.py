@@ -56,8 +56,8 @@ def pair_key(sender_id: uuid.UUID, recipient_id: uuid.UUID) -> uuid.UUID:
 
 def pair_texts_sql() -> str:
     """One direction of a pair's texts within the loop window, as a subquery to count up to a
-    limit; parameters: the pair's key, the kind, the window's start, the limit. It names one
-    column no other index starts with, so every plan reads only that pair's recent texts."""
+    limit; parameters: the pair's key, the kind, the window's start, the limit. Planned for its
+    values (`rows_planned_per_call`), it reads only that pair's recent texts, by `message_pair_recent`."""
     return (
         f"SELECT 1 FROM {Message._meta.db_table} "
         "WHERE pair_key = %s AND kind = %s AND created_at >= %s LIMIT %s"

@@ -261,3 +261,16 @@ def test_a_database_failure_accepts_none_of_the_batch(world, settings, monkeypat
         Pin.objects.count(),
     )
     assert after == counts
+
+
+def test_a_batch_counts_the_texts_sent_before_it_toward_a_reply_loop(world, settings):
+    # Given frank has sent alice two texts (the fixture) and alice has sent him one
+    settings.SWITCHBOARD_LOOP_EXCHANGES = 2
+    message_send(sender=world["alice"], to="frank", text="before the batch")
+
+    # When alice sends him two more in one batch
+    items = [{"to": "frank", "text": f"in the batch {i}"} for i in range(2)]
+    results = messages_send_batch(sender=world["alice"], items=items)
+
+    # Then the second makes two texts each way within the window: a loop, as a single send says
+    assert [label(r) for r in results] == ["queued", "held:loop_suspected"]
