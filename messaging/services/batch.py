@@ -50,7 +50,7 @@ from messaging.services.limits import (
     queue_full,
     unread_count,
 )
-from messaging.services.pair import dedupe_key, pair_key, pair_texts_sql
+from messaging.services.pair import dedupe_key, pair_texts_params, pair_texts_sql
 from messaging.services.sending import (
     LIVE_STATUSES,
     Decision,
@@ -339,7 +339,6 @@ class _Batch:
         observer, policy = Observer._meta.db_table, SenderPolicy._meta.db_table
         unread = UnreadCount._meta.db_table
         ident = functools.partial(Message._meta.pk.get_db_prep_value, connection=connection)
-        when = Message._meta.get_field("created_at")
         threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
         since = self.now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
         sender, recipient = ident(self.sender.id), ident(inbox.recipient.id)
@@ -352,8 +351,8 @@ class _Batch:
               (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s)
         """
         params = [sender, recipient, recipient, sender, recipient, sender]
-        params += [ident(pair_key(inbox.recipient.id, self.sender.id)), MessageKind.TEXT]
-        params += [when.get_db_prep_value(since, connection), max(threshold, 1), recipient]
+        params += pair_texts_params(inbox.recipient.id, self.sender.id, since=since, limit=max(threshold, 1))
+        params += [recipient]
         ((observed, action, by_operator, replies, unread),) = rows_planned_per_call(sql, params)
         inbox.override = (action, bool(by_operator)) if action is not None else (None, False)
         inbox.looping_back = threshold > 0 and replies >= threshold
@@ -503,10 +502,9 @@ class _Batch:
     def _texts_sent_there(self, recipient: AgentSession, *, up_to: int) -> int:
         """The sender's plain texts to `recipient` within the loop window, counted up to `up_to`."""
         since = self.now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
-        key = Message._meta.pk.get_db_prep_value(pair_key(self.sender.id, recipient.id), connection)
-        when = Message._meta.get_field("created_at").get_db_prep_value(since, connection)
         sql = f"SELECT COUNT(*) FROM ({pair_texts_sql()}) AS sent"
-        ((count,),) = rows_planned_per_call(sql, [key, MessageKind.TEXT, when, up_to])
+        params = pair_texts_params(self.sender.id, recipient.id, since=since, limit=up_to)
+        ((count,),) = rows_planned_per_call(sql, params)
         return int(count)
 
     def _make_room(self, inbox: _Inbox) -> None:

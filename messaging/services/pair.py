@@ -64,6 +64,15 @@ def pair_texts_sql() -> str:
     )
 
 
+def pair_texts_params(
+    sender_id: uuid.UUID, recipient_id: uuid.UUID, *, since: datetime, limit: int
+) -> list[object]:
+    """`pair_texts_sql`'s parameters for the sender → recipient texts written since `since`."""
+    key = Message._meta.pk.get_db_prep_value(pair_key(sender_id, recipient_id), connection)
+    start = Message._meta.get_field("created_at").get_db_prep_value(since, connection)
+    return [key, MessageKind.TEXT.value, start, limit]
+
+
 @functools.cache
 def _statement() -> str:
     from teams.models import Observer
@@ -101,10 +110,9 @@ def pair_facts(
         return time_field.get_db_prep_value(now - timedelta(seconds=max(seconds, 0)), connection)
 
     s, r = ident(sender.id), ident(recipient.id)
-    loop_since = since(settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
+    loop_start = now - timedelta(seconds=max(settings.SWITCHBOARD_LOOP_WINDOW_SECONDS, 0))
     loop_limit = max(settings.SWITCHBOARD_LOOP_EXCHANGES, 0)  # SQLite reads a negative LIMIT as none
     text = MessageKind.TEXT.value
-    there, back = ident(pair_key(sender.id, recipient.id)), ident(pair_key(recipient.id, sender.id))
     params = [
         s,
         r,
@@ -112,9 +120,9 @@ def pair_facts(
         r,
         *(r, s, r, s),
         loop_limit,
-        *(there, text, loop_since, loop_limit),
+        *pair_texts_params(sender.id, recipient.id, since=loop_start, limit=loop_limit),
         *(s, pin_key),
-        *(back, text, loop_since, loop_limit),
+        *pair_texts_params(recipient.id, sender.id, since=loop_start, limit=loop_limit),
     ]
     # Planned per call: how many rows each count reads depends on the values (see the helper).
     (row,) = rows_planned_per_call(_statement(), params)

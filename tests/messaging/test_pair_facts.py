@@ -222,16 +222,21 @@ def test_the_dedupe_key_is_the_migrations_formula_and_is_written_with_every_mess
     }
 
 
-def _rows_filtered_out(sql: str, params: list, *, prepare: bool | None = None) -> int:
-    """The most rows any node of `sql`'s plan read and then dropped (EXPLAIN ANALYZE)."""
+def _plan_nodes(sql: str, params: list, *, prepare: bool | None = None) -> list[dict]:
+    """Every node of `sql`'s plan, as EXPLAIN ANALYZE ran it."""
     with connection.cursor() as cursor:
         cursor.cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params, prepare=prepare)
-        plan = cursor.fetchone()[0]
+        pending = [cursor.fetchone()[0][0]["Plan"]]
+    nodes = []
+    while pending:
+        nodes.append(pending.pop())
+        pending.extend(nodes[-1].get("Plans", []))
+    return nodes
 
-    def most(node: dict) -> int:
-        return max([node.get("Rows Removed by Filter", 0), *(most(n) for n in node.get("Plans", []))])
 
-    return most(plan[0]["Plan"])
+def _rows_filtered_out(sql: str, params: list, *, prepare: bool | None = None) -> int:
+    """The most rows any node of `sql`'s plan read and then dropped (EXPLAIN ANALYZE)."""
+    return max(node.get("Rows Removed by Filter", 0) for node in _plan_nodes(sql, params, prepare=prepare))
 
 
 def test_a_busy_new_sender_s_dedupe_lookup_reads_one_index_entry_per_text(pair) -> None:
@@ -338,17 +343,10 @@ def test_the_migration_gives_the_last_day_s_messages_their_pair_key(pair) -> Non
 
 def _rows_read(sql: str, params: list) -> int:
     """The most rows any node of `sql`'s plan produced, or read and dropped (EXPLAIN ANALYZE)."""
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-        explained = cursor.fetchone()[0]
-
-    def most(node: dict) -> int:
-        read = node.get("Actual Rows", 0) * node.get("Actual Loops", 1) + node.get(
-            "Rows Removed by Filter", 0
-        )
-        return max([read, *(most(n) for n in node.get("Plans", []))])
-
-    return most(explained[0]["Plan"])
+    return max(
+        node.get("Actual Rows", 0) * node.get("Actual Loops", 1) + node.get("Rows Removed by Filter", 0)
+        for node in _plan_nodes(sql, params)
+    )
 
 
 def test_a_pair_s_loop_counts_read_that_pair_s_texts_only(pair) -> None:
