@@ -18,6 +18,25 @@ hypothesis_settings.register_profile("switchboard", deadline=None, print_blob=Tr
 hypothesis_settings.load_profile("switchboard")
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database, with the connections other threads left open ended before it
+    is dropped. Async tests and the API's request threads each open a connection of their own on
+    PostgreSQL, which outlive the test; the drop then failed with "database is being accessed by
+    other users" and left the database behind."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            connection.close()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_hub(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test gets its own SWITCHBOARD_HOME and machine-wide registry (so hubs started by other
