@@ -15,13 +15,13 @@ import functools
 import hashlib
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
 
 from messaging.models import AgentSession, Delivery, Message, MessageKind, Pin, SenderPolicy, UnreadCount
-from messaging.services.bulk import as_uuid, rows_planned_per_call
+from messaging.services.bulk import as_uuid
 
 
 @dataclass(frozen=True)
@@ -54,13 +54,24 @@ def pair_key(sender_id: uuid.UUID, recipient_id: uuid.UUID) -> uuid.UUID:
     return uuid.UUID(bytes=hashlib.sha256(f"{sender_id.hex}>{recipient_id.hex}".encode()).digest()[:16])
 
 
+# The far end of a pair's texts in `pair_texts_sql`'s range of (pair_key, created_at).
+END_OF_TIME = datetime(9999, 12, 31, tzinfo=UTC)
+
+
 def pair_texts_sql() -> str:
     """One direction of a pair's texts within the loop window, as a subquery to count up to a
-    limit; parameters: the pair's key, the kind, the window's start, the limit. Planned for its
-    values (`rows_planned_per_call`), it reads only that pair's recent texts, by `message_pair_recent`."""
+    limit; parameters: `pair_texts_params`. The condition is a range of `message_pair_recent`'s
+    own key, from (the pair, the window's start) to (the pair, END_OF_TIME), read in that index's
+    order: no other index can serve the range or the order, and the table only by reading all of
+    it and sorting, so any plan, a generic one or one made for the values, reads only the pair's
+    recent texts. Asked as `pair_key = … AND created_at >= …` under a LIMIT, PostgreSQL could
+    count through the `created_at` index over the hub's whole window (a generic plan, with few
+    pairs in its statistics) or scan the table (a plan for a pair with a long history, whose rows
+    it took for recent ones)."""
     return (
         f"SELECT 1 FROM {Message._meta.db_table} "
-        "WHERE pair_key = %s AND kind = %s AND created_at >= %s LIMIT %s"
+        "WHERE (pair_key, created_at) >= (%s, %s) AND (pair_key, created_at) <= (%s, %s) AND kind = %s "
+        "ORDER BY pair_key, created_at LIMIT %s"
     )
 
 
@@ -69,8 +80,9 @@ def pair_texts_params(
 ) -> list[object]:
     """`pair_texts_sql`'s parameters for the sender → recipient texts written since `since`."""
     key = Message._meta.pk.get_db_prep_value(pair_key(sender_id, recipient_id), connection)
-    start = Message._meta.get_field("created_at").get_db_prep_value(since, connection)
-    return [key, MessageKind.TEXT.value, start, limit]
+    created_at = Message._meta.get_field("created_at")
+    start, end = (created_at.get_db_prep_value(moment, connection) for moment in (since, END_OF_TIME))
+    return [key, start, key, end, MessageKind.TEXT.value, limit]
 
 
 @functools.cache
@@ -124,8 +136,13 @@ def pair_facts(
         *(s, pin_key),
         *pair_texts_params(recipient.id, sender.id, since=loop_start, limit=loop_limit),
     ]
-    # Planned per call: how many rows each count reads depends on the values (see the helper).
-    (row,) = rows_planned_per_call(_statement(), params)
+    # Prepared, as every statement a send runs: any plan PostgreSQL may keep for it reads only
+    # the pair's rows. Each count is a range of the pair's index (`pair_texts_sql`); the dedupe
+    # lookup asks for one key among about as many as there are texts, which every plan reads by
+    # its index. (tests/messaging/test_pair_facts.py runs the read under both kinds of plan.)
+    with connection.cursor() as cursor:
+        cursor.execute(_statement(), params)
+        row = cursor.fetchone()
     observer_s, observer_r, duplicate, unread, policy, by_operator, replies, sends, pinned = row
     return PairFacts(
         sender_is_observer=bool(observer_s),
