@@ -353,7 +353,10 @@ class _Batch:
         params = [sender, recipient, recipient, sender, recipient, sender]
         params += pair_texts_params(inbox.recipient.id, self.sender.id, since=since, limit=max(threshold, 1))
         params += [recipient]
-        ((observed, action, by_operator, replies, unread),) = rows_planned_per_call(sql, params)
+        # Prepared like the single send's pair read: its loop count has one good plan for any values.
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            observed, action, by_operator, replies, unread = cursor.fetchone()
         inbox.override = (action, bool(by_operator)) if action is not None else (None, False)
         inbox.looping_back = threshold > 0 and replies >= threshold
         inbox.unread = int(unread)  # nothing of this batch is written for it yet
@@ -504,7 +507,9 @@ class _Batch:
         since = self.now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
         sql = f"SELECT COUNT(*) FROM ({pair_texts_sql()}) AS sent"
         params = pair_texts_params(self.sender.id, recipient.id, since=since, limit=up_to)
-        ((count,),) = rows_planned_per_call(sql, params)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            (count,) = cursor.fetchone()
         return int(count)
 
     def _make_room(self, inbox: _Inbox) -> None:

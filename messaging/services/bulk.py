@@ -130,7 +130,7 @@ def rows_planned_per_call(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     """The rows `sql` reads, planned for these values on every call. On PostgreSQL a statement a
     connection runs again is otherwise prepared (settings: `prepare_threshold`), and once prepared
     PostgreSQL may keep one generic plan for any values, made without knowing them; for a query
-    whose good plan depends on which values it is given (a rare or a busy sender, pair, array
+    whose good plan depends on which values it is given (a rare or a busy sender, an array's
     length) that plan can read a whole window of the hub's traffic per call."""
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
