@@ -64,7 +64,7 @@ from messaging.services.sending import (
     message_send,
     messages_write,
     reply_checked,
-    resolve_recipient,
+    resolve_recipient_pinned,
     send_input_checked,
 )
 from messaging.services.transports import UDS_PREFIX, schedule_push
@@ -76,6 +76,7 @@ BATCH_MAX = 1000
 BULK_FIELDS = frozenset({"to", "text", "summary", "idempotency_key", "priority", "in_reply_to", "files"})
 # Resolution rules whose address is checked against (and written to) the sender's pins.
 PIN_CHECKED_RULES = ("name", "normalized", "prefix")
+_NOT_READ = object()  # a pin the batch has not read: written whatever it points at
 
 
 def messages_send_batch(
@@ -163,6 +164,9 @@ class _Batch:
         self.recent: dict[tuple[str, Any], tuple[Message, Delivery]] = {}
         self.pending: list[_Accepted] = []
         self.pins: dict[str, AgentSession] = {}  # pins the batch set and has not written yet
+        # name key → the id its pin points at in the database (None: no pin), as read with a
+        # resolution or written by the batch: a pin that already points there is not written again
+        self.pinned: dict[str, Any] = {}
         self.tokens: TokenReservation | None = None
         self.dedupe = settings.SWITCHBOARD_DEDUPE_SECONDS > 0
 
@@ -288,9 +292,13 @@ class _Batch:
             if self.pins:
                 self._write()  # resolution reads the sender's pins: write the batch's first
             try:
-                found = resolve_recipient(self.sender, target)
+                recipient, resolution, pinned = resolve_recipient_pinned(self.sender, target)
             except SwitchboardError as exc:
                 found = exc
+            else:
+                found = (recipient, resolution)
+                if resolution.pin_key:
+                    self.pinned[resolution.pin_key] = pinned
             self.targets[target] = found
         return found
 
@@ -532,8 +540,13 @@ class _Batch:
                 self.inboxes[sender_id].unread = None
 
     def _pin(self, key: str | None, recipient: AgentSession) -> None:
-        """Pin `key` to `recipient` (written with the batch) and forget the resolutions it changes."""
+        """Pin `key` to `recipient` (written with the batch) and forget the resolutions it changes.
+        A pin that already points at `recipient` stays as it is: nothing to write, nothing changes."""
         assert key is not None
+        pending = self.pins.get(key)
+        current = pending.id if pending is not None else self.pinned.get(key, _NOT_READ)
+        if current == recipient.id:
+            return
         self.pins[key] = recipient
         for target, found in list(self.targets.items()):
             changed = (
@@ -569,6 +582,7 @@ class _Batch:
             self.recent[(message.sha256, outcome.recipient.id)] = (message, outcome.delivery)
         # It may have pinned a name or changed the recipient's counts: read them again when needed.
         self.targets.clear()
+        self.pinned.clear()
         self.inboxes.pop(outcome.recipient.id, None)
 
     def _settle(self) -> None:
@@ -608,6 +622,7 @@ class _Batch:
             )
         for key, recipient in pins.items():
             Pin.objects.update_or_create(sender=self.sender, name_key=key, defaults={"recipient": recipient})
+            self.pinned[key] = recipient.id
         if not pending:
             return
         # First the recipients' pushes (the events that someone waits for), as a single send does.

@@ -393,16 +393,29 @@ def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, 
     return recipient, resolution
 
 
+def resolve_recipient_pinned(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution, Any]:
+    """`resolve_recipient`, and the id of whom the sender's pin for the name it used points at
+    (None when it has no such pin, or the address is not a name): what a send compares to decide
+    whether the pin must be written."""
+    recipient, resolution = _resolve(sender, target)
+    pinned = pinned_recipient(sender, resolution.pin_key) if resolution.pin_key else None
+    if _pin_key_checked(resolution):
+        pin_check(recipient=recipient, target=target, pinned_to=pinned)
+    return recipient, resolution, pinned
+
+
+def pinned_recipient(sender: AgentSession, pin_key: str) -> Any:
+    """The id of whom the sender's pin for `pin_key` points at, or None."""
+    return Pin.objects.filter(sender=sender, name_key=pin_key).values_list("recipient_id", flat=True).first()
+
+
 def _check_pin_now(
     *, sender: AgentSession, recipient: AgentSession, resolution: Resolution, target: str
 ) -> None:
     """`pin_check` with the sender's pin read here (a send reads it with the pair's facts instead)."""
     pin_key = _pin_key_checked(resolution)
     if pin_key:
-        pinned = (
-            Pin.objects.filter(sender=sender, name_key=pin_key).values_list("recipient_id", flat=True).first()
-        )
-        pin_check(recipient=recipient, target=target, pinned_to=pinned)
+        pin_check(recipient=recipient, target=target, pinned_to=pinned_recipient(sender, pin_key))
 
 
 def _pin_key_checked(resolution: Resolution) -> str | None:

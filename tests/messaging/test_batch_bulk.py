@@ -210,6 +210,45 @@ def test_a_batch_reads_the_database_the_same_number_of_times_for_10_or_100_messa
     assert Message.objects.filter(sender=alice).count() == 113
 
 
+def test_a_batch_leaves_a_pin_that_already_points_at_the_recipient_as_it_is(world, settings):
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
+    alice = world["alice"]
+    message_send(sender=alice, to="bob", text="the first send pins the name")
+    pin = Pin.objects.get(sender=alice, name_key="bob")
+    pin_table = connection.ops.quote_name(Pin._meta.db_table)
+
+    with CaptureQueriesContext(connection) as queries:
+        results = messages_send_batch(
+            sender=alice, items=[{"to": "bob", "text": f"again {i}"} for i in range(3)]
+        )
+
+    assert [label(r) for r in results] == ["queued"] * 3
+    # The pin is read with the address, and neither locked nor written again
+    touching = [q["sql"] for q in queries.captured_queries if pin_table in q["sql"]]
+    assert len(touching) == 1 and touching[0].lstrip().upper().startswith("SELECT")
+    assert "FOR UPDATE" not in touching[0].upper()
+    assert Pin.objects.get(pk=pin.pk).updated_at == pin.updated_at
+
+
+def test_a_batch_writes_the_pin_its_last_rebinding_leaves(world, settings):
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
+    alice = world["alice"]
+    first, second = AgentSession.objects.filter(name="twin").order_by("ref")
+    message_send(sender=alice, to=f"twin [{first.ref}]", text="pins twin to the first")
+
+    # Pinned to the first: away to the second, then back to the first, within one batch
+    addresses = [f"twin [{first.ref}]", f"twin [{second.ref}]", f"twin [{first.ref}]"]
+    results = messages_send_batch(
+        sender=alice, items=[{"to": a, "text": f"to {a} at {i}"} for i, a in enumerate(addresses)]
+    )
+
+    assert [r.recipient.id for r in results] == [first.id, second.id, first.id]
+    assert Pin.objects.get(sender=alice, name_key="twin").recipient_id == first.id
+    # Away to the second in a batch of its own: the pin follows
+    messages_send_batch(sender=alice, items=[{"to": f"twin [{second.ref}]", "text": "only the second"}])
+    assert Pin.objects.get(sender=alice, name_key="twin").recipient_id == second.id
+
+
 def test_a_batch_audits_one_acceptance_and_one_delivery_event_per_message(world, settings):
     settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
     alice = world["alice"]
