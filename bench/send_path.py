@@ -280,7 +280,7 @@ def _per_request_ms(cpu_s: float, run: dict[str, Any]) -> float:
 
 
 @contextlib.contextmanager
-def production_hub(workdir: Path) -> Iterator[tuple[Hub, str, RedisServer]]:
+def production_hub(workdir: Path, env: dict[str, str]) -> Iterator[tuple[Hub, str, RedisServer]]:
     """The production topology on a fresh database and a private Redis, stopped afterwards."""
     (workdir / "redis").mkdir()
     redis = RedisServer(workdir / "redis").start()
@@ -289,7 +289,7 @@ def production_hub(workdir: Path) -> Iterator[tuple[Hub, str, RedisServer]]:
     try:
         progress("starting the production topology (PostgreSQL database, Redis, 2 daphne, worker, beat)")
         hub = hub_start(
-            database_url=db, redis_url=redis.url(), workdir=workdir / "hub", migrate=False, extra_env=LOAD_ENV
+            database_url=db, redis_url=redis.url(), workdir=workdir / "hub", migrate=False, extra_env=env
         )
         yield hub, db, redis
     finally:
@@ -299,8 +299,13 @@ def production_hub(workdir: Path) -> Iterator[tuple[Hub, str, RedisServer]]:
         database_drop(db)
 
 
+def hub_env(args: argparse.Namespace) -> dict[str, str]:
+    """The hub's settings for a run: the anti-flood limits lifted, and sends together unless asked."""
+    return {**LOAD_ENV, **({"SWITCHBOARD_SEND_TOGETHER": "0"} if args.sends_apart else {})}
+
+
 def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    with production_hub(workdir) as (hub, db, redis):
+    with production_hub(workdir, hub_env(args)) as (hub, db, redis):
         progress(f"the floor: {args.floor_n:,} commits + publishes + socket writes")
         floor = measure_floor(db, redis.url(), n=args.floor_n)
         progress(f"send → push latency at {args.rate:g}/s, {args.warm_up:g} s warm-up + {args.seconds:g} s")
@@ -347,7 +352,7 @@ def analyze(database_url: str) -> None:
 def batch_only(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """The production topology's batch phase alone, `--repeat` times on one hub (fresh senders
     each time): short enough to run several times, alternating with another commit (A/B pairs)."""
-    with production_hub(workdir) as (hub, _db, _redis):
+    with production_hub(workdir, hub_env(args)) as (hub, _db, _redis):
         sink = register(hub.web_urls[0], "batch-sink")
         runs = []
         for k in range(args.repeat):
@@ -368,7 +373,9 @@ def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for k, v in os.environ.items()
         if not (k.startswith("SWITCHBOARD_") or k in {"DATABASE_URL", "REDIS_URL"})
     }
-    env.update(LOAD_ENV, SWITCHBOARD_HOME=str(home), SWITCHBOARD_ENROLL_KEY=ENROLL_KEY, PYTHONUNBUFFERED="1")
+    env.update(
+        hub_env(args), SWITCHBOARD_HOME=str(home), SWITCHBOARD_ENROLL_KEY=ENROLL_KEY, PYTHONUNBUFFERED="1"
+    )
     proc = Proc(
         "serve", [str(VENV_BIN / "switchboard"), "serve", "--port", str(port)], env, workdir / "serve.log"
     )
@@ -408,6 +415,11 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=2, help="with --only batch: runs on one hub")
     parser.add_argument("--batch-size", type=int, default=100, help="messages per batch request")
+    parser.add_argument(
+        "--sends-apart",
+        action="store_true",
+        help="every single send alone (SWITCHBOARD_SEND_TOGETHER=0): the baseline for sends together",
+    )
     parser.add_argument(
         "--no-analyze",
         dest="analyze",
@@ -463,7 +475,12 @@ def report(result: dict[str, Any]) -> None:
         latency_halves(lat)
         line("  pushed / sent", f"{lat['pushed']} / {lat['sent']}")
         line("authenticated no-op GET /api/v1/ping", f"{tp['ping_per_s']:.0f}/s")
-        line("single sends", f"{tp['sends_per_s']:.0f}/s", "target ≥ 800/s")
+        apart = result["args"].get("sends_apart")
+        line(
+            f"single sends ({'each alone' if apart else 'a sender’s in flight together'})",
+            f"{tp['sends_per_s']:.0f}/s",
+            "target ≥ 800/s",
+        )
         line("  as a share of the no-op rate", f"{tp['sends_vs_ping']:.0%}", "target ≥ 60%")
         line("  ratio to the floor rate", f"{tp['sends_per_s'] / f['per_s']:.2f}×")
         web_cpu(tp)

@@ -230,6 +230,8 @@ SWITCHBOARD_RATE_PAIR_SECONDS = _env_int("SWITCHBOARD_RATE_PAIR_SECONDS", 10)  #
 SWITCHBOARD_RATE_HUB = _env_int("SWITCHBOARD_RATE_HUB", 2000)  # messages hub-wide ...
 SWITCHBOARD_RATE_HUB_SECONDS = _env_int("SWITCHBOARD_RATE_HUB_SECONDS", 10)  # ... per this many s
 SWITCHBOARD_DEDUPE_SECONDS = _env_int("SWITCHBOARD_DEDUPE_SECONDS", 60)
+# A sender's single sends in flight at the same time are written together (messaging.services.together).
+SWITCHBOARD_SEND_TOGETHER = _env_bool("SWITCHBOARD_SEND_TOGETHER", True)
 SWITCHBOARD_UNREAD_PER_RECIPIENT = _env_int("SWITCHBOARD_UNREAD_PER_RECIPIENT", 50)
 # A reply loop: both directions of a pair above this many messages within the window → held.
 SWITCHBOARD_LOOP_EXCHANGES = _env_int("SWITCHBOARD_LOOP_EXCHANGES", 20)

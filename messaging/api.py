@@ -25,7 +25,6 @@ from messaging.selectors import agents_list, audit_list, message_for_viewer, mes
 from messaging.services.batch import BATCH_MAX, messages_send_batch
 from messaging.services.delivery import inbox_ack, inbox_has_queued, inbox_pull
 from messaging.services.events import session_group
-from messaging.services.sending import message_send
 from messaging.services.sessions import (
     session_deregister,
     session_end_turn,
@@ -35,6 +34,7 @@ from messaging.services.sessions import (
     session_summary,
     session_touch,
 )
+from messaging.services.together import message_send_together
 
 router = Router(tags=["messaging"])
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ def send(request: HttpRequest, body: SendIn) -> Status:
 def send_answer(caller: Principal, body: SendIn) -> dict[str, Any]:
     """`POST /messages` once its caller and body are known; under daphne the direct send route
     (`console.send_route`) calls it without going through ninja."""
-    outcome = message_send(
+    outcome = message_send_together(
         sender=caller.require_session(),
         to=body.to,
         text=body.message,

@@ -251,7 +251,7 @@ async def test_failures_in_the_service_answer_as_the_full_handler(
     def failing(**_: Any) -> None:
         raise failure
 
-    monkeypatch.setattr("messaging.api.message_send", failing)
+    monkeypatch.setattr("messaging.services.together.message_send", failing)
     answers = {}
     for path in ("fast", "full"):
         if path == "full":

@@ -1,0 +1,231 @@
+"""A sender's concurrent single sends go together (messaging.services.together): the first alone,
+the ones that arrived while it ran as one batch, each answered with its own outcome or error."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.db import OperationalError, connection
+
+from messaging.errors import Invalid, RateLimited
+from messaging.models import Message
+from messaging.principals import session_principal
+from messaging.services import together
+from messaging.services.sending import SendOutcome
+from messaging.services.together import SendsTogether, message_send_together
+
+WAIT = 10  # seconds any test thread waits at most
+
+
+@dataclass
+class FakeSender:
+    id: uuid.UUID
+    name: str = "alice"
+
+
+class FakeActor:
+    def __init__(self, actor: str) -> None:
+        self.actor = actor
+
+
+class Recorder:
+    """Stands in for `message_send` and `messages_send_batch`: records each call, answers with the
+    text it was given (or an error for texts starting "bad"), and holds the first call until told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.first_started = threading.Event()
+        self.release_first = threading.Event()
+        self.fail_batches = False
+        self._lock = threading.Lock()
+
+    def _hold_if_first(self) -> None:
+        with self._lock:
+            first = not self.first_started.is_set()
+            self.first_started.set()
+        if first:
+            assert self.release_first.wait(WAIT)
+
+    def single(self, *, sender: Any, actor: Any, **fields: Any) -> Any:
+        with self._lock:
+            self.calls.append(("single", [fields["text"]]))
+        self._hold_if_first()
+        if fields["text"].startswith("bad"):
+            raise RateLimited("too fast", reason="pair_rate", retry_after=1)
+        return ("sent", fields["text"])
+
+    def batch(self, *, sender: Any, items: list[dict[str, Any]], actor: Any) -> list[Any]:
+        with self._lock:
+            self.calls.append(("batch", [i["text"] for i in items]))
+        self._hold_if_first()
+        if self.fail_batches:
+            raise OperationalError("the database went away")
+        return [
+            Invalid("bad_text", "no") if i["text"].startswith("bad") else ("sent", i["text"]) for i in items
+        ]
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    fake = Recorder()
+    monkeypatch.setattr(together, "message_send", fake.single)
+    monkeypatch.setattr(together, "messages_send_batch", fake.batch)
+    return fake
+
+
+def _queued_behind(hub: SendsTogether, key: Any, count: int) -> None:
+    """Wait until `count` sends are waiting behind the running group of `key`."""
+    for _ in range(WAIT * 100):
+        with hub._lock:
+            if len(hub._waiting.get(key, [])) >= count:
+                return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"{count} sends never queued")
+
+
+def _start(
+    pool: ThreadPoolExecutor, hub: SendsTogether, sender: FakeSender, text: str, actor: str = "a"
+) -> Any:
+    return pool.submit(hub.send, sender=sender, actor=FakeActor(actor), fields={"to": "bob", "text": text})
+
+
+def _result(future: Any) -> Any:
+    try:
+        return future.result(WAIT)
+    except Exception as exc:  # the error the send raised in its own thread
+        return type(exc).__name__
+
+
+def test_sends_that_arrive_while_one_runs_go_together_after_it(recorder: Recorder) -> None:
+    hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
+    key = (alice.id, "a")
+    with ThreadPoolExecutor(8) as pool:
+        first = _start(pool, hub, alice, "one")
+        assert recorder.first_started.wait(WAIT)
+        rest = [_start(pool, hub, alice, text) for text in ("two", "bad three", "four")]
+        _queued_behind(hub, key, 3)
+        recorder.release_first.set()
+        results = [_result(f) for f in (first, *rest)]
+
+    # The first went alone; the three that waited went as one batch, in the order they came
+    assert recorder.calls[0] == ("single", ["one"])
+    assert recorder.calls[1][0] == "batch" and sorted(recorder.calls[1][1]) == ["bad three", "four", "two"]
+    assert len(recorder.calls) == 2
+    # Each answered with its own outcome, or raised its own error
+    assert results == [("sent", "one"), ("sent", "two"), "Invalid", ("sent", "four")]
+    assert hub._waiting == {}  # nothing left running or waiting
+
+
+def test_a_lone_send_goes_by_itself_and_raises_its_own_error(recorder: Recorder) -> None:
+    recorder.release_first.set()
+    hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
+
+    assert hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "hi"}) == ("sent", "hi")
+    with pytest.raises(RateLimited):
+        hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "bad"})
+    assert recorder.calls == [("single", ["hi"]), ("single", ["bad"])]
+    assert hub._waiting == {}
+
+
+def test_other_senders_and_other_actors_do_not_wait(recorder: Recorder) -> None:
+    hub, alice, bob = SendsTogether(), FakeSender(uuid.uuid4()), FakeSender(uuid.uuid4(), "bob")
+    with ThreadPoolExecutor(4) as pool:
+        held = _start(pool, hub, alice, "alice holds")
+        assert recorder.first_started.wait(WAIT)
+        # bob, and alice acting as someone else, run while alice's first send is held
+        assert _result(_start(pool, hub, bob, "from bob")) == ("sent", "from bob")
+        assert _result(_start(pool, hub, alice, "as operator", actor="operator:x")) == ("sent", "as operator")
+        recorder.release_first.set()
+        assert _result(held) == ("sent", "alice holds")
+    assert [kind for kind, _ in recorder.calls] == ["single"] * 3
+
+
+def test_a_failed_group_is_every_members_error_and_the_sender_can_send_again(recorder: Recorder) -> None:
+    hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
+    recorder.fail_batches = True
+    with ThreadPoolExecutor(8) as pool:
+        first = _start(pool, hub, alice, "one")
+        assert recorder.first_started.wait(WAIT)
+        rest = [_start(pool, hub, alice, f"more {i}") for i in range(3)]
+        _queued_behind(hub, (alice.id, "a"), 3)
+        recorder.release_first.set()
+        assert _result(first) == ("sent", "one")
+        assert [_result(f) for f in rest] == ["OperationalError"] * 3
+    assert hub._waiting == {}
+    recorder.fail_batches = False
+    assert hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "after"}) == (
+        "sent",
+        "after",
+    )
+
+
+def test_no_group_is_larger_than_its_maximum(recorder: Recorder) -> None:
+    hub, alice = SendsTogether(group_max=2), FakeSender(uuid.uuid4())
+    with ThreadPoolExecutor(8) as pool:
+        first = _start(pool, hub, alice, "one")
+        assert recorder.first_started.wait(WAIT)
+        rest = [_start(pool, hub, alice, f"m{i}") for i in range(5)]
+        _queued_behind(hub, (alice.id, "a"), 5)
+        recorder.release_first.set()
+        assert [_result(f) for f in (first, *rest)] == [("sent", "one")] + [
+            ("sent", f"m{i}") for i in range(5)
+        ]
+    sizes = [len(texts) for _, texts in recorder.calls]
+    assert sizes[0] == 1 and all(size <= 2 for size in sizes) and sum(sizes) == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_sends_of_one_sender_each_get_their_own_message(
+    register: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.SWITCHBOARD_RATE_PAIR = settings.SWITCHBOARD_RATE_HUB = 10_000
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 10_000
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-together-{uuid.uuid4().hex}"
+    alice, _bob = register("alice"), register("bob")
+    from messaging.models import AgentSession
+
+    sender = AgentSession.objects.get(pk=alice.id)
+    actor = session_principal(sender)
+    hub = SendsTogether()
+    monkeypatch.setattr(together, "_together", hub)
+    # The first send waits until three more are queued behind it, so a batch surely forms
+    real_single, real_batch, groups = together.message_send, together.messages_send_batch, []
+
+    def single(**kwargs: Any) -> SendOutcome:
+        if not groups:
+            _queued_behind(hub, (sender.id, actor.actor), 3)
+        groups.append(1)
+        return real_single(**kwargs)
+
+    def batch(**kwargs: Any) -> list[Any]:
+        groups.append(len(kwargs["items"]))
+        return real_batch(**kwargs)
+
+    monkeypatch.setattr(together, "message_send", single)
+    monkeypatch.setattr(together, "messages_send_batch", batch)
+
+    def send(i: int) -> SendOutcome:
+        try:
+            return message_send_together(
+                sender=sender, actor=actor, to="bob", text=f"note {i % 5}", idempotency_key=f"k{i % 5}"
+            )
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(6) as pool:
+        outcomes = list(pool.map(send, range(30)))
+
+    assert sum(groups) == 30 and max(groups) >= 3
+    # One message per idempotency key; every send with that key is answered with it
+    stored = {m.idempotency_key: m for m in Message.objects.filter(sender_id=alice.id)}
+    assert sorted(stored) == [f"k{i}" for i in range(5)]
+    for i, outcome in enumerate(outcomes):
+        original = stored[f"k{i % 5}"]
+        assert outcome.message.id == original.id and original.text == f"note {i % 5}"
+        assert outcome.status == "queued"
+    assert sum(not o.duplicate for o in outcomes) == 5
