@@ -81,9 +81,8 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 def _queued_behind(hub: SendsTogether, key: Any, count: int) -> None:
     """Wait until `count` sends are waiting behind the running group of `key`."""
     for _ in range(WAIT * 100):
-        with hub._lock:
-            if len(hub._waiting.get(key, [])) >= count:
-                return
+        if hub.waiting(key) >= count:
+            return
         threading.Event().wait(0.01)
     raise AssertionError(f"{count} sends never queued")
 
@@ -118,7 +117,7 @@ def test_sends_that_arrive_while_one_runs_go_together_after_it(recorder: Recorde
     assert len(recorder.calls) == 2
     # Each answered with its own outcome, or raised its own error
     assert results == [("sent", "one"), ("sent", "two"), "Invalid", ("sent", "four")]
-    assert hub._waiting == {}  # nothing left running or waiting
+    assert hub.idle()  # nothing left running or waiting
 
 
 def test_a_lone_send_goes_by_itself_and_raises_its_own_error(recorder: Recorder) -> None:
@@ -129,7 +128,7 @@ def test_a_lone_send_goes_by_itself_and_raises_its_own_error(recorder: Recorder)
     with pytest.raises(RateLimited):
         hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "bad"})
     assert recorder.calls == [("single", ["hi"]), ("single", ["bad"])]
-    assert hub._waiting == {}
+    assert hub.idle()
 
 
 def test_other_senders_and_other_actors_do_not_wait(recorder: Recorder) -> None:
@@ -156,12 +155,24 @@ def test_a_failed_group_is_every_members_error_and_the_sender_can_send_again(rec
         recorder.release_first.set()
         assert _result(first) == ("sent", "one")
         assert [_result(f) for f in rest] == ["OperationalError"] * 3
-    assert hub._waiting == {}
+    assert hub.idle()
     recorder.fail_batches = False
     assert hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "after"}) == (
         "sent",
         "after",
     )
+
+
+def test_with_two_groups_in_flight_a_second_send_does_not_wait_for_the_first(recorder: Recorder) -> None:
+    hub, alice = SendsTogether(in_flight=2), FakeSender(uuid.uuid4())
+    with ThreadPoolExecutor(4) as pool:
+        held = _start(pool, hub, alice, "one")
+        assert recorder.first_started.wait(WAIT)
+        assert _result(_start(pool, hub, alice, "two")) == ("sent", "two")  # while "one" is held
+        recorder.release_first.set()
+        assert _result(held) == ("sent", "one")
+    assert recorder.calls == [("single", ["one"]), ("single", ["two"])]
+    assert hub.idle()
 
 
 def test_no_group_is_larger_than_its_maximum(recorder: Recorder) -> None:
