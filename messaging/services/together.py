@@ -133,6 +133,9 @@ def _run(group: list[_Send]) -> None:
             outcomes = list(messages_send_batch(sender=first.sender, items=items, actor=first.actor))
     except BaseException as exc:  # a single send's own error, or the batch's (it committed nothing)
         outcomes = [exc] * len(group)
+    if len(outcomes) != len(group):  # never expected; a member left without an outcome would hang
+        fault = RuntimeError(f"a batch of {len(group)} sends gave {len(outcomes)} outcomes")
+        outcomes = [fault] * len(group)
     for send, outcome in zip(group, outcomes, strict=True):
         send.outcome = outcome
         if send is not first:

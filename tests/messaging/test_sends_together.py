@@ -42,6 +42,7 @@ class Recorder:
         self.first_started = threading.Event()
         self.release_first = threading.Event()
         self.fail_batches = False
+        self.short_batches = False  # answers one outcome too few: a broken batch
         self._lock = threading.Lock()
 
     def _hold_if_first(self) -> None:
@@ -65,6 +66,8 @@ class Recorder:
         self._hold_if_first()
         if self.fail_batches:
             raise OperationalError("the database went away")
+        if self.short_batches:
+            return [("sent", i["text"]) for i in items[1:]]
         return [
             Invalid("bad_text", "no") if i["text"].startswith("bad") else ("sent", i["text"]) for i in items
         ]
@@ -172,6 +175,20 @@ def test_with_two_groups_in_flight_a_second_send_does_not_wait_for_the_first(rec
         recorder.release_first.set()
         assert _result(held) == ("sent", "one")
     assert recorder.calls == [("single", ["one"]), ("single", ["two"])]
+    assert hub.idle()
+
+
+def test_a_batch_that_answers_too_few_outcomes_fails_every_member_and_hangs_none(recorder: Recorder) -> None:
+    hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
+    recorder.short_batches = True
+    with ThreadPoolExecutor(4) as pool:
+        first = _start(pool, hub, alice, "one")
+        assert recorder.first_started.wait(WAIT)
+        rest = [_start(pool, hub, alice, f"more {i}") for i in range(2)]
+        _queued_behind(hub, (alice.id, "a"), 2)
+        recorder.release_first.set()
+        assert _result(first) == ("sent", "one")
+        assert [_result(f) for f in rest] == ["RuntimeError"] * 2
     assert hub.idle()
 
 
