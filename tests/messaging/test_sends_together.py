@@ -103,16 +103,23 @@ def _result(future: Any) -> Any:
         return type(exc).__name__
 
 
+def _first_held_while_more_queue(
+    recorder: Recorder, hub: SendsTogether, sender: FakeSender, texts: list[str]
+) -> list[Any]:
+    """Send "one" and hold it until every one of `texts` waits behind it, then let it go; the
+    results of all, "one" first."""
+    with ThreadPoolExecutor(len(texts) + 1) as pool:
+        first = _start(pool, hub, sender, "one")
+        assert recorder.first_started.wait(WAIT)
+        rest = [_start(pool, hub, sender, text) for text in texts]
+        _queued_behind(hub, (sender.id, "a"), len(texts))
+        recorder.release_first.set()
+        return [_result(f) for f in (first, *rest)]
+
+
 def test_sends_that_arrive_while_one_runs_go_together_after_it(recorder: Recorder) -> None:
     hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
-    key = (alice.id, "a")
-    with ThreadPoolExecutor(8) as pool:
-        first = _start(pool, hub, alice, "one")
-        assert recorder.first_started.wait(WAIT)
-        rest = [_start(pool, hub, alice, text) for text in ("two", "bad three", "four")]
-        _queued_behind(hub, key, 3)
-        recorder.release_first.set()
-        results = [_result(f) for f in (first, *rest)]
+    results = _first_held_while_more_queue(recorder, hub, alice, ["two", "bad three", "four"])
 
     # The first went alone; the three that waited went as one batch, in the order they came
     assert recorder.calls[0] == ("single", ["one"])
@@ -150,14 +157,9 @@ def test_other_senders_and_other_actors_do_not_wait(recorder: Recorder) -> None:
 def test_a_failed_group_is_every_members_error_and_the_sender_can_send_again(recorder: Recorder) -> None:
     hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
     recorder.fail_batches = True
-    with ThreadPoolExecutor(8) as pool:
-        first = _start(pool, hub, alice, "one")
-        assert recorder.first_started.wait(WAIT)
-        rest = [_start(pool, hub, alice, f"more {i}") for i in range(3)]
-        _queued_behind(hub, (alice.id, "a"), 3)
-        recorder.release_first.set()
-        assert _result(first) == ("sent", "one")
-        assert [_result(f) for f in rest] == ["OperationalError"] * 3
+    first, *rest = _first_held_while_more_queue(recorder, hub, alice, [f"more {i}" for i in range(3)])
+    assert first == ("sent", "one")
+    assert rest == ["OperationalError"] * 3
     assert hub.idle()
     recorder.fail_batches = False
     assert hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "after"}) == (
@@ -181,28 +183,16 @@ def test_with_two_groups_in_flight_a_second_send_does_not_wait_for_the_first(rec
 def test_a_batch_that_answers_too_few_outcomes_fails_every_member_and_hangs_none(recorder: Recorder) -> None:
     hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
     recorder.short_batches = True
-    with ThreadPoolExecutor(4) as pool:
-        first = _start(pool, hub, alice, "one")
-        assert recorder.first_started.wait(WAIT)
-        rest = [_start(pool, hub, alice, f"more {i}") for i in range(2)]
-        _queued_behind(hub, (alice.id, "a"), 2)
-        recorder.release_first.set()
-        assert _result(first) == ("sent", "one")
-        assert [_result(f) for f in rest] == ["RuntimeError"] * 2
+    first, *rest = _first_held_while_more_queue(recorder, hub, alice, [f"more {i}" for i in range(2)])
+    assert first == ("sent", "one")
+    assert rest == ["RuntimeError"] * 2
     assert hub.idle()
 
 
 def test_no_group_is_larger_than_its_maximum(recorder: Recorder) -> None:
     hub, alice = SendsTogether(group_max=2), FakeSender(uuid.uuid4())
-    with ThreadPoolExecutor(8) as pool:
-        first = _start(pool, hub, alice, "one")
-        assert recorder.first_started.wait(WAIT)
-        rest = [_start(pool, hub, alice, f"m{i}") for i in range(5)]
-        _queued_behind(hub, (alice.id, "a"), 5)
-        recorder.release_first.set()
-        assert [_result(f) for f in (first, *rest)] == [("sent", "one")] + [
-            ("sent", f"m{i}") for i in range(5)
-        ]
+    results = _first_held_while_more_queue(recorder, hub, alice, [f"m{i}" for i in range(5)])
+    assert results == [("sent", "one")] + [("sent", f"m{i}") for i in range(5)]
     sizes = [len(texts) for _, texts in recorder.calls]
     assert sizes[0] == 1 and all(size <= 2 for size in sizes) and sum(sizes) == 6
 
