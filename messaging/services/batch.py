@@ -41,7 +41,6 @@ from messaging.models import (
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
-from messaging.services.bulk import rows_planned_per_call
 from messaging.services.events import announce_many
 from messaging.services.holds import STOPPED_HOLD, hold_expiry_for, holds_make_room
 from messaging.services.limits import (
@@ -267,8 +266,11 @@ class _Batch:
             # message the sender wrote within the window (`message_sender_recent`) for each text,
             # which it chose whenever its statistics took the sender for a rare one (a new sender,
             # or any before the table's first ANALYZE): 23 ms per batch of 100 instead of 1.
-            # Planned per call: a generic plan does not know the array's length.
-            matches = rows_planned_per_call(RECENT_TEXTS_SQL, [keys, MessageKind.TEXT, since])
+            # Prepared like the send's other statements: a generic plan, made without knowing the
+            # array's length, probes the same index text by text (tests/messaging/test_pair_facts.py).
+            with connection.cursor() as cursor:
+                cursor.execute(RECENT_TEXTS_SQL, [keys, MessageKind.TEXT, since])
+                matches = cursor.fetchall()
         else:
             matches = list(
                 Delivery.objects.filter(

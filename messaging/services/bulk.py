@@ -126,25 +126,6 @@ def model_instance(model: type[M], values: dict[str, Any], **related: Model) -> 
     return obj
 
 
-def rows_planned_per_call(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-    """The rows `sql` reads, planned for these values on every call. On PostgreSQL a statement a
-    connection runs again is otherwise prepared (settings: `prepare_threshold`), and once prepared
-    PostgreSQL may keep one generic plan for any values, made without knowing them; for a query
-    whose good plan depends on which values it is given (a rare or a busy sender, an array's
-    length) that plan can read a whole window of the hub's traffic per call."""
-    with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
-            cursor.execute(sql, params)
-            return cursor.fetchall()
-        driver = connection.connection  # psycopg's; it prepares what it has run `prepare_threshold` times
-        kept, driver.prepare_threshold = driver.prepare_threshold, None
-        try:
-            cursor.execute(sql, params)
-        finally:
-            driver.prepare_threshold = kept
-        return cursor.fetchall()
-
-
 def models_selected(model: type[M], sql: str, params: list[Any]) -> list[M]:
     """The instances of rows read by `sql`, a SELECT of all of `model`'s concrete columns in field
     order (as a compiled `model.objects.filter(...)` is). For the few queries every request runs

@@ -274,17 +274,13 @@ def _rows_filtered_out(sql: str, params: list, **how: Any) -> int:
     return max(node.get("Rows Removed by Filter", 0) for node in _plan_nodes(sql, params, **how))
 
 
-@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
-def test_a_busy_new_sender_s_dedupe_lookup_reads_one_index_entry_per_text(pair, mode: str) -> None:
-    """PostgreSQL's statistics take a sender they have not seen for a rare one. The dedupe lookup
-    must not read every message such a sender wrote within the window (it did, through
-    `message_sender_recent`, when it asked for the sender and the text apart), under the plans
-    the prepared pair read may run with."""
+@pytest.fixture
+def busy_new_sender(pair):
+    """alice and bob, after the hub's traffic so far (500 messages between two others) was
+    analyzed and alice then sent bob 300 texts ("busy 0" ... "busy 299"): PostgreSQL's statistics
+    take her for a rare sender."""
     if connection.vendor != "postgresql":
         pytest.skip("a PostgreSQL planner question")
-    from messaging.services.batch import RECENT_TEXTS_SQL
-    from messaging.services.pair import _statement, dedupe_key
-
     alice, bob = pair
     carol = session_register(name="carol").session
     session_register(name="dave")
@@ -294,6 +290,19 @@ def test_a_busy_new_sender_s_dedupe_lookup_reads_one_index_entry_per_text(pair, 
         cursor.execute("ANALYZE")  # before alice writes anything: she is not in the statistics
     for i in range(300):
         message_send(sender=alice, to="bob", text=f"busy {i}", hub_made=True)  # no rate limits
+    return alice, bob
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_a_busy_new_sender_s_dedupe_lookup_reads_one_index_entry_per_text(busy_new_sender, mode: str) -> None:
+    """PostgreSQL's statistics take a sender they have not seen for a rare one. The dedupe lookup
+    must not read every message such a sender wrote within the window (it did, through
+    `message_sender_recent`, when it asked for the sender and the text apart), under the plans
+    the prepared pair read may run with."""
+    from messaging.services.batch import RECENT_TEXTS_SQL
+    from messaging.services.pair import _statement, dedupe_key
+
+    alice, bob = busy_new_sender
     now = timezone.now()
     since = now - timedelta(seconds=60)
 
@@ -305,6 +314,39 @@ def test_a_busy_new_sender_s_dedupe_lookup_reads_one_index_entry_per_text(pair, 
     # The batch's read, for 100 texts.
     keys = [dedupe_key(alice.id, sha(f"new {j}")) for j in range(100)]
     assert _rows_filtered_out(RECENT_TEXTS_SQL, [keys, "text", since], prepare=False) < 10
+
+
+@pytest.mark.parametrize("texts", [1, 10, 1000])
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_batch_s_dedupe_lookup_probes_each_text_under_any_plan(
+    busy_new_sender, mode: str, texts: int
+) -> None:
+    """The batch's lookup is prepared like every other statement of a send, so PostgreSQL may
+    run it with a generic plan, made without knowing how many texts the array holds. Under
+    either kind of plan, for one text or a full batch, it reads the sender's messages only
+    through `message_dedupe_key`, one probe per text, and each match's delivery by its message."""
+    from messaging.services.batch import RECENT_TEXTS_SQL
+    from messaging.services.pair import dedupe_key
+
+    alice, _bob = busy_new_sender
+    since = timezone.now() - timedelta(seconds=60)
+    sent_again = [f"busy {j}" for j in range(0, 300, 300 // min(texts, 3) or 1)][: max(1, texts // 2)]
+    asked = sent_again + [f"new {j}" for j in range(texts - len(sent_again))]
+    keys = [dedupe_key(alice.id, sha(text)) for text in asked]
+
+    nodes = _plan_nodes(RECENT_TEXTS_SQL, [keys, "text", since], mode=mode)
+
+    scans = {node["Relation Name"]: node for node in nodes if "Relation Name" in node}
+    assert scans["messaging_message"].get("Index Name") == "message_dedupe_key", scans["messaging_message"]
+    read = scans["messaging_message"]["Actual Rows"] + scans["messaging_message"].get(
+        "Rows Removed by Filter", 0
+    )
+    assert read * scans["messaging_message"]["Actual Loops"] <= len(sent_again)
+    assert scans["messaging_delivery"]["Node Type"] in {"Index Scan", "Index Only Scan"}
+    assert scans["messaging_delivery"]["Actual Loops"] <= len(sent_again)
+    with connection.cursor() as cursor:
+        cursor.execute(RECENT_TEXTS_SQL, [keys, "text", since])
+        assert sorted(row[0] for row in cursor.fetchall()) == sorted(sha(text) for text in sent_again)
 
 
 def test_the_migration_gives_the_last_day_s_messages_their_dedupe_key(pair) -> None:
