@@ -197,6 +197,39 @@ def test_no_group_is_larger_than_its_maximum(recorder: Recorder) -> None:
     assert sizes[0] == 1 and all(size <= 2 for size in sizes) and sum(sizes) == 6
 
 
+class FakeConnection:
+    """Stands in for Django's connection in `together`: counts the connections handed back."""
+
+    def __init__(self, *, pooled: bool, in_atomic_block: bool = False) -> None:
+        self.pool = object() if pooled else None
+        self.in_atomic_block = in_atomic_block
+        self.closed = 0
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed += 1
+
+
+@pytest.mark.parametrize(
+    ("pooled", "in_atomic_block", "given_back"),
+    [(True, False, 3), (False, False, 0), (True, True, 0)],
+    ids=["pooled", "not pooled (SQLite)", "in a transaction"],
+)
+def test_a_waiting_send_hands_its_pooled_database_connection_back(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch, pooled: bool, in_atomic_block: bool, given_back: int
+) -> None:
+    """Each of the three sends that wait for a group gives its pooled connection back before
+    waiting, so the sends arriving meanwhile find one to check their token with; the send that
+    runs keeps its own. A connection that is not pooled, or is in a transaction, is kept."""
+    fake = FakeConnection(pooled=pooled, in_atomic_block=in_atomic_block)
+    monkeypatch.setattr(together, "connection", fake)
+    hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
+    results = _first_held_while_more_queue(recorder, hub, alice, ["two", "three", "four"])
+    assert results == [("sent", text) for text in ("one", "two", "three", "four")]
+    assert fake.closed == given_back
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_sends_of_one_sender_each_get_their_own_message(
     register: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
