@@ -12,7 +12,8 @@ Embedded: `switchboard serve` (one process, SQLite, in-memory layer). In the sam
   after a 1 s warm-up at the same rate that is not timed (`--warm-up`);
 - sustained single sends/s with wrk on both web processes (`--connections` per process, 4 by
   default; `--sends-apart` turns off sending a sender's concurrent sends together), against the
-  rate of the authenticated no-op `GET /api/v1/ping` on the same processes in the same run;
+  rate of the authenticated no-op `GET /api/v1/ping` on the same processes in the same run, with
+  as many connections;
 - batch sends (`POST /api/v1/messages/batch`, 100 messages per request), messages/s.
 """
 
@@ -249,7 +250,7 @@ def throughput(
     progress(f"{tag}: wrk on the no-op ping, {seconds:g} s")
     before = cpu_seconds(web_pids)
     ping = wrk_parallel(
-        urls, method="GET", path="/api/v1/ping", token=sender.token, seconds=seconds, connections=4
+        urls, method="GET", path="/api/v1/ping", token=sender.token, seconds=seconds, connections=connections
     )
     ping_cpu = cpu_seconds(web_pids) - before
     body = json.dumps({"to": sink.ref, "message": "throughput " + tag + " {n}"})
@@ -450,7 +451,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="with --only batch: runs on one hub")
     parser.add_argument("--batch-size", type=int, default=100, help="messages per batch request")
     parser.add_argument(
-        "--connections", type=int, default=4, help="wrk connections per web process for single sends"
+        "--connections",
+        type=int,
+        default=4,
+        help="wrk connections per web process for pings and single sends",
     )
     parser.add_argument(
         "--sends-apart",
@@ -511,10 +515,14 @@ def report(result: dict[str, Any]) -> None:
         )
         latency_halves(lat)
         line("  pushed / sent", f"{lat['pushed']} / {lat['sent']}")
-        line("authenticated no-op GET /api/v1/ping", f"{tp['ping_per_s']:.0f}/s")
+        connections = tp["send_connections_per_web"]
+        line(
+            f"authenticated no-op GET /api/v1/ping, {connections} connections per web",
+            f"{tp['ping_per_s']:.0f}/s",
+        )
         apart = result["args"].get("sends_apart")
         line(
-            f"single sends, {tp['send_connections_per_web']} connections per web",
+            f"single sends, {connections} connections per web",
             f"{tp['sends_per_s']:.0f}/s",
             "target ≥ 800/s",
         )
