@@ -1,6 +1,6 @@
 """Send → push latency and sustained send throughput, production topology and embedded mode.
 
-    .venv/bin/python bench/send_path.py            # full run (about 3 minutes)
+    .venv/bin/python bench/send_path.py            # full run (about 4 minutes)
     .venv/bin/python bench/send_path.py --smoke    # a few seconds per phase, to check it works
 
 Production: two daphne web processes, a Celery worker and beat, PostgreSQL, a private Redis.
@@ -10,10 +10,11 @@ Embedded: `switchboard serve` (one process, SQLite, in-memory layer). In the sam
 - send → push latency: an agent on the WebSocket of web 1, a sender posting to web 0 at a fixed
   offered rate (open loop, 100 messages/s), latency from the start of the POST to the push arriving,
   after a 1 s warm-up at the same rate that is not timed (`--warm-up`);
-- sustained single sends/s with wrk on both web processes (`--connections` per process, 4 by
-  default; `--sends-apart` turns off sending a sender's concurrent sends together), against the
-  rate of the authenticated no-op `GET /api/v1/ping` on the same processes in the same run, with
-  as many connections;
+- sustained single sends/s with wrk on both web processes, one sender, against the rate of the
+  authenticated no-op `GET /api/v1/ping` on the same processes in the same run, with as many
+  connections: 4 and then 16 connections per process by default (`--connections`), so that
+  about 8 and 32 of the sender's sends are in flight at once (`--sends-apart` turns off sending
+  a sender's concurrent sends together);
 - batch sends (`POST /api/v1/messages/batch`, 100 messages per request), messages/s.
 """
 
@@ -239,22 +240,46 @@ def throughput(
     seconds: float,
     tag: str,
     batch_size: int = 100,
-    connections: int = 4,
+    connections: list[int] | None = None,
     database_url: str | None = None,
 ) -> dict[str, Any]:
-    """wrk on every web process: the no-op ping, then single sends, then batch sends. The web
-    processes' CPU per request is taken from /proc around the ping and send phases: unlike the
-    rates, it does not depend on what else (wrk, PostgreSQL) shares the machine's cores."""
-    sender = register(urls[0], f"tp-sender-{tag}")
+    """wrk on every web process: for each number of connections per process, the no-op ping then
+    single sends (a sender of its own for each); then batch sends. The web processes' CPU per
+    request is taken from /proc around the ping and send phases: unlike the rates, it does not
+    depend on what else (wrk, PostgreSQL) shares the machine's cores."""
     sink = register(urls[0], f"tp-sink-{tag}")
-    progress(f"{tag}: wrk on the no-op ping, {seconds:g} s")
+    singles = [
+        _singles(
+            urls, web_pids, sink, seconds=seconds, tag=f"{tag}-c{n}", connections=n, database_url=database_url
+        )
+        for n in connections or [4]
+    ]
+    batch_senders = [register(u, f"tp-batch-{tag}-{i}") for i, u in enumerate(urls)]
+    progress(f"{tag}: batch sends of {batch_size}, {seconds:g} s")
+    batch = batch_rate(urls, batch_senders, sink.ref, seconds=seconds, size=batch_size)
+    return {"singles": singles, "batch": batch}
+
+
+def _singles(
+    urls: list[str],
+    web_pids: list[int],
+    sink: Registered,
+    *,
+    seconds: float,
+    tag: str,
+    connections: int,
+    database_url: str | None,
+) -> dict[str, Any]:
+    """The no-op ping, then single sends, each with `connections` wrk connections per web process."""
+    sender = register(urls[0], f"tp-sender-{tag}")
+    progress(f"{tag}: wrk on the no-op ping, {connections} connections per web, {seconds:g} s")
     before = cpu_seconds(web_pids)
     ping = wrk_parallel(
         urls, method="GET", path="/api/v1/ping", token=sender.token, seconds=seconds, connections=connections
     )
     ping_cpu = cpu_seconds(web_pids) - before
     body = json.dumps({"to": sink.ref, "message": "throughput " + tag + " {n}"})
-    progress(f"{tag}: wrk on single sends, {seconds:g} s")
+    progress(f"{tag}: wrk on single sends, {connections} connections per web, {seconds:g} s")
     before = cpu_seconds(web_pids)
     sends = wrk_parallel(
         urls,
@@ -266,22 +291,17 @@ def throughput(
         connections=connections,
     )
     sends_cpu = cpu_seconds(web_pids) - before
-    writes = sends_per_write(database_url, sender.id) if database_url else None
-    batch_senders = [register(u, f"tp-batch-{tag}-{i}") for i, u in enumerate(urls)]
-    progress(f"{tag}: batch sends of {batch_size}, {seconds:g} s")
-    batch = batch_rate(urls, batch_senders, sink.ref, seconds=seconds, size=batch_size)
     return {
+        "connections_per_web": connections,
         "ping_per_s": ping["requests_per_s"],
         "ping_non_2xx": ping["non_2xx"],
         "sends_per_s": sends["requests_per_s"],
         "sends_non_2xx": sends["non_2xx"],
         "sends_duplicate_answers": sends["duplicates"],  # must be 0: every body is unique
         "sends_vs_ping": round(sends["requests_per_s"] / ping["requests_per_s"], 3),
-        "send_connections_per_web": connections,
-        "sends_per_write": writes,
+        "sends_per_write": sends_per_write(database_url, sender.id) if database_url else None,
         "web_cpu_ms_per_ping": _per_request_ms(ping_cpu, ping),
         "web_cpu_ms_per_send": _per_request_ms(sends_cpu, sends),
-        "batch": batch,
         "wrk": {"ping": ping["runs"], "sends": sends["runs"]},
     }
 
@@ -453,8 +473,9 @@ def main() -> None:
     parser.add_argument(
         "--connections",
         type=int,
-        default=4,
-        help="wrk connections per web process for pings and single sends",
+        nargs="+",
+        default=[4, 16],
+        help="wrk connections per web process for pings and single sends (each in turn)",
     )
     parser.add_argument(
         "--sends-apart",
@@ -491,9 +512,27 @@ def latency_halves(lat: dict[str, Any]) -> None:
     line("  then the push, p50 / p99", f"{push['p50_ms']:.2f} / {push['p99_ms']:.2f} ms")
 
 
-def web_cpu(tp: dict[str, Any]) -> None:
+def report_singles(tp: dict[str, Any], *, floor_per_s: float | None, apart: bool, target: bool) -> None:
+    """One number of connections' ping and single-send figures; `target`: the production targets."""
+    n = tp["connections_per_web"]
+    line(f"authenticated no-op GET /api/v1/ping, {n} connections per web", f"{tp['ping_per_s']:.0f}/s")
+    line(
+        f"single sends, {n} connections per web",
+        f"{tp['sends_per_s']:.0f}/s",
+        "target ≥ 800/s" if target else "target ≥ 400/s",
+    )
+    if tp.get("sends_per_write") is not None:
+        line(
+            f"  messages per write (sends together {'off' if apart else 'on'})",
+            f"{tp['sends_per_write']:.2f}",
+        )
+    line("  as a share of the no-op rate", f"{tp['sends_vs_ping']:.0%}", "target ≥ 60%" if target else "")
+    if floor_per_s:
+        line("  ratio to the floor rate", f"{tp['sends_per_s'] / floor_per_s:.2f}×")
     send, ping = tp["web_cpu_ms_per_send"], tp["web_cpu_ms_per_ping"]
     line("  web-process CPU per send / per ping", f"{send:.2f} / {ping:.2f} ms ({send / ping:.2f}×)")
+    line("  non-2xx answers (ping / sends)", f"{tp['ping_non_2xx']} / {tp['sends_non_2xx']}")
+    line("  sends answered as duplicates (must be 0)", str(tp["sends_duplicate_answers"]))
 
 
 def report(result: dict[str, Any]) -> None:
@@ -515,31 +554,14 @@ def report(result: dict[str, Any]) -> None:
         )
         latency_halves(lat)
         line("  pushed / sent", f"{lat['pushed']} / {lat['sent']}")
-        connections = tp["send_connections_per_web"]
-        line(
-            f"authenticated no-op GET /api/v1/ping, {connections} connections per web",
-            f"{tp['ping_per_s']:.0f}/s",
-        )
         apart = result["args"].get("sends_apart")
-        line(
-            f"single sends, {connections} connections per web",
-            f"{tp['sends_per_s']:.0f}/s",
-            "target ≥ 800/s",
-        )
-        line(
-            f"  messages per write (sends together {'off' if apart else 'on'})",
-            f"{tp['sends_per_write']:.2f}",
-        )
-        line("  as a share of the no-op rate", f"{tp['sends_vs_ping']:.0%}", "target ≥ 60%")
-        line("  ratio to the floor rate", f"{tp['sends_per_s'] / f['per_s']:.2f}×")
-        web_cpu(tp)
+        for singles in tp["singles"]:
+            report_singles(singles, floor_per_s=f["per_s"], apart=apart, target=True)
         line(
             f"batch sends ({tp['batch']['batch']} per request)",
             f"{tp['batch']['per_s']:.0f} msg/s",
             "target ≥ 5,000/s",
         )
-        line("non-2xx answers (ping / sends)", f"{tp['ping_non_2xx']} / {tp['sends_non_2xx']}")
-        line("sends answered as duplicates (must be 0)", str(tp.get("sends_duplicate_answers", "?")))
     for run in result.get("batch_only", {}).get("runs", []):
         line(f"batch sends ({run['batch']} per request)", f"{run['per_s']:.0f} msg/s", "target ≥ 5,000/s")
     emb = result.get("embedded")
@@ -551,10 +573,8 @@ def report(result: dict[str, Any]) -> None:
             f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} ms",
         )
         latency_halves(lat)
-        line("authenticated no-op GET /api/v1/ping", f"{tp['ping_per_s']:.0f}/s")
-        line("single sends", f"{tp['sends_per_s']:.0f}/s", "target ≥ 400/s")
-        line("  as a share of the no-op rate", f"{tp['sends_vs_ping']:.0%}")
-        web_cpu(tp)
+        for singles in tp["singles"]:
+            report_singles(singles, floor_per_s=None, apart=result["args"].get("sends_apart"), target=False)
         line(f"batch sends ({tp['batch']['batch']} per request)", f"{tp['batch']['per_s']:.0f} msg/s")
 
 
