@@ -1,6 +1,6 @@
 """Send → push latency and sustained send throughput, production topology and embedded mode.
 
-    .venv/bin/python bench/send_path.py            # full run (about 4 minutes)
+    .venv/bin/python bench/send_path.py            # full run (2–3 minutes)
     .venv/bin/python bench/send_path.py --smoke    # a few seconds per phase, to check it works
 
 Production: two daphne web processes, a Celery worker and beat, PostgreSQL, a private Redis.
