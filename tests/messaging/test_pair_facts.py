@@ -330,7 +330,7 @@ def test_the_batch_s_dedupe_lookup_probes_each_text_under_any_plan(
 
     alice, _bob = busy_new_sender
     since = timezone.now() - timedelta(seconds=60)
-    sent_again = [f"busy {j}" for j in range(0, 300, 300 // min(texts, 3) or 1)][: max(1, texts // 2)]
+    sent_again = ["busy 0", "busy 150", "busy 299"][: max(1, texts // 2)]  # texts she sent before
     asked = sent_again + [f"new {j}" for j in range(texts - len(sent_again))]
     keys = [dedupe_key(alice.id, sha(text)) for text in asked]
 
