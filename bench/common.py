@@ -58,12 +58,32 @@ def summary_ms(seconds: list[float]) -> dict[str, float]:
     }
 
 
+def _cpu_ticks(stat: Path) -> tuple[str, int]:
+    """A process's name and the user + system CPU ticks it has used so far, from its
+    /proc/<pid>/stat (Linux)."""
+    name, _, rest = stat.read_text().partition("(")[2].rpartition(")")
+    fields = rest.split()
+    return name, int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU the processes have used so far, in seconds (Linux /proc)."""
+    total_ticks = sum(_cpu_ticks(Path(f"/proc/{pid}/stat"))[1] for pid in pids)
+    return total_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds_named(prefix: str) -> float:
+    """User + system CPU used so far, in seconds, by every process whose name starts with
+    `prefix` (e.g. "postgres": the server and its backends). A process that has exited takes its
+    CPU with it: keep the ones measured alive across a measurement."""
     total_ticks = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total_ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, ticks = _cpu_ticks(stat)
+        except OSError:  # it exited meanwhile
+            continue
+        if name.startswith(prefix):
+            total_ticks += ticks
     return total_ticks / os.sysconf("SC_CLK_TCK")
 
 

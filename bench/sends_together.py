@@ -16,8 +16,6 @@ On a throwaway PostgreSQL database and a private Redis (the production stores), 
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 import shutil
 import tempfile
 import time
@@ -26,28 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import django_in_process, line, progress, write_result
+from common import cpu_seconds_named, django_in_process, line, progress, write_result
 
 from tests.integration.harness import RedisServer, database_drop, database_migrated
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def postgres_cpu_seconds() -> float:
-    """CPU seconds used so far by every process named postgres (the server and its backends).
-    Backends that exit take theirs with them: keep the connections open across a measurement."""
-    total = 0
-    for path in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(path) as stat:
-                text = stat.read()
-        except OSError:
-            continue
-        name, _, rest = text.partition("(")[2].rpartition(")")
-        if name.startswith("postgres"):
-            fields = rest.split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / TICKS
 
 
 def batch_costs(sender: Any, sizes: list[int], messages: int) -> dict[str, Any]:
@@ -108,14 +87,14 @@ def together_rounds(sender: Any, *, threads: int, per_thread: int, rounds: int) 
                 for mode in ("off", "on") if number % 2 == 0 else ("on", "off"):
                     progress(f"{threads} threads, round {number + 1}/{rounds}, sends together {mode}")
                     settings.SWITCHBOARD_SEND_TOGETHER = mode == "on"
-                    cpu, pg, wall = time.process_time(), postgres_cpu_seconds(), time.perf_counter()
+                    cpu, pg, wall = time.process_time(), cpu_seconds_named("postgres"), time.perf_counter()
                     list(pool.map(work, range(threads)))
                     sends = threads * per_thread
                     runs[mode].append(
                         {
                             "python_cpu_ms_per_send": round((time.process_time() - cpu) * 1000 / sends, 3),
                             "postgres_cpu_ms_per_send": round(
-                                (postgres_cpu_seconds() - pg) * 1000 / sends, 3
+                                (cpu_seconds_named("postgres") - pg) * 1000 / sends, 3
                             ),
                             "sends_per_s": round(sends / (time.perf_counter() - wall), 1),
                         }
