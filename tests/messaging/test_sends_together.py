@@ -154,14 +154,23 @@ def test_other_senders_and_other_actors_do_not_wait(recorder: Recorder) -> None:
     assert [kind for kind, _ in recorder.calls] == ["single"] * 3
 
 
-def test_a_failed_group_is_every_members_error_and_the_sender_can_send_again(recorder: Recorder) -> None:
+@pytest.mark.parametrize(
+    ("broken", "error"),
+    [("fail_batches", "OperationalError"), ("short_batches", "RuntimeError")],
+    ids=["the batch raised", "the batch answered too few outcomes"],
+)
+def test_a_failed_group_is_every_members_error_and_hangs_none(
+    recorder: Recorder, broken: str, error: str
+) -> None:
+    """A batch that raises, or (never expected) answers fewer outcomes than it was given, fails
+    every member of its group with one error, leaves none waiting, and the sender can send again."""
     hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
-    recorder.fail_batches = True
+    setattr(recorder, broken, True)
     first, *rest = _first_held_while_more_queue(recorder, hub, alice, [f"more {i}" for i in range(3)])
     assert first == ("sent", "one")
-    assert rest == ["OperationalError"] * 3
+    assert rest == [error] * 3
     assert hub.idle()
-    recorder.fail_batches = False
+    setattr(recorder, broken, False)
     assert hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "after"}) == (
         "sent",
         "after",
@@ -177,15 +186,6 @@ def test_with_two_groups_in_flight_a_second_send_does_not_wait_for_the_first(rec
         recorder.release_first.set()
         assert _result(held) == ("sent", "one")
     assert recorder.calls == [("single", ["one"]), ("single", ["two"])]
-    assert hub.idle()
-
-
-def test_a_batch_that_answers_too_few_outcomes_fails_every_member_and_hangs_none(recorder: Recorder) -> None:
-    hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
-    recorder.short_batches = True
-    first, *rest = _first_held_while_more_queue(recorder, hub, alice, [f"more {i}" for i in range(2)])
-    assert first == ("sent", "one")
-    assert rest == ["RuntimeError"] * 2
     assert hub.idle()
 
 
