@@ -18,8 +18,9 @@ for them instead: with 4 threads, 0.90-0.96x the sends per second, for three qua
 The waiting happens on the requests' own threads: the first request of a group runs the group on
 its thread and database connection, and hands each of the others its outcome (or the error a
 single send would have raised) before answering itself. A waiting request gives its pooled
-database connection back meanwhile, so the requests arriving behind it can join the next group. A failure of the whole group (the
-database going away) is every member's failure: none of them was committed.
+database connection back meanwhile, so the requests arriving behind it can join the next group.
+A failure of the whole group (the database going away) is every member's failure: none of them
+was committed.
 """
 
 from __future__ import annotations
