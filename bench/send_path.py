@@ -363,6 +363,8 @@ def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             tag="prod",
             warm_up=args.warm_up,
         )
+        if args.only == "latency":
+            return {"floor": floor, "latency": latency}
         if args.analyze:
             progress("ANALYZE: the planner's statistics, as autovacuum gathers them in a hub's first minute")
             analyze(db)
@@ -466,7 +468,10 @@ def main() -> None:
     parser.add_argument("--floor-n", type=int, default=2000)
     parser.add_argument("--warm-up", type=float, default=1.0, help="untimed seconds before the latency phase")
     parser.add_argument(
-        "--only", choices=["production", "embedded", "batch"], default=None, help="batch: its phase alone"
+        "--only",
+        choices=["production", "latency", "embedded", "batch"],
+        default=None,
+        help="latency: the production topology's floor and send → push latency alone; batch: its phase alone",
     )
     parser.add_argument("--repeat", type=int, default=2, help="with --only batch: runs on one hub")
     parser.add_argument("--batch-size", type=int, default=100, help="messages per batch request")
@@ -494,7 +499,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="sb-bench-"))
     try:
         result: dict[str, Any] = {"args": vars(args)}
-        if args.only in (None, "production"):
+        if args.only in (None, "production", "latency"):
             result["production"] = production(args, workdir)
         if args.only in (None, "embedded"):
             result["embedded"] = embedded(args, workdir)
@@ -540,7 +545,7 @@ def report(result: dict[str, Any]) -> None:
     print("\nSend path")
     prod = result.get("production")
     if prod:
-        f, lat, tp = prod["floor"], prod["latency"], prod["throughput"]
+        f, lat = prod["floor"], prod["latency"]
         print(" production topology (2 daphne, Celery worker + beat, PostgreSQL, Redis)")
         line("floor: commit + publish + socket write, p50 / p99", f"{f['p50_ms']:.2f} / {f['p99_ms']:.2f} ms")
         line("floor rate (sequential)", f"{f['per_s']:.0f}/s")
@@ -555,14 +560,16 @@ def report(result: dict[str, Any]) -> None:
         )
         latency_halves(lat)
         line("  pushed / sent", f"{lat['pushed']} / {lat['sent']}")
-        apart = result["args"].get("sends_apart")
-        for singles in tp["singles"]:
+        tp = prod.get("throughput")
+        for singles in tp["singles"] if tp else []:
+            apart = result["args"].get("sends_apart")
             report_singles(singles, floor_per_s=f["per_s"], apart=apart, production=True)
-        line(
-            f"batch sends ({tp['batch']['batch']} per request)",
-            f"{tp['batch']['per_s']:.0f} msg/s",
-            "target ≥ 5,000/s",
-        )
+        if tp:
+            line(
+                f"batch sends ({tp['batch']['batch']} per request)",
+                f"{tp['batch']['per_s']:.0f} msg/s",
+                "target ≥ 5,000/s",
+            )
     for run in result.get("batch_only", {}).get("runs", []):
         line(f"batch sends ({run['batch']} per request)", f"{run['per_s']:.0f} msg/s", "target ≥ 5,000/s")
     emb = result.get("embedded")
