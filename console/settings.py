@@ -122,10 +122,6 @@ if _db_pool and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql
         "timeout": _env_int("SWITCHBOARD_DB_POOL_TIMEOUT", 2),
         "max_idle": 60,  # give idle connections back, so quiet processes hold few
     }
-# PostgreSQL under daphne: the agent WebSockets' pushes pull on the event loop, on a pool of their
-# own of at most this many connections per web process (messaging/async_db.py), opened on the
-# first push. A process that pushes nothing (a Celery worker) never opens it.
-SWITCHBOARD_PUSH_DB_POOL = _env_int("SWITCHBOARD_PUSH_DB_POOL", 4)
 # PostgreSQL: send parameters apart from the SQL and let psycopg prepare a statement the second
 # time a connection runs it, so PostgreSQL plans each of the hub's few hot statements once per
 # connection instead of on every call (planning was about half of a send's database time).

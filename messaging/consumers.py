@@ -27,12 +27,11 @@ from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from messaging import async_db
 from messaging.errors import SwitchboardError
-from messaging.framing import frames_for_recipient, frames_read_database
+from messaging.framing import frames_for_recipient
 from messaging.models import AgentSession
 from messaging.principals import session_principal
-from messaging.services.delivery import inbox_ack, inbox_pull, inbox_pull_on_loop
+from messaging.services.delivery import inbox_ack, inbox_pull
 from messaging.services.events import session_group
 from messaging.services.sessions import session_from_token, session_summary, session_touch
 
@@ -82,21 +81,6 @@ def _touch(session: AgentSession) -> None:
 @_off_the_shared_thread
 def _pull(session: AgentSession, limit: int = PUSH_BATCH) -> list[dict[str, Any]]:
     deliveries = inbox_pull(recipient=session, actor=session_principal(session), limit=limit)
-    return frames_for_recipient(deliveries)
-
-
-_frames = _off_the_shared_thread(frames_for_recipient)
-
-
-async def _pulled_frames(session: AgentSession, limit: int) -> list[dict[str, Any]]:
-    """The frames of up to `limit` of the session's queued messages, now marked delivered. On
-    PostgreSQL the pull runs on the event loop (`inbox_pull_on_loop`), and so does the framing
-    unless it reads the database (files, remote senders); elsewhere both run on a thread."""
-    if not async_db.available():
-        return await _pull(session, limit)
-    deliveries = await inbox_pull_on_loop(recipient=session, actor=session_principal(session), limit=limit)
-    if frames_read_database(deliveries):
-        return await _frames(deliveries)
     return frames_for_recipient(deliveries)
 
 
@@ -158,7 +142,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             self.window_full = room <= 0
             if self.window_full:
                 return  # the client has not acked what it has; the rest waits in the database
-            frames = await _pulled_frames(self.session, room)
+            frames = await _pull(self.session, room)
             if not frames:
                 return
             self.unacked += len(frames)

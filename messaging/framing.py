@@ -76,17 +76,6 @@ def frames_for_recipient(deliveries: list[Delivery]) -> list[dict[str, Any]]:
     ]
 
 
-def frames_read_database(deliveries: list[Delivery]) -> bool:
-    """Whether `frames_for_recipient` would query the database for these deliveries: a message
-    that carries files (copied on first hand-over) or may (not known), or one from a remote hub
-    (whose name is looked up). The rest are framed from what the pull read."""
-    return any(
-        getattr(d, "carries_files", True) is not False
-        or (d.message.sender is not None and d.message.sender.kind == "remote")
-        for d in deliveries
-    )
-
-
 def frame_for_recipient(delivery: Delivery, *, has_files: bool = True) -> dict[str, Any]:
     """The one shape every transport hands a recipient (inbox pull, WebSocket push, socket write).
     `has_files=False` says the message is known to carry none (saves looking)."""

@@ -139,14 +139,10 @@ def joined_models_selected(models: tuple[type[Model], ...], sql: str, params: li
     (`select_columns`), one model after another, then any plain columns. Per row: an instance of
     each model (None where an outer join found no row: its primary key came back NULL), then the
     plain values as read."""
+    layout = _layout(models)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return joined_models(models, cursor.fetchall())
-
-
-def joined_models(models: tuple[type[Model], ...], rows: list[Any]) -> list[list[Any]]:
-    """`joined_models_selected`'s answer for rows already read (by a cursor of any kind)."""
-    layout = _layout(models)
+        rows = cursor.fetchall()
     out = []
     for row in rows:
         values: list[Any] = []

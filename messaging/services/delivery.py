@@ -20,13 +20,7 @@ from messaging.errors import Invalid
 from messaging.models import AgentSession, AuditEvent, Delivery, Message
 from messaging.principals import Principal
 from messaging.services.audit import audit_events_bulk
-from messaging.services.bulk import (
-    as_uuid,
-    joined_models,
-    joined_models_selected,
-    json_text,
-    select_columns,
-)
+from messaging.services.bulk import as_uuid, joined_models_selected, json_text, select_columns
 from messaging.services.events import announce_many
 from messaging.states import STATE_TIMESTAMP, DeliveryState, can_transition, sources_of
 
@@ -134,7 +128,7 @@ def _in_list(column: str, values: list[Any]) -> tuple[str, list[Any]]:
     return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
 
 
-def _announce_moves(moved: list[Moved], *, committed: bool = False) -> None:
+def _announce_moves(moved: list[Moved]) -> None:
     """Receipts: each move goes to the message's sender (and the console). Not to the recipient,
     which made most of them itself (pull, ack) and learns of new messages from `inbox.queued`;
     every event to its group would wake its sockets and long-polls for nothing."""
@@ -151,8 +145,7 @@ def _announce_moves(moved: list[Moved], *, committed: bool = False) -> None:
                 [m.sender_id] if m.sender_id else [],
             )
             for m in moved
-        ],
-        committed=committed,
+        ]
     )
 
 
@@ -250,47 +243,27 @@ def _pulled_in_one_statement(recipient: AgentSession, actor: Principal, limit: i
     """PostgreSQL, outside a transaction: `inbox_pull` as one statement (`_pull_write_statement`),
     so a push costs one round trip instead of five (BEGIN, lock and read, update, audit, COMMIT).
     The same rows move, with the same audit events and receipts."""
-    with connection.cursor() as cursor:
-        cursor.execute(_pull_write_statement(), _pull_write_params(recipient, actor, limit))
-        return _pulled(recipient, cursor.fetchall(), committed=False)
-
-
-async def inbox_pull_on_loop(*, recipient: AgentSession, actor: Principal, limit: int) -> list[Delivery]:
-    """`inbox_pull` (queued messages only) from the server's event loop, on PostgreSQL: the same
-    statement as `_pulled_in_one_statement`, awaited on a connection of `messaging.async_db`
-    instead of run on a thread with Django's. The same rows move, with the same audit events."""
-    if limit < 1 or limit > 1000:
-        raise Invalid("bad_limit", "limit is between 1 and 1000.")
-    from messaging import async_db
-
-    async with async_db.cursor() as cursor:
-        await cursor.execute(_pull_write_statement(), _pull_write_params(recipient, actor, limit))
-        rows = await cursor.fetchall()
-    return _pulled(recipient, rows, committed=True)
-
-
-def _pull_write_params(recipient: AgentSession, actor: Principal, limit: int) -> list[Any]:
-    when = Delivery._meta.get_field("updated_at").get_db_prep_value(timezone.now(), connection)
+    now = timezone.now()
+    when = Delivery._meta.get_field("updated_at").get_db_prep_value(now, connection)
     recipient_id = AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection)
-    return [
-        *(recipient_id, S.QUEUED, limit),
-        *(S.DELIVERED, when, when),
-        *(when, f"delivery.{S.DELIVERED}", actor.actor, json_text({"from": S.QUEUED})),
-    ]
-
-
-def _pulled(recipient: AgentSession, rows: list[Any], *, committed: bool) -> list[Delivery]:
-    """The deliveries `_pull_write_statement` moved (its rows), announced to their senders
-    (`committed`: now, the statement ran on a connection other than Django's)."""
-    handed = _handed(joined_models((Delivery, Message, AgentSession), rows))
+    handed = _handed(
+        joined_models_selected(
+            (Delivery, Message, AgentSession),
+            _pull_write_statement(),
+            [
+                *(recipient_id, S.QUEUED, limit),
+                *(S.DELIVERED, when, when),
+                *(when, f"delivery.{S.DELIVERED}", actor.actor, json_text({"from": S.QUEUED})),
+            ],
+        )
+    )
     for delivery in handed:
         delivery.recipient = recipient
     _announce_moves(
         [
             Moved(d.pk, d.message_id, d.recipient_id, d.message.sender_id, S.QUEUED, S.DELIVERED)
             for d in handed
-        ],
-        committed=committed,
+        ]
     )
     return handed
 

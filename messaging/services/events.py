@@ -50,17 +50,12 @@ def announce(
 
 
 def announce_many(
-    items: list[tuple[str, dict[str, Any], Iterable[object]]],
-    *,
-    operators: bool = True,
-    committed: bool = False,
+    items: list[tuple[str, dict[str, Any], Iterable[object]]], *, operators: bool = True
 ) -> None:
     """`announce` for many changes at once (`(kind, data, sessions)` each), published together after
     the commit: one hand-off to the publisher for the lot, and one channel message per group (a
     `hub.events` holding that group's events in order; consumers take each as if it came alone)
-    instead of one per change and group — a batch of 100 sends is 2 Redis sends, not 200.
-    `committed`: the changes are already committed on a connection other than Django's (an
-    autocommit statement from the event loop, `messaging.async_db`), so they go out now."""
+    instead of one per change and group — a batch of 100 sends is 2 Redis sends, not 200."""
     by_group: dict[str, list[dict[str, Any]]] = {}
     for kind, data, sessions in items:
         groups, event = _event(kind, data, sessions=sessions, operators=operators)
@@ -70,9 +65,7 @@ def announce_many(
         ([group], events[0] if len(events) == 1 else {"type": "hub.events", "events": events})
         for group, events in by_group.items()
     ]
-    if batch and committed:
-        _send_many(batch)
-    elif batch:
+    if batch:
         transaction.on_commit(lambda: _send_many(batch))
 
 
@@ -112,16 +105,8 @@ def _publish_on_server_loop(layer: Any, batch: list[tuple[list[str], dict[str, A
     """Hand the batch to the server's event loop (an in-memory layer lives there). A request's
     thread does not wait for it: the loop is busy serving, and a wait there held the request (and
     its thread) for as long as the loop took to get round to it. Code with no server loop behind
-    its thread (a task on the embedded pool, a command, a test) publishes and waits as before;
-    code running on the loop itself (a push's pull, `inbox_pull_on_loop`) starts the publish there.
+    its thread (a task on the embedded pool, a command, a test) publishes and waits as before.
     Batches start in the order they are handed over, so events keep commit order."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        _publish_started(layer, batch)
-        return
     # asgiref notes the loop behind each `sync_to_async` call on its thread and never clears it,
     # so a thread outside such a call may find a loop that has since stopped.
     loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)

@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from console.routing import websocket_application
-from messaging import async_db
 from messaging.models import Delivery
 from messaging.services.sending import message_send
 from messaging.services.sessions import Registration, session_register
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-
-@pytest_asyncio.fixture(autouse=True)
-async def push_pool_closed() -> AsyncIterator[None]:
-    """On PostgreSQL a push pulls on connections of the test's event loop: closed with the test."""
-    yield
-    await async_db.close_pools()
 
 
 @database_sync_to_async
@@ -36,15 +25,6 @@ def register(name: str) -> Registration:
 @database_sync_to_async
 def send(sender: Registration, to: str, text: str) -> str:
     return str(message_send(sender=sender.session, to=to, text=text).message.id)
-
-
-@database_sync_to_async
-def send_with_file(sender: Registration, to: str, text: str, data: bytes) -> str:
-    from federation.services.files import file_store
-
-    stored = file_store(data=data)
-    files = [{"sha256": stored.sha256, "name": "notes.txt"}]
-    return str(message_send(sender=sender.session, to=to, text=text, files=files).message.id)
 
 
 @database_sync_to_async
@@ -214,13 +194,13 @@ async def test_an_ack_pulls_again_only_when_the_push_window_was_full(monkeypatch
     from messaging import consumers
 
     pulls: list[int] = []
-    real_pull = consumers._pulled_frames
+    real_pull = consumers._pull
 
-    async def counted_pull(session, limit):
+    async def counted_pull(session, limit=consumers.PUSH_BATCH):
         pulls.append(limit)
         return await real_pull(session, limit)
 
-    monkeypatch.setattr(consumers, "_pulled_frames", counted_pull)
+    monkeypatch.setattr(consumers, "_pull", counted_pull)
     monkeypatch.setattr(consumers, "PUSH_WINDOW", 2)
     alice, bob = await register("alice"), await register("bob")
     ws = connect(bob.token)
@@ -249,76 +229,4 @@ async def test_an_ack_pulls_again_only_when_the_push_window_was_full(monkeypatch
     kinds = [f["type"] for f in frames if f["type"] != "event"]
     assert kinds == ["acked", "messages"]
     assert [m["id"] for m in frames[-1]["messages"]] == [fourth]
-    await ws.disconnect()
-
-
-async def test_a_push_pulls_on_the_event_loop_on_postgresql_and_on_a_thread_elsewhere(monkeypatch) -> None:
-    from django.db import connection
-
-    from messaging import consumers
-
-    pulled_by: list[str] = []
-    on_loop, on_thread = consumers.inbox_pull_on_loop, consumers._pull
-
-    async def recorded_on_loop(**kwargs):
-        pulled_by.append("loop")
-        return await on_loop(**kwargs)
-
-    async def recorded_on_thread(session, limit):
-        pulled_by.append("thread")
-        return await on_thread(session, limit)
-
-    monkeypatch.setattr(consumers, "inbox_pull_on_loop", recorded_on_loop)
-    monkeypatch.setattr(consumers, "_pull", recorded_on_thread)
-    alice, bob = await register("alice"), await register("bob")
-    ws = connect(bob.token)
-    await hello(ws)
-    sent = await send(alice, "bob", "one")
-
-    assert [m["id"] for m in (await next_frame(ws, "messages"))["messages"]] == [sent]
-    assert await delivery_state(sent) == "delivered"
-    assert set(pulled_by) == {"loop" if connection.vendor == "postgresql" else "thread"}
-    await ws.disconnect()
-
-
-async def test_a_pushed_message_with_a_file_has_it_copied_like_one_pulled() -> None:
-    alice, bob = await register("alice"), await register("bob")
-    ws = connect(bob.token)
-    await hello(ws)
-    plain = await send(alice, "bob", "no file")
-    [first] = (await next_frame(ws, "messages"))["messages"]
-    with_file = await send_with_file(alice, "bob", "see the notes", b"the notes")
-    [second] = (await next_frame(ws, "messages"))["messages"]
-
-    assert (first["id"], first["files"]) == (plain, [])
-    assert "FILES=" not in first["marker"]
-    # The framing copies the file (on PostgreSQL: on a thread, after the pull on the event loop).
-    assert second["id"] == with_file and "FILES=1" in second["marker"]
-    [listed] = second["files"]
-    assert Path(listed["path"]).read_bytes() == b"the notes"
-    assert await delivery_state(with_file) == "delivered"
-    await ws.disconnect()
-
-
-async def test_a_push_waits_its_turn_for_a_connection_however_long_the_pulls_ahead_take(settings) -> None:
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        pytest.skip("the pushes' own connection pool is PostgreSQL's")
-    settings.SWITCHBOARD_PUSH_DB_POOL = 1
-    alice, bob = await register("alice"), await register("bob")
-    ws = connect(bob.token)
-    await hello(ws)  # the pool is open, with its one connection
-
-    async def hold_the_only_connection() -> None:
-        async with async_db.cursor() as cursor:
-            await cursor.execute("SELECT pg_sleep(2.5)")  # longer than a request waits for one
-
-    holding = asyncio.ensure_future(hold_the_only_connection())
-    await asyncio.sleep(0.2)
-    sent = await send(alice, "bob", "behind a slow pull")
-
-    frame = await next_frame(ws, "messages")  # within 5 s
-    assert [m["id"] for m in frame["messages"]] == [sent]
-    assert holding.done()
     await ws.disconnect()

@@ -161,20 +161,3 @@ def test_code_with_no_server_loop_behind_it_publishes_before_going_on(monkeypatc
     monkeypatch.setattr(SyncToAsync.threadlocal, "main_event_loop_pid", os.getpid(), raising=False)
     events._send_many([(["operators"], _event("task.done", 1))])
     assert asyncio.run(asyncio.wait_for(layer.receive(channel), 5))["data"]["n"] == 1
-
-
-def test_code_running_on_the_event_loop_itself_publishes_there_in_order(monkeypatch) -> None:
-    """A push's pull on the event loop (`inbox_pull_on_loop`) announces its receipts from the
-    loop's own thread, already committed: they go out on that loop, in order."""
-    layer = InMemoryChannelLayer()
-    monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
-
-    async def scenario() -> list[int]:
-        channel = await layer.new_channel()
-        await layer.group_add("session.x", channel)
-        for n in range(5):
-            events.announce_many([("delivery.changed", {"n": n}, ["x"])], operators=False, committed=True)
-        received = [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(5)]
-        return [m["data"]["n"] for m in received]
-
-    assert asyncio.run(scenario()) == list(range(5))

@@ -131,25 +131,3 @@ def test_urgent_comes_first_in_the_inbox(api, register, send):
     got = pull(api, bob)
     assert [m["text"] for m in got] == ["prod is down", "routine 1", "routine 2"]
     assert "PRIORITY=urgent" in got[0]["marker"] and "PRIORITY=normal" in got[1]["marker"]
-
-
-@pytest.mark.parametrize(
-    ("sender_kind", "carries_files", "reads"),
-    [
-        ("script", False, False),  # framed from what the pull read
-        (None, False, False),  # the hub's own notification
-        ("script", True, True),  # its files are copied
-        ("script", None, True),  # not known whether it carries files: looked up
-        ("remote", False, True),  # the remote hub's name is looked up
-    ],
-)
-def test_framing_says_when_it_would_read_the_database(sender_kind, carries_files, reads) -> None:
-    from messaging.framing import frames_read_database
-    from messaging.models import AgentSession, Message
-
-    sender = AgentSession(name="alice", kind=sender_kind) if sender_kind else None
-    delivery = Delivery(message=Message(sender=sender, text="hi"))
-    if carries_files is not None:
-        delivery.carries_files = carries_files
-    assert frames_read_database([delivery]) is reads
-    assert frames_read_database([]) is False
