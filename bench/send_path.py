@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/send_path.py            # full run (2–3 minutes)
     .venv/bin/python bench/send_path.py --smoke    # a few seconds per phase, to check it works
+    .venv/bin/python bench/send_path.py --only latency  # the floor and the latency alone (~20 s)
 
 Production: two daphne web processes, a Celery worker and beat, PostgreSQL, a private Redis.
 Embedded: `switchboard serve` (one process, SQLite, in-memory layer). In the same run it measures:
@@ -560,11 +561,11 @@ def report(result: dict[str, Any]) -> None:
         )
         latency_halves(lat)
         line("  pushed / sent", f"{lat['pushed']} / {lat['sent']}")
-        tp = prod.get("throughput")
-        for singles in tp["singles"] if tp else []:
-            apart = result["args"].get("sends_apart")
-            report_singles(singles, floor_per_s=f["per_s"], apart=apart, production=True)
+        tp = prod.get("throughput")  # none with --only latency
         if tp:
+            apart = result["args"].get("sends_apart")
+            for singles in tp["singles"]:
+                report_singles(singles, floor_per_s=f["per_s"], apart=apart, production=True)
             line(
                 f"batch sends ({tp['batch']['batch']} per request)",
                 f"{tp['batch']['per_s']:.0f} msg/s",
