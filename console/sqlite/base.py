@@ -9,13 +9,20 @@ as soon as the writer before them commits or rolls back.
 The lock only orders this process's writers. SQLite's own locking still does the guarding: a
 thread that has not got the lock within the connection's timeout goes ahead and waits in SQLite
 as before, and other processes (a management command, a second hub) never see the lock.
+
+The database holds every message, so its file is its owner's alone (0600), like the keys beside
+it: created so before SQLite opens it, which gives its `-wal` and `-shm` files the same mode.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db.backends.sqlite3 import base
 
 _locks: dict[str, threading.Lock] = {}
@@ -28,8 +35,35 @@ def write_lock(name: str) -> threading.Lock:
         return _locks.setdefault(name, threading.Lock())
 
 
+def private_database_file(name: object) -> None:
+    """Make the database file `name` owner-only (0600) before SQLite opens it: created so when
+    missing; tightened when it lies in the hub's home folder and others may read it (a file made
+    by an earlier version). In-memory databases, and files elsewhere that exist, are left as
+    they are."""
+    if not isinstance(name, str | Path) or str(name) in ("", ":memory:") or str(name).startswith("file:"):
+        return
+    path = Path(name)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        return
+    except FileExistsError:
+        pass
+    if path.resolve().parent != Path(settings.SWITCHBOARD_HOME).resolve():
+        return
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            if stat.S_IMODE(file.stat().st_mode) & 0o077:
+                file.chmod(0o600)
+        except FileNotFoundError:
+            continue
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     _write_lock_held: threading.Lock | None = None
+
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        private_database_file(conn_params.get("database"))
+        return super().get_new_connection(conn_params)
 
     def _start_transaction_under_autocommit(self) -> None:
         if self.transaction_mode == "IMMEDIATE" and self._write_lock_held is None:

@@ -70,6 +70,9 @@ def test_three_sessions_over_http_against_a_real_hub(hub):
         client.post("/api/v1/messages", json={"to": "bobb", "message": "hey bobby"}, headers=auth(carol))
 
         assert client.get("/api/docs").status_code == 200
+    # Every message is in the database: its files are the owner's alone, like the keys.
+    for name in ("switchboard.sqlite3", "switchboard.sqlite3-wal", "switchboard.sqlite3-shm"):
+        assert stat.S_IMODE(os.stat(hub.home / name).st_mode) == 0o600, name
     assert hub.stop() == 0, hub.log.read_text()
     assert "Switchboard hub stopped." in hub.log.read_text()
 
