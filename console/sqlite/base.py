@@ -35,7 +35,7 @@ def write_lock(name: str) -> threading.Lock:
         return _locks.setdefault(name, threading.Lock())
 
 
-def private_database_file(name: object) -> None:
+def database_file_made_private(name: object) -> None:
     """Make the database file `name` owner-only (0600) before SQLite opens it: created so when
     missing; tightened when it lies in the hub's home folder and others may read it (a file made
     by an earlier version). In-memory databases, and files elsewhere that exist, are left as
@@ -48,6 +48,8 @@ def private_database_file(name: object) -> None:
         return
     except FileExistsError:
         pass
+    except OSError:  # no such folder, no permission: SQLite says so, in its own words, when it opens
+        return
     if path.resolve().parent != Path(settings.SWITCHBOARD_HOME).resolve():
         return
     for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
@@ -62,7 +64,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
     _write_lock_held: threading.Lock | None = None
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
-        private_database_file(conn_params.get("database"))
+        database_file_made_private(conn_params.get("database"))
         return super().get_new_connection(conn_params)
 
     def _start_transaction_under_autocommit(self) -> None:

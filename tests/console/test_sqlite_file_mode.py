@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from console.sqlite.base import DatabaseWrapper, private_database_file
+from console.sqlite.base import DatabaseWrapper, database_file_made_private
 
 
 def mode(path: Path) -> int:
@@ -56,11 +56,16 @@ def test_an_older_database_in_the_home_folder_is_tightened_and_one_elsewhere_lef
         file.write_bytes(b"")
         file.chmod(0o644)
 
-    private_database_file(str(older[0]))
-    private_database_file(str(theirs))
+    database_file_made_private(str(older[0]))
+    database_file_made_private(str(theirs))
 
     assert [mode(f) for f in older] == [0o600, 0o600]
     assert mode(theirs) == 0o644  # a file the user pointed the hub at is theirs to set
+
+
+def test_a_database_in_a_missing_folder_is_left_to_sqlite_to_refuse(tmp_path) -> None:
+    database_file_made_private(str(tmp_path / "missing" / "switchboard.sqlite3"))
+    assert not (tmp_path / "missing").exists()
 
 
 @pytest.mark.parametrize("name", [":memory:", "file:memorydb_default?mode=memory&cache=shared", ""])
@@ -68,5 +73,5 @@ def test_in_memory_databases_create_no_file(tmp_path, monkeypatch, name) -> None
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.chdir(empty)
-    private_database_file(name)
+    database_file_made_private(name)
     assert list(empty.iterdir()) == []
