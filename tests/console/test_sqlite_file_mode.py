@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connections
+from django.db.utils import ConnectionHandler
 
 from console.sqlite.base import DatabaseWrapper, database_file_made_private
 
@@ -28,9 +28,10 @@ def usual_umask() -> Iterator[None]:
 
 def test_a_new_database_and_its_wal_and_shm_files_are_owner_only(tmp_path, usual_umask) -> None:
     path = tmp_path / "switchboard.sqlite3"
-    options = connections.settings["default"].get("OPTIONS", {})
-    wrapper = DatabaseWrapper({**connections.settings["default"], "NAME": str(path), "OPTIONS": options})
-    # The backend's own connect step (pytest-django guards the wrapper's usual way in).
+    # The backend's own connect step, on a database of the test's own (the suite's may be
+    # PostgreSQL, and pytest-django guards a wrapper's usual way in).
+    wrapper = ConnectionHandler({"default": {"ENGINE": "console.sqlite", "NAME": str(path)}})["default"]
+    assert isinstance(wrapper, DatabaseWrapper)
     sqlite = wrapper.get_new_connection(wrapper.get_connection_params())
     try:
         sqlite.execute("PRAGMA journal_mode=WAL")
