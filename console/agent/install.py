@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from console.agent.config import hub_url
+from console.home import write_private
 
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
 HOOK_TIMEOUT_SECONDS = 10
@@ -78,8 +79,14 @@ def settings_path(scope: str, project_dir: Path) -> Path:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write a Claude Code settings file: one this creates is its owner's alone (0600), like every
+    file the hub writes; one that exists keeps the mode its user gave it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(data, indent=2) + "\n"
+    if path.exists():
+        path.write_text(text, encoding="utf-8")
+    else:
+        write_private(path, text)
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -140,3 +140,25 @@ def test_install_hooks_prints_then_merges_without_clobbering(tmp_path: Path, cap
     mcp = json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["switchboard"]
     assert mcp["args"][-1] == "mcp" and mcp["env"]["SWITCHBOARD_ATTACH"] == "hooks"
     assert merge_hooks(merged, hooks_settings()) == merged
+
+
+def test_install_hooks_creates_settings_files_owner_only_and_keeps_an_existing_file_s_mode(
+    tmp_path: Path,
+) -> None:
+    before = os.umask(0o022)  # most accounts' umask: a file made the usual way would be 0644
+    try:
+        shared = tmp_path / "shared"
+        (shared / ".claude").mkdir(parents=True)
+        theirs = shared / ".claude" / "settings.json"
+        theirs.write_text("{}")
+        theirs.chmod(0o644)
+
+        install(scope="project", project_dir=tmp_path / "new", write=True)
+        install(scope="project", project_dir=shared, write=True)
+    finally:
+        os.umask(before)
+
+    created = [tmp_path / "new" / ".claude" / "settings.json", tmp_path / "new" / ".mcp.json"]
+    assert [stat.S_IMODE(f.stat().st_mode) for f in created] == [0o600, 0o600]
+    assert stat.S_IMODE(theirs.stat().st_mode) == 0o644  # the user's file, the user's mode
+    assert "hooks" in json.loads(theirs.read_text())
