@@ -240,8 +240,8 @@ def throughput(
     *,
     seconds: float,
     tag: str,
+    connections: list[int],
     batch_size: int = 100,
-    connections: list[int] | None = None,
     database_url: str | None = None,
 ) -> dict[str, Any]:
     """wrk on every web process: for each number of connections per process, the no-op ping then
@@ -253,7 +253,7 @@ def throughput(
         _singles(
             urls, web_pids, sink, seconds=seconds, tag=f"{tag}-c{n}", connections=n, database_url=database_url
         )
-        for n in connections or [4]
+        for n in connections
     ]
     batch_senders = [register(u, f"tp-batch-{tag}-{i}") for i, u in enumerate(urls)]
     progress(f"{tag}: batch sends of {batch_size}, {seconds:g} s")
