@@ -18,6 +18,11 @@ class SessionStatus(models.TextChoices):
     EXITED = "exited"
 
 
+# The condition of the live-session indexes, as SQL. A query's own condition must say the same, in
+# the statement's text (not as a parameter), for the database to use those indexes.
+LIVE_SESSION_SQL = f"NOT (status = '{SessionStatus.EXITED.value}')"
+
+
 class PermissionMode(models.TextChoices):
     DEFAULT = "default"
     BYPASS = "bypass"
@@ -74,6 +79,21 @@ class AgentSession(models.Model):
 
     class Meta:
         ordering = ["created_at"]
+        # Addresses are looked up among live sessions only (`LIVE_SESSION_SQL`). A hub keeps every
+        # session it has registered, and a folder's sessions share its name, so exited rows soon
+        # outnumber live ones: these indexes hold live sessions alone. The name key's is in byte
+        # order on PostgreSQL (pattern ops), for a name prefix as a range whatever the collation.
+        indexes = [
+            models.Index(
+                fields=["name_key"],
+                name="session_live_name_key",
+                condition=~models.Q(status=SessionStatus.EXITED),
+                opclasses=["varchar_pattern_ops"],
+            ),
+            models.Index(
+                fields=["name"], name="session_live_name", condition=~models.Q(status=SessionStatus.EXITED)
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} [{self.ref}]"

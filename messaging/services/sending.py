@@ -10,6 +10,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 from django.utils import timezone
 
 from messaging.addressing import (
@@ -39,6 +40,7 @@ from messaging.errors import (
     TooLarge,
 )
 from messaging.models import (
+    LIVE_SESSION_SQL,
     AgentSession,
     AuditEvent,
     Delivery,
@@ -63,6 +65,7 @@ from messaging.services.bulk import (
     model_instance,
     model_row,
     models_selected,
+    select_columns,
 )
 from messaging.services.events import announce
 from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
@@ -294,87 +297,55 @@ def _candidate(r: AgentSession) -> Candidate:
 
 
 def _candidate_rows(target: str) -> list[AgentSession]:
-    address = parse_address(target)
-    values = {
-        "key": address.key,
-        "name": target,
-        "uuid": address.uuid,
-        "ref": address.ref,
-        "name_ref": address.name_ref[1] if address.name_ref else None,
-    }
-    shape = (len(address.key) >= 3, *(values[k] is not None for k in ("uuid", "ref", "name_ref")))
-    compiled = _compiled_candidate_query(shape)
-    if compiled is None:
-        return list(_candidate_query(prefix=shape[0], **values))
-    sql, recipe = compiled
-    return models_selected(AgentSession, sql, [step(values) for step in recipe])
-
-
-def _candidate_query(
-    *, prefix: bool, key: str, name: str, uuid: str | None, ref: str | None, name_ref: str | None
-) -> QuerySet[AgentSession]:
     """The live sessions an address could mean: by name key (a prefix of 3+ characters), exact
-    name, id, ref, or the ref of a `name [ref]` address."""
-    query = Q(name_key__startswith=key) if prefix else Q(name_key=key)
-    query |= Q(name=name)
-    if uuid:
-        query |= Q(pk=uuid)
-    if ref:
-        query |= Q(ref=ref)
-    if name_ref:
-        query |= Q(ref=name_ref)
-    return AgentSession.objects.filter(query).exclude(status=SessionStatus.EXITED)
+    name, id, ref, or the ref of a `name [ref]` address. Read through the live-session indexes,
+    so the cost does not grow with the exited sessions a hub keeps."""
+    address = parse_address(target)
+    prefix = len(address.key) >= 3
+    params: list[Any] = [address.key, prefix_end(address.key)] if prefix else [address.key]
+    params.append(target)
+    if address.uuid:
+        params.append(AgentSession._meta.pk.get_db_prep_value(uuid.UUID(address.uuid), connection))
+    params += [ref for ref in (address.ref, address.name_ref and address.name_ref[1]) if ref]
+    sql = _candidate_statement(
+        connection.vendor, prefix, bool(address.uuid), bool(address.ref), bool(address.name_ref)
+    )
+    return models_selected(AgentSession, sql, params)
 
 
-_SENTINEL_UUID = uuid.UUID("5b5b5b5b-0000-4000-8000-5b5b5b5b5b5b")
+def prefix_end(prefix: str) -> str:
+    """The least string above every string that starts with `prefix`, in code point order (which
+    is UTF-8's byte order): `prefix <= s < prefix_end(prefix)` exactly when s starts with prefix.
+    Nothing is above U+10FFFF, so trailing ones are dropped first; a prefix of nothing else gets an
+    empty range, as no name holds that non-character."""
+    stem = prefix.rstrip(chr(sys.maxunicode))
+    if not stem:
+        return prefix
+    last = ord(stem[-1]) + 1
+    if 0xD800 <= last <= 0xDFFF:  # surrogates are not characters
+        last = 0xE000
+    return stem[:-1] + chr(last)
 
 
 @functools.cache
-def _compiled_candidate_query(
-    shape: tuple[bool, bool, bool, bool],
-) -> tuple[str, list[Callable[[dict[str, Any]], Any]]] | None:
-    """The candidate query of one address shape, compiled by the ORM once (every send resolves an
-    address, and compiling the OR of lookups cost more than running it), with how to fill in each
-    parameter. Compiled with marker values, each of which must come back exactly once as a
-    parameter; otherwise None, and the caller builds the query each time."""
-    prefix, has_uuid, has_ref, has_name_ref = shape
-    markers = {"key": "\x02k", "name": "\x02n", "ref": "\x02r", "name_ref": "\x02m"}
-    query = _candidate_query(
-        prefix=prefix,
-        key=markers["key"],
-        name=markers["name"],
-        uuid=str(_SENTINEL_UUID) if has_uuid else None,
-        ref=markers["ref"] if has_ref else None,
-        name_ref=markers["name_ref"] if has_name_ref else None,
-    )
-    sql, params = query.query.sql_with_params()
-    like = connection.ops.prep_for_like_query
-    recipe: list[Callable[[dict[str, Any]], Any]] = []
-    for param in params:
-        found = [k for k, m in markers.items() if param in (m, f"{m}%")]
-        if found:
-            name = found[0]
-            if param.endswith("%"):
-                recipe.append(lambda v, n=name: like(v[n]) + "%")
-            else:
-                recipe.append(lambda v, n=name: v[n])
-        elif param == _SENTINEL_UUID:
-            recipe.append(lambda v: uuid.UUID(v["uuid"]))
-        elif param == _SENTINEL_UUID.hex:
-            recipe.append(lambda v: uuid.UUID(v["uuid"]).hex)
-        elif isinstance(param, str) and "\x02" in param:
-            return None  # a marker in a form not understood here
-        else:
-            recipe.append(lambda v, constant=param: constant)
-    expected = 2 + has_uuid + has_ref + has_name_ref
-    if len(recipe) - sum(1 for p in params if not _is_marker(p, markers)) != expected:
-        return None
-    return sql, recipe
-
-
-def _is_marker(param: Any, markers: dict[str, str]) -> bool:
-    return param in (_SENTINEL_UUID, _SENTINEL_UUID.hex) or any(
-        param in (m, f"{m}%") for m in markers.values()
+def _candidate_statement(vendor: str, prefix: bool, by_id: bool, by_ref: bool, by_name_ref: bool) -> str:
+    """`_candidate_rows`' SELECT for one address shape. The name key's prefix is a range in byte
+    order (PostgreSQL's pattern operators: its collation may order otherwise; SQLite compares
+    bytes), which an index serves in any plan, a prepared one included; a LIKE could only be served
+    once the pattern is known. The live condition is in the text, where the partial indexes
+    (`AgentSession.Meta.indexes`) can match it."""
+    qn = connection.ops.quote_name
+    at_least, below = ("~>=~", "~<~") if vendor == "postgresql" else (">=", "<")
+    name_key, name, ref = qn("name_key"), qn("name"), qn("ref")
+    arms = [f"({name_key} {at_least} %s AND {name_key} {below} %s)" if prefix else f"{name_key} = %s"]
+    arms.append(f"{name} = %s")
+    if by_id:
+        arms.append(f"{qn('id')} = %s")
+    arms += [f"{ref} = %s"] * (by_ref + by_name_ref)
+    return (
+        f"SELECT {select_columns(AgentSession, qn(AgentSession._meta.db_table))} "
+        f"FROM {qn(AgentSession._meta.db_table)} WHERE ({' OR '.join(arms)}) AND {LIVE_SESSION_SQL} "
+        f"ORDER BY {qn('created_at')}"
     )
 
 

@@ -5,7 +5,6 @@ Run on SQLite by the fast suite and on PostgreSQL by the PG stage (the statement
 from __future__ import annotations
 
 import hashlib
-import itertools
 import re
 from datetime import timedelta
 from typing import Any
@@ -21,6 +20,7 @@ from messaging.services.pair import PairFacts, pair_facts
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 from messaging.states import DeliveryState
+from tests.messaging.plans import plan_nodes
 
 pytestmark = pytest.mark.django_db
 
@@ -138,47 +138,6 @@ def test_the_token_lookup_compiles_no_query_per_call(monkeypatch) -> None:
     assert compiled == []
 
 
-@pytest.mark.parametrize("shape", list(itertools.product([False, True], repeat=4)))
-def test_every_address_shape_has_its_candidate_query_compiled(shape) -> None:
-    from messaging.services.sending import _compiled_candidate_query
-
-    assert _compiled_candidate_query(shape) is not None
-
-
-def test_the_compiled_candidate_lookup_finds_what_the_orm_query_finds() -> None:
-    from messaging.addressing import parse_address
-    from messaging.services.sending import _candidate_query, _candidate_rows
-
-    made = [session_register(name=n).session for n in ("ab_cd", "abxcd", "a.b", "axb", "Bob", "bobby", "x")]
-    exited = session_register(name="bob-old").session
-    exited.status = "exited"
-    exited.save()
-    addresses = [
-        "ab_",
-        "abx",
-        "a%",
-        "bob",
-        "Bob",
-        "bo",
-        "x",
-        made[0].ref,
-        str(made[1].id),
-        f"bobby [{made[5].ref}]",
-    ]
-    for target in addresses:
-        address = parse_address(target)
-        expected = _candidate_query(
-            prefix=len(address.key) >= 3,
-            key=address.key,
-            name=target,
-            uuid=address.uuid,
-            ref=address.ref,
-            name_ref=address.name_ref[1] if address.name_ref else None,
-        )
-        assert {s.id for s in _candidate_rows(target)} == {s.id for s in expected}, target
-    assert {s.name for s in _candidate_rows("ab_")} == {"ab_cd"}  # `_` is not a wildcard
-
-
 def test_rows_read_with_compiled_sql_equal_what_the_orm_reads() -> None:
     """`models_selected` (used by the token lookup and the candidate query) converts each column
     as the ORM does: UUIDs, datetimes, booleans and choices come back with the same types."""
@@ -238,40 +197,10 @@ def _pair_read(**arguments: Any) -> tuple[PairFacts, tuple[str, list]]:
     return facts, statement
 
 
-def _plan_nodes(sql: str, params: list, *, prepare: bool | None = None, mode: str = "") -> list[dict]:
-    """Every node of `sql`'s plan, as EXPLAIN ANALYZE ran it. With a `mode`, run as a prepared
-    statement under `plan_cache_mode = mode`: `force_generic_plan` (one plan made without the
-    values, which PostgreSQL may keep for a prepared statement) or `force_custom_plan` (a plan
-    made for these values)."""
-    import psycopg
-
-    if not mode:
-        with connection.cursor() as cursor:
-            cursor.cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params, prepare=prepare)
-            pending = [cursor.fetchone()[0][0]["Plan"]]
-    else:
-        numbered = iter(range(1, sql.count("%s") + 1))
-        with psycopg.ClientCursor(connection.connection) as cursor:  # values as literals in EXECUTE
-            cursor.execute(f"SET plan_cache_mode = {mode}")
-            cursor.execute("PREPARE plan_probe AS " + re.sub("%s", lambda _: f"${next(numbered)}", sql))
-            try:
-                arguments = ", ".join(["%s"] * len(params))
-                cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_probe({arguments})", params)
-                pending = [cursor.fetchone()[0][0]["Plan"]]
-            finally:
-                cursor.execute("DEALLOCATE plan_probe")
-                cursor.execute("RESET plan_cache_mode")
-    nodes = []
-    while pending:
-        nodes.append(pending.pop())
-        pending.extend(nodes[-1].get("Plans", []))
-    return nodes
-
-
 def _rows_filtered_out(sql: str, params: list, **how: Any) -> int:
     """The most rows any node of `sql`'s plan read and then dropped (EXPLAIN ANALYZE; `how`: as
     `_plan_nodes` takes it)."""
-    return max(node.get("Rows Removed by Filter", 0) for node in _plan_nodes(sql, params, **how))
+    return max(node.get("Rows Removed by Filter", 0) for node in plan_nodes(sql, params, **how))
 
 
 @pytest.fixture
@@ -334,7 +263,7 @@ def test_the_batch_s_dedupe_lookup_probes_each_text_under_any_plan(
     asked = sent_again + [f"new {j}" for j in range(texts - len(sent_again))]
     keys = [dedupe_key(alice.id, sha(text)) for text in asked]
 
-    nodes = _plan_nodes(RECENT_TEXTS_SQL, [keys, "text", since], mode=mode)
+    nodes = plan_nodes(RECENT_TEXTS_SQL, [keys, "text", since], mode=mode)
 
     scans = {node["Relation Name"]: node for node in nodes if "Relation Name" in node}
     assert scans["messaging_message"].get("Index Name") == "message_dedupe_key", scans["messaging_message"]
@@ -418,7 +347,7 @@ def _rows_read(sql: str, params: list, **how: Any) -> int:
     as `_plan_nodes` takes it)."""
     return max(
         node.get("Actual Rows", 0) * node.get("Actual Loops", 1) + node.get("Rows Removed by Filter", 0)
-        for node in _plan_nodes(sql, params, **how)
+        for node in plan_nodes(sql, params, **how)
     )
 
 
