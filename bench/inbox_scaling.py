@@ -1,5 +1,5 @@
 """Cost of a send and of an inbox read with 10, 10,000 and 100,000 messages already in the inbox,
-against a file mailbox at the same sizes.
+against a file mailbox at the same sizes, and with as many exited sessions on the hub.
 
     .venv/bin/python bench/inbox_scaling.py           # about 2 minutes
     .venv/bin/python bench/inbox_scaling.py --smoke   # sizes 10 and 1,000 only
@@ -15,6 +15,11 @@ shapes are measured:
   - recipient: the N messages are the recipient's own, sent within the last half minute to someone
     else, and the sender has read N from that someone: the loop rule counts the recipient's texts
     to the sender, and must read neither side's other traffic.
+A fifth measures what a hub accumulates besides messages: sessions. Every agent session it ever
+registered stays (exited), and a folder's sessions share the folder's name:
+  - sessions: a send by name with N exited sessions on the hub, half of them named like the
+    recipient. The table is the hub's, not a pair's, so the sizes are visited in turn by growing
+    it (10, 10,000, 100,000) and shrinking it again, half the rounds each way.
 The file-mailbox baseline is the design reference's: one JSON array per recipient, a lock file,
 the whole array read, changed and rewritten atomically (temp file, fsync, rename) on every
 write and on every read that marks messages read.
@@ -218,6 +223,56 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
     return {n: {op: summary_ms(times) for op, times in ops.items()} for n, ops in costs.items()}
 
 
+def session_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
+    """A send by name (and an inbox read) with N exited sessions on the hub, half of them named like
+    the recipient: up through the sizes and back down, `rounds // 2` rounds at each visit."""
+    import secrets
+
+    from django.db import connection
+
+    from messaging.models import AgentSession
+    from messaging.principals import session_principal
+    from messaging.services.delivery import inbox_ack, inbox_pull
+    from messaging.services.sending import message_send
+    from messaging.services.sessions import session_register
+    from tests.history import exited_sessions_made
+
+    alice = session_register(name="alice-sessions").session
+    bob = session_register(name="bob-sessions").session
+    actor = session_principal(bob)
+    seen: list[str] = []  # the exited sessions' ids, oldest first
+
+    def resize(n: int) -> None:
+        if n < len(seen):
+            drop, seen[n:] = seen[n:], []
+            for start in range(0, len(drop), 5000):
+                AgentSession.objects.filter(pk__in=drop[start : start + 5000]).delete()
+        while len(seen) < n:
+            names = [
+                bob.name if (len(seen) + i) % 2 else f"agent-{secrets.token_hex(4)}" for i in range(5000)
+            ]
+            made = exited_sessions_made(names[: n - len(seen)])
+            seen.extend(str(m.pk) for m in made)
+        database_settle(connection)
+
+    costs: dict[int, dict[str, list[float]]] = {n: {"send": [], "read": []} for n in sizes}
+    visits = [*sizes, *reversed(sizes[:-1])]
+    for k, n in enumerate(visits):
+        progress(f"sessions: {n:,} exited sessions on the hub ({k + 1} of {len(visits)})")
+        resize(n)
+        for i in range(max(1, rounds // 2)):
+            t = time.perf_counter()
+            sent = message_send(sender=alice, to=bob.name, text=f"new sessions {n} {k} {i}")
+            costs[n]["send"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            got = inbox_pull(recipient=bob, actor=actor, limit=10)
+            inbox_ack(recipient=bob, actor=actor, message_ids=[str(d.message_id) for d in got])
+            costs[n]["read"].append(time.perf_counter() - t)
+            assert got and sent.recipient.id == bob.id
+    resize(0)
+    return {n: {op: summary_ms(times) for op, times in ops.items()} for n, ops in costs.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -235,6 +290,7 @@ def main() -> None:
         result["hub_history"] = hub_costs(sizes, rounds, "history")
         result["hub_sender"] = hub_costs(sizes, rounds, "sender")
         result["hub_recipient"] = hub_costs(sizes, rounds, "recipient")
+        result["hub_sessions"] = session_costs(sizes, rounds)
         result["file_mailbox"] = file_costs(sizes, rounds)
     finally:
         from django.db import connections
@@ -248,13 +304,16 @@ def main() -> None:
 def report(result: dict[str, Any]) -> None:
     sizes = result["sizes"]
     small, big = sizes[0], sizes[-1]
-    print("\nSend and inbox read, p50 in ms, by messages already in the inbox")
+    print(
+        "\nSend and inbox read, p50 in ms, by messages already in the inbox (or exited sessions on the hub)"
+    )
     print(f"  {'':<32}" + "".join(f"{n:>12,}" for n in sizes) + f"{'big/small':>12}")
     for key, label in (
         ("hub_unread", "hub, N unread"),
         ("hub_history", "hub, N read (history)"),
         ("hub_sender", "hub, N sent by the sender"),
         ("hub_recipient", "hub, N sent by the recipient"),
+        ("hub_sessions", "hub, N exited sessions"),
         ("file_mailbox", "file mailbox"),
     ):
         for op in ("send", "read"):
@@ -263,7 +322,7 @@ def report(result: dict[str, Any]) -> None:
             ratio = values[-1] / values[0]
             print(f"  {label + ' ' + op:<32}" + "".join(f"{v:>12.3f}" for v in values) + f"{ratio:>11.2f}×")
     print()
-    for key in ("hub_unread", "hub_history", "hub_sender", "hub_recipient"):
+    for key in ("hub_unread", "hub_history", "hub_sender", "hub_recipient", "hub_sessions"):
         for op in ("send", "read"):
             ratio = result[key][big][op]["p50_ms"] / result[key][small][op]["p50_ms"]
             line(f"{key} {op} at {big:,} vs {small}", f"{ratio:.2f}×", "target ≤ 1.2×")
