@@ -35,6 +35,7 @@ import argparse
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -226,8 +227,6 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
 def session_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
     """A send by name (and an inbox read) with N exited sessions on the hub, half of them named like
     the recipient: up through the sizes and back down, `rounds // 2` rounds at each visit."""
-    import secrets
-
     from django.db import connection
 
     from messaging.models import AgentSession
