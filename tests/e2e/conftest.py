@@ -48,6 +48,13 @@ class Hub:
         return self.process.returncode
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the hub's process, before it starts: SIGINT back to its default. A runner started in the
+    background (`cmd &` in a script) ignores SIGINT and its children inherit that, while a hub
+    started from a terminal, which the tests stand for, stops on Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_hub(home: Path, *, extra_env: dict[str, str] | None = None, args: list[str] | None = None) -> Hub:
     """Start `switchboard serve` on a free loopback port and wait (≤ 30 s) until it answers."""
     port = free_port()
@@ -72,6 +79,7 @@ def start_hub(home: Path, *, extra_env: dict[str, str] | None = None, args: list
         stdout=handle,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     hub = Hub(url=f"http://127.0.0.1:{port}", home=home, process=process, log=log)
     deadline = time.monotonic() + 30
