@@ -18,8 +18,9 @@ class SessionStatus(models.TextChoices):
     EXITED = "exited"
 
 
-# The condition of the live-session indexes, as SQL. A query's own condition must say the same, in
-# the statement's text (not as a parameter), for the database to use those indexes.
+# The condition of the live-session indexes, and the same as SQL. A query's own condition must say
+# it in the statement's text (not as a parameter) for the database to use those indexes.
+LIVE_SESSION = ~models.Q(status=SessionStatus.EXITED)
 LIVE_SESSION_SQL = f"NOT (status = '{SessionStatus.EXITED.value}')"
 
 
@@ -87,12 +88,10 @@ class AgentSession(models.Model):
             models.Index(
                 fields=["name_key"],
                 name="session_live_name_key",
-                condition=~models.Q(status=SessionStatus.EXITED),
+                condition=LIVE_SESSION,
                 opclasses=["varchar_pattern_ops"],
             ),
-            models.Index(
-                fields=["name"], name="session_live_name", condition=~models.Q(status=SessionStatus.EXITED)
-            ),
+            models.Index(fields=["name"], name="session_live_name", condition=LIVE_SESSION),
         ]
 
     def __str__(self) -> str:
