@@ -4,8 +4,12 @@ a prepared statement may run with."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.db import connection
+
+T = TypeVar("T")
 
 
 def plan_nodes(sql: str, params: list, *, prepare: bool | None = None, mode: str = "") -> list[dict]:
@@ -36,3 +40,17 @@ def plan_nodes(sql: str, params: list, *, prepare: bool | None = None, mode: str
         nodes.append(pending.pop())
         pending.extend(nodes[-1].get("Plans", []))
     return nodes
+
+
+def the_one_statement(call: Callable[[], T]) -> tuple[T, tuple[str, list]]:
+    """`call()`'s result, and the one statement it ran, with its parameters."""
+    ran: list[tuple[str, list]] = []
+
+    def record(run, sql, params, many, context):
+        ran.append((sql, list(params)))
+        return run(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        result = call()
+    (statement,) = ran
+    return result, statement

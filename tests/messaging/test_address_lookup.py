@@ -19,7 +19,7 @@ from messaging.models import AgentSession, SessionStatus
 from messaging.services.sending import _candidate_rows, _candidate_statement, message_send, prefix_end
 from messaging.services.sessions import session_register
 from tests.history import exited_sessions_made
-from tests.messaging.plans import plan_nodes
+from tests.messaging.plans import plan_nodes, the_one_statement
 
 # Characters around the edges `prefix_end` steps over: the last before the surrogates, the first
 # after them, the last code point, and some ordinary ones.
@@ -85,7 +85,10 @@ def test_the_lookup_finds_what_the_orm_query_finds() -> None:
         assert {s.id for s in _candidate_rows(target)} == _orm_candidates(target), target
     assert {s.name for s in _candidate_rows("ab_")} == {"ab_cd"}  # `_` is not a wildcard
     assert {s.name for s in _candidate_rows("abc")} == set()  # abd is above the range, ab_cd below
-    assert [s.name for s in _candidate_rows("bob")] == ["Bob", "bobby"]  # in the order they registered
+    assert [s.name for s in _candidate_rows("bob")] == [
+        "Bob",
+        "bobby",
+    ]  # in the order they registered
 
 
 @pytest.fixture
@@ -100,16 +103,7 @@ def hub_with_history():
 
 
 def _candidate_sql(target: str) -> tuple[str, list]:
-    ran: list[tuple[str, list]] = []
-
-    def record(run, sql, params, many, context):
-        ran.append((sql, list(params)))
-        return run(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        _candidate_rows(target)
-    (statement,) = ran
-    return statement
+    return the_one_statement(lambda: _candidate_rows(target))[1]
 
 
 TARGETS = ["app", "app-te", "ap", "Reviewer"]

@@ -20,7 +20,7 @@ from messaging.services.pair import PairFacts, pair_facts
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 from messaging.states import DeliveryState
-from tests.messaging.plans import plan_nodes
+from tests.messaging.plans import plan_nodes, the_one_statement
 
 pytestmark = pytest.mark.django_db
 
@@ -185,16 +185,7 @@ def test_the_dedupe_key_is_the_migrations_formula_and_is_written_with_every_mess
 
 def _pair_read(**arguments: Any) -> tuple[PairFacts, tuple[str, list]]:
     """`pair_facts(**arguments)`, and the statement and parameters it ran."""
-    ran: list[tuple[str, list]] = []
-
-    def record(run, sql, params, many, context):
-        ran.append((sql, list(params)))
-        return run(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        facts = pair_facts(**arguments)
-    (statement,) = ran
-    return facts, statement
+    return the_one_statement(lambda: pair_facts(**arguments))
 
 
 def _rows_filtered_out(sql: str, params: list, **how: Any) -> int:
