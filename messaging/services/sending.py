@@ -25,6 +25,7 @@ from django.utils import timezone
 from messaging.addressing import (
     LEAD_ALIAS,
     Candidate,
+    ParsedAddress,
     Resolution,
     parse_address,
     resolve,
@@ -289,21 +290,20 @@ def looks_like_protocol_frame(text: str) -> bool:
 
 def find_candidates(sender: AgentSession, target: str) -> list[Candidate]:
     """Fetch only the live sessions the resolver could pick for `target` (uses the name_key index)."""
-    return [_candidate(r) for r in _candidate_rows(target)]
+    return [_candidate(r) for r in _candidate_rows(parse_address(target))]
 
 
 def _candidate(r: AgentSession) -> Candidate:
     return Candidate(str(r.id), r.ref, r.name, r.name_key, r.cwd)
 
 
-def _candidate_rows(target: str) -> list[AgentSession]:
+def _candidate_rows(address: ParsedAddress) -> list[AgentSession]:
     """The live sessions an address could mean: by name key (a prefix of 3+ characters), exact
     name, id, ref, or the ref of a `name [ref]` address. Read through the live-session indexes,
     so the cost does not grow with the exited sessions a hub keeps."""
-    address = parse_address(target)
     prefix = len(address.key) >= 3
     params: list[Any] = [address.key, prefix_end(address.key)] if prefix else [address.key]
-    params.append(target)
+    params.append(address.raw)
     if address.uuid:
         params.append(AgentSession._meta.pk.get_db_prep_value(uuid.UUID(address.uuid), connection))
     params += [ref for ref in (address.ref, address.name_ref and address.name_ref[1]) if ref]
@@ -427,13 +427,13 @@ def pin_check(*, recipient: AgentSession, target: str, pinned_to: Any) -> None:
 
 
 def _resolve(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
+    address = parse_address(target)
     try:
         # Look the team lead up only when the address is the `lead` alias (saves a query per send).
-        lead = lead_candidate(sender) if parse_address(target).key == LEAD_ALIAS else None
-        rows = {str(r.id): r for r in _candidate_rows(target)}
+        lead = lead_candidate(sender) if address.key == LEAD_ALIAS else None
+        rows = {str(r.id): r for r in _candidate_rows(address)}
         resolution = resolve(target, [_candidate(r) for r in rows.values()], lead=lead)
     except NotFound:
-        address = parse_address(target)
         gone = AgentSession.objects.filter(status=SessionStatus.EXITED).filter(
             Q(pk=address.uuid) if address.uuid else Q(ref=address.ref or "-")
         )

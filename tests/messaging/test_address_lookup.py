@@ -82,10 +82,12 @@ def test_the_lookup_finds_what_the_orm_query_finds() -> None:
         f"nobody [{made[2].ref}]",
     ]
     for target in addresses:
-        assert {s.id for s in _candidate_rows(target)} == _orm_candidates(target), target
-    assert {s.name for s in _candidate_rows("ab_")} == {"ab_cd"}  # `_` is not a wildcard
-    assert {s.name for s in _candidate_rows("abc")} == set()  # abd is above the range, ab_cd below
-    assert [s.name for s in _candidate_rows("bob")] == [
+        assert {s.id for s in _candidate_rows(parse_address(target))} == _orm_candidates(target), target
+    assert {s.name for s in _candidate_rows(parse_address("ab_"))} == {"ab_cd"}  # `_` is not a wildcard
+    assert {
+        s.name for s in _candidate_rows(parse_address("abc"))
+    } == set()  # abd is above the range, ab_cd below
+    assert [s.name for s in _candidate_rows(parse_address("bob"))] == [
         "Bob",
         "bobby",
     ]  # in the order they registered
@@ -103,7 +105,7 @@ def hub_with_history():
 
 
 def _candidate_sql(target: str) -> tuple[str, list]:
-    return the_one_statement(lambda: _candidate_rows(target))[1]
+    return the_one_statement(lambda: _candidate_rows(parse_address(target)))[1]
 
 
 TARGETS = ["app", "app-te", "ap", "Reviewer"]
