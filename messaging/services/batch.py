@@ -41,7 +41,7 @@ from messaging.models import (
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
-from messaging.services.events import announce_many
+from messaging.services.events import Announcement
 from messaging.services.holds import STOPPED_HOLD, hold_expiry_for, holds_make_room
 from messaging.services.limits import (
     TokenReservation,
@@ -66,7 +66,7 @@ from messaging.services.sending import (
     resolve_recipient_pinned,
     send_input_checked,
 )
-from messaging.services.transports import UDS_PREFIX, schedule_push
+from messaging.services.transports import UDS_PREFIX, schedule_pushes
 from messaging.states import DeliveryState
 
 S = DeliveryState
@@ -627,27 +627,26 @@ class _Batch:
             self.pinned[key] = recipient.id
         if not pending:
             return
-        # First the recipients' pushes (the events that someone waits for), as a single send does.
-        # One wake-up per recipient: its sockets pull everything queued. A socket address is written
-        # one delivery per task, so each of its deliveries gets its own.
-        woken = {}
+        # First the recipients' pushes (the events that someone waits for), as a single send does,
+        # in one hand-off with the sender's notices. One wake-up per recipient: its sockets pull
+        # everything queued. A socket address is written one delivery per task, so each of its
+        # deliveries gets its own.
+        pushes, woken = [], set()
         for accepted in pending:
             delivery, recipient = accepted.outcome.delivery, accepted.outcome.recipient
             if delivery.state != S.QUEUED:
                 continue
-            if recipient.peer_address.startswith(UDS_PREFIX):
-                schedule_push(delivery.pk, recipient)
-            else:
-                woken.setdefault(recipient.id, (delivery.pk, recipient))
-        for delivery_id, recipient in woken.values():
-            schedule_push(delivery_id, recipient)
-        announce_many(
-            [
-                (
+            if recipient.peer_address.startswith(UDS_PREFIX) or recipient.id not in woken:
+                pushes.append((delivery.pk, recipient))
+                woken.add(recipient.id)
+        schedule_pushes(
+            pushes,
+            along_with=[
+                Announcement(
                     "message.sent",
                     message_event(a.outcome.message, a.outcome.delivery, a.outcome.recipient),
-                    [self.sender.id],
+                    sessions=[self.sender.id],
                 )
                 for a in pending
-            ]
+            ],
         )

@@ -21,7 +21,7 @@ from messaging.models import AgentSession, AuditEvent, Delivery, Message
 from messaging.principals import Principal
 from messaging.services.audit import audit_events_bulk
 from messaging.services.bulk import as_uuid, joined_models_selected, json_text, select_columns
-from messaging.services.events import announce_many
+from messaging.services.events import Announcement, announce_many
 from messaging.states import STATE_TIMESTAMP, DeliveryState, can_transition, sources_of
 
 S = DeliveryState
@@ -134,7 +134,7 @@ def _announce_moves(moved: list[Moved]) -> None:
     every event to its group would wake its sockets and long-polls for nothing."""
     announce_many(
         [
-            (
+            Announcement(
                 "delivery.changed",
                 {
                     "message_id": str(m.message_id),
@@ -418,10 +418,9 @@ def deliveries_release_for_recipient(*, recipient: AgentSession, actor: Principa
         reason="recipient_started",
         updates={"expires_at": None},
     )
-    from messaging.services.transports import schedule_push
+    from messaging.services.transports import schedule_pushes
 
-    for m in moved:
-        schedule_push(m.delivery_id, recipient)
+    schedule_pushes([(m.delivery_id, recipient) for m in moved])
     return moved
 
 

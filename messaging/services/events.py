@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import get_channel_layer
@@ -49,16 +49,28 @@ def announce(
     transaction.on_commit(lambda: _send(groups, event))
 
 
-def announce_many(
-    items: list[tuple[str, dict[str, Any], Iterable[object]]], *, operators: bool = True
-) -> None:
-    """`announce` for many changes at once (`(kind, data, sessions)` each), published together after
-    the commit: one hand-off to the publisher for the lot, and one channel message per group (a
-    `hub.events` holding that group's events in order; consumers take each as if it came alone)
-    instead of one per change and group — a batch of 100 sends is 2 Redis sends, not 200."""
+class Announcement(NamedTuple):
+    """One change for `announce_many`: its kind and data, the sessions told, and whether the
+    console is."""
+
+    kind: str
+    data: dict[str, Any]
+    sessions: Iterable[object] = ()
+    operators: bool = True
+
+
+def announce_many(items: Iterable[Announcement]) -> None:
+    """`announce` for many changes at once, published together after the commit: one hand-off to
+    the publisher for the lot, and one channel message per group (a `hub.events` holding that
+    group's events in order; consumers take each as if it came alone) instead of one per change
+    and group — a batch of 100 sends is 2 Redis sends, not 200.
+
+    One hand-off also keeps the order among groups: a change's events all go out before anything
+    that one of them leads to (a push that the recipient answers with a pull, whose `delivered`
+    receipt must not reach the sender before the sender's own `message.sent`)."""
     by_group: dict[str, list[dict[str, Any]]] = {}
-    for kind, data, sessions in items:
-        groups, event = _event(kind, data, sessions=sessions, operators=operators)
+    for item in items:
+        groups, event = _event(item.kind, item.data, sessions=item.sessions, operators=item.operators)
         for group in groups:
             by_group.setdefault(group, []).append(event)
     batch = [

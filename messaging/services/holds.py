@@ -20,7 +20,7 @@ from messaging.models import AgentSession, Delivery
 from messaging.principals import HUB, Principal
 from messaging.services.delivery import Moved, delivery_transition
 from messaging.services.notifications import Notice, notifications_send
-from messaging.services.transports import schedule_push
+from messaging.services.transports import schedule_pushes
 from messaging.states import DeliveryState
 
 S = DeliveryState
@@ -137,8 +137,7 @@ def holds_decide(
             recipients = {
                 r.id: r for r in AgentSession.objects.filter(pk__in={m.recipient_id for m in moved})
             }
-            for m in moved:
-                schedule_push(m.delivery_id, recipients[m.recipient_id])
+            schedule_pushes([(m.delivery_id, recipients[m.recipient_id]) for m in moved])
         holds_notify(moved, outcome="approved" if approve else "denied", reason=reason)
     return moved
 

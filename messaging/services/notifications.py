@@ -17,7 +17,7 @@ from django.utils import timezone
 from messaging.models import AgentSession, Delivery, Message, MessageKind, Priority, SessionStatus
 from messaging.principals import HUB
 from messaging.services.audit import audit_events_bulk
-from messaging.services.transports import schedule_push
+from messaging.services.transports import schedule_pushes
 from messaging.states import DeliveryState
 
 S = DeliveryState
@@ -81,6 +81,5 @@ def notifications_send(notices: list[Notice]) -> list[Delivery]:
                 for d in deliveries
             ]
         )
-        for d in deliveries:
-            schedule_push(d.pk, recipients[d.recipient_id])
+        schedule_pushes([(d.pk, recipients[d.recipient_id]) for d in deliveries])
     return deliveries

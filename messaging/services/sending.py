@@ -68,11 +68,11 @@ from messaging.services.bulk import (
     models_selected,
     select_columns,
 )
-from messaging.services.events import announce
+from messaging.services.events import Announcement
 from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
 from messaging.services.limits import limits_take, loop_suspected
 from messaging.services.pair import PairFacts, dedupe_key, pair_facts, pair_key
-from messaging.services.transports import schedule_push
+from messaging.services.transports import schedule_pushes
 from messaging.states import DeliveryState
 
 S = DeliveryState
@@ -735,12 +735,13 @@ def message_send(
                 Pin.objects.update_or_create(
                     sender=sender, name_key=resolution.pin_key, defaults={"recipient": recipient}
                 )
-            if decision.state == S.QUEUED:  # first: the recipient's push is the event that waits
-                schedule_push(delivery.pk, recipient)
-            announce(
-                "message.sent",
-                message_event(message, delivery, recipient),
-                sessions=[sender.id],
+            # The recipient's push goes first (it is the event someone waits for), in one hand-off
+            # with the sender's notice.
+            schedule_pushes(
+                [(delivery.pk, recipient)] if decision.state == S.QUEUED else [],
+                along_with=[
+                    Announcement("message.sent", message_event(message, delivery, recipient), [sender.id])
+                ],
             )
     except IntegrityError:
         if idempotency_key:

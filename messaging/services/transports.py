@@ -6,24 +6,41 @@ always finds what they miss.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from messaging.jobs import enqueue
 from messaging.models import AgentSession
-from messaging.services.events import announce
+from messaging.services.events import Announcement, announce_many
 
 UDS_PREFIX = "uds:"
 
 
-def schedule_push(delivery_id: int, recipient: AgentSession) -> None:
-    """Tell the recipient's sockets (and long-polls) a delivery is waiting; start a socket write
-    when the session registered a local socket address."""
-    announce(
-        "inbox.queued",
-        {"delivery_id": delivery_id, "recipient_id": str(recipient.id)},
-        sessions=[recipient.id],
-        operators=False,
+def schedule_pushes(
+    pushes: Iterable[tuple[int, AgentSession]], *, along_with: Iterable[Announcement] = ()
+) -> None:
+    """Once the transaction commits, tell each recipient's sockets (and long-polls) that its delivery
+    is waiting, then start a socket write for a session that registered a local socket address, or
+    a forward for an agent of another hub. The wake-ups go out in one hand-off with `along_with`
+    (the rest of the caller's change), and before any write or forward starts: whatever a push
+    leads to (a pull, a write, their `delivered` receipts) reaches no one ahead of the change's
+    own events."""
+    pushes = list(pushes)
+    announce_many(
+        [
+            *(
+                Announcement(
+                    "inbox.queued",
+                    {"delivery_id": delivery_id, "recipient_id": str(recipient.id)},
+                    sessions=[recipient.id],
+                    operators=False,
+                )
+                for delivery_id, recipient in pushes
+            ),
+            *along_with,
+        ]
     )
-    if recipient.kind == "remote":  # an agent of another hub: an operator released a hold for it
-        enqueue("federation.tasks.forward_delivery", delivery_id)
-        return
-    if recipient.peer_address.startswith(UDS_PREFIX):
-        enqueue("messaging.tasks.deliver_to_socket", delivery_id)
+    for delivery_id, recipient in pushes:
+        if recipient.kind == "remote":  # an agent of another hub: an operator released a hold for it
+            enqueue("federation.tasks.forward_delivery", delivery_id)
+        elif recipient.peer_address.startswith(UDS_PREFIX):
+            enqueue("messaging.tasks.deliver_to_socket", delivery_id)

@@ -284,7 +284,7 @@ def test_a_database_failure_accepts_none_of_the_batch(world, settings, monkeypat
         raise DatabaseError("disk full")
 
     # Fails after every row of the batch was written, inside its transaction.
-    monkeypatch.setattr("messaging.services.batch.announce_many", broken)
+    monkeypatch.setattr("messaging.services.batch.schedule_pushes", broken)
     items = [
         {"to": "gina", "text": "held while she is stopped"},  # written by message_send first
         {"to": "bob", "text": "one"},

@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from messaging.models import Delivery, Priority
 from messaging.principals import session_principal
 from messaging.services.delivery import inbox_ack, inbox_pull
+from messaging.services.events import Announcement
 from messaging.services.notifications import Notice, notifications_send
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
@@ -136,14 +137,14 @@ def test_an_ack_waits_for_the_pull_that_holds_its_delivery_then_acks_it() -> Non
 
 
 @pytest.fixture
-def receipts(monkeypatch) -> list[tuple[str, dict, list]]:
+def receipts(monkeypatch) -> list[Announcement]:
     """PostgreSQL only (the one-statement moves are its): the receipts the moves announce."""
     if connection.vendor != "postgresql":
         pytest.skip("the one-statement pull and ack are PostgreSQL's")
     import messaging.services.delivery as delivery
 
-    announced: list[tuple[str, dict, list]] = []
-    monkeypatch.setattr(delivery, "announce_many", lambda items, **kw: announced.extend(items))
+    announced: list[Announcement] = []
+    monkeypatch.setattr(delivery, "announce_many", lambda items: announced.extend(items))
     return announced
 
 
@@ -163,7 +164,7 @@ def _pull_setup(sender_name: str, recipient_name: str) -> tuple[object, object]:
 
 
 def _pulled_shape(
-    pulled: list[Delivery], receipts: list[tuple[str, dict, list]], sender: object, recipient: object
+    pulled: list[Delivery], receipts: list[Announcement], sender: object, recipient: object
 ) -> dict[str, object]:
     from messaging.models import AuditEvent
 
@@ -182,8 +183,8 @@ def _pulled_shape(
             for a, d in zip(audit, pulled, strict=True)
         ],
         "by the recipient": [a.actor == session_principal(recipient).actor for a in audit],
-        "receipts": [(kind, data["state"], data["from"], to == [sender.id]) for kind, data, to in receipts],
-        "receipts in order": [data["delivery_id"] for _, data, _ in receipts] == ids,
+        "receipts": [(r.kind, r.data["state"], r.data["from"], r.sessions == [sender.id]) for r in receipts],
+        "receipts in order": [r.data["delivery_id"] for r in receipts] == ids,
     }
 
 
@@ -225,7 +226,9 @@ def _ack_setup(sender_name: str, recipient_name: str) -> tuple[object, object, l
     return sender, recipient, [*ids, str(uuid.uuid4())]
 
 
-def _acked_shape(answer: dict, ids: list[str], receipts: list, sender: object, recipient: object) -> dict:
+def _acked_shape(
+    answer: dict, ids: list[str], receipts: list[Announcement], sender: object, recipient: object
+) -> dict:
     from messaging.models import AuditEvent
 
     names = dict(zip(ids, ["queued", "delivered", "read", "unknown"], strict=True))
@@ -242,8 +245,8 @@ def _acked_shape(answer: dict, ids: list[str], receipts: list, sender: object, r
         "actors": {a.actor == session_principal(recipient).actor for a in audit},
         "targets": {a.target == str(recipient.id) for a in audit},
         "receipts": [
-            (kind, data["state"], data["from"], names[data["message_id"]], to == [sender.id])
-            for kind, data, to in receipts
+            (r.kind, r.data["state"], r.data["from"], names[r.data["message_id"]], r.sessions == [sender.id])
+            for r in receipts
         ],
     }
 

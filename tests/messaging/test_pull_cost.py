@@ -1,5 +1,4 @@
-"""What a pull costs: the number of queries does not grow with the number of messages handed over,
-and the recipient's push event is published before the sender's own notice."""
+"""What a pull costs: the number of queries does not grow with the number of messages handed over."""
 
 from __future__ import annotations
 
@@ -35,19 +34,6 @@ def test_a_pull_of_many_messages_costs_as_many_queries_as_a_pull_of_one(settings
 def test_a_pull_reads_the_deliveries_once() -> None:
     reads = [sql for sql in pull_queries(3) if sql.startswith("SELECT") and '"messaging_delivery"' in sql]
     assert len(reads) == 1, reads  # locked and read whole, then moved: no second read
-
-
-def test_the_recipients_push_is_announced_before_the_senders_notice(
-    monkeypatch, django_capture_on_commit_callbacks
-) -> None:
-    published: list[str] = []
-    monkeypatch.setattr(events, "_send", lambda groups, event: published.append(event["kind"]))
-    alice, _bob = session_register(name="alice").session, session_register(name="bob").session
-
-    with django_capture_on_commit_callbacks(execute=True):
-        message_send(sender=alice, to="bob", text="hello")
-
-    assert published[:2] == ["inbox.queued", "message.sent"]
 
 
 def test_a_bundle_of_events_that_cannot_be_pushed_is_logged_not_raised(caplog) -> None:
