@@ -52,6 +52,10 @@ class SecurityCalls:
         return self._security.process_request(request)  # SECURE_SSL_REDIRECT, when configured
 
     def headers_added(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        """The security headers, and the body's length (as the console's CommonMiddleware sets it),
+        so that an answer is not sent chunked."""
+        if not response.streaming and not response.has_header("Content-Length"):
+            response.headers["Content-Length"] = str(len(response.content))
         return self._framing.process_response(request, self._security.process_response(request, response))
 
 

@@ -45,6 +45,7 @@ async def test_an_api_call_answers_with_the_consoles_security_headers() -> None:
         assert response.headers["X-Content-Type-Options"] == "nosniff"
         assert response.headers["X-Frame-Options"] == "DENY"
         assert response.headers["Referrer-Policy"] == "same-origin"
+        assert response.headers["Content-Length"] == str(len(response.content))  # not sent chunked
 
 
 @pytest.mark.asyncio

@@ -87,7 +87,8 @@ def comparable(response: httpx.Response, pair: Pair) -> dict[str, Any]:
         text = text.replace(identifier, placeholder)
     text = UUID.sub("<message-id>", text)
     is_json = response.headers.get("content-type", "").startswith("application/json")
-    headers = {k: v for k, v in response.headers.items() if k != "content-length"}
+    assert response.headers.get("content-length") == str(len(response.content))  # never chunked
+    headers = {k: v for k, v in response.headers.items() if k != "content-length"}  # names differ
     return {
         "status": response.status_code,
         "body": orjson.loads(text) if is_json else text,
