@@ -95,9 +95,13 @@ def _one(matches: list[Candidate], rule: str, what: str, pin_key: str | None) ->
     return Resolution(matches[0], rule, pin_key)
 
 
-def resolve(target: str, candidates: Sequence[Candidate], *, lead: Candidate | None = None) -> Resolution:
-    """Pick exactly one recipient for `target` among `candidates` (the live sessions), or raise."""
-    address = parse_address(target)
+def resolve(
+    target: str | ParsedAddress, candidates: Sequence[Candidate], *, lead: Candidate | None = None
+) -> Resolution:
+    """Pick exactly one recipient for `target` (an address, or one `parse_address` already split)
+    among `candidates` (the live sessions), or raise."""
+    address = target if isinstance(target, ParsedAddress) else parse_address(target)
+    target = address.raw
     if address.key == LEAD_ALIAS:
         if lead is None:
             raise NotFound("`lead` means your team lead, and you are not a teammate in any team.")

@@ -432,7 +432,7 @@ def _resolve(sender: AgentSession, target: str) -> tuple[AgentSession, Resolutio
         # Look the team lead up only when the address is the `lead` alias (saves a query per send).
         lead = lead_candidate(sender) if address.key == LEAD_ALIAS else None
         rows = {str(r.id): r for r in _candidate_rows(address)}
-        resolution = resolve(target, [_candidate(r) for r in rows.values()], lead=lead)
+        resolution = resolve(address, [_candidate(r) for r in rows.values()], lead=lead)
     except NotFound:
         gone = AgentSession.objects.filter(status=SessionStatus.EXITED).filter(
             Q(pk=address.uuid) if address.uuid else Q(ref=address.ref or "-")

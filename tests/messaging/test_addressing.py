@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messaging.addressing import Candidate, resolve, validate_address
+from messaging.addressing import Candidate, parse_address, resolve, validate_address
 from messaging.errors import Ambiguous, Invalid, NotFound
 from messaging.names import normalize_name
 
@@ -134,3 +134,28 @@ def test_name_with_ref_always_reaches_that_session(entries):
     for c in candidates:
         if c.name.strip():
             assert resolve(f"{c.name.strip()} [{c.ref}]", candidates).candidate == c
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "alice",
+        "ALICE",
+        "dddddd",
+        REVIEWER.id,
+        "Bob Builder",
+        "bob builder [cccccc]",
+        "ali",
+        "review",
+        "zed",
+        "al",
+    ],
+)
+def test_an_address_parsed_beforehand_resolves_as_the_text_does(target):
+    def outcome(address):
+        try:
+            return resolve(address, ALL).candidate
+        except (Ambiguous, NotFound) as err:
+            return type(err), str(err)
+
+    assert outcome(parse_address(target)) == outcome(target)
