@@ -134,3 +134,62 @@ def test_a_session_with_a_local_socket_gets_its_messages_written_by_the_worker(h
         assert all(f["marker"].startswith('[SWITCHBOARD FROM="alice-uds"') for f in receiver.frames)
     finally:
         receiver.stop()
+
+
+def test_a_sender_hears_of_each_message_before_its_receipts(hub, tmp_path):
+    """Across processes: the sender's socket (web 0) gets each message's `message.sent`, then its
+    `delivered` (a pull on web 1, or the worker's socket write), then its `read` for an agent that
+    acks, never one before another. The race this guards against needs a stalled sending thread
+    and did not show here before the fix; `tests/messaging/test_event_order.py` checks the one
+    hand-off that rules it out."""
+    import json
+
+    from websockets.sync.client import connect
+
+    from tests.integration.ledger import Ledger, SocketReceiver, WebSocketAgent
+
+    to_socket, to_worker = Ledger(), Ledger()
+    receiver = SocketReceiver(f"/tmp/sbo-{tmp_path.name[-12:]}.sock", to_worker)
+    receiver.start()
+    alice = hub.register("alice-order", web=0)
+    bob = hub.register("bob-order", web=1)  # on the agent socket of the other web; acks at once
+    carol = hub.register("carol-order", web=1, peer_address=receiver.address)  # written by the worker
+    agent = WebSocketAgent(hub.web_urls[1], bob, to_socket, deadline=60)
+    agent.start()
+    heard: list[tuple[str, str, str]] = []  # (message id, kind, state) in the order alice's socket got them
+    try:
+        assert agent.ready.wait(15) and not agent.errors, agent.errors
+        url = hub.web_urls[0].replace("http://", "ws://") + "/ws/agent/"
+        with connect(url, additional_headers=alice.headers, open_timeout=10) as ws:
+            assert json.loads(ws.recv(timeout=10))["type"] == "hello"
+            with hub.client(0, headers=alice.headers) as c:
+                for i in range(18):  # 9 to each: within the per-pair rate (10 at once)
+                    ledger, to = (to_worker, carol) if i % 2 else (to_socket, bob)
+                    r = c.post("/api/v1/messages", json={"to": to.ref, "message": f"in order {i}"})
+                    assert r.status_code == 201, r.text
+                    ledger.sent(r.json()["id"])
+            final = {
+                **dict.fromkeys(to_socket.accepted, "read"),
+                **dict.fromkeys(to_worker.accepted, "delivered"),
+            }
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and {
+                (m, "delivery.changed", s) for m, s in final.items()
+            } - set(heard):
+                try:
+                    frame = json.loads(ws.recv(timeout=1))
+                except TimeoutError:
+                    continue
+                if frame["type"] == "event" and frame["kind"] in ("message.sent", "delivery.changed"):
+                    heard.append((frame["data"]["message_id"], frame["kind"], frame["data"]["state"]))
+    finally:
+        agent.stop()
+        receiver.stop()
+
+    assert not agent.errors, agent.errors
+    for message_id, end in final.items():
+        told = [(kind, state) for m, kind, state in heard if m == message_id]
+        expected = [("message.sent", "queued"), ("delivery.changed", "delivered")]
+        if end == "read":
+            expected.append(("delivery.changed", "read"))
+        assert told == expected, (message_id, told)
