@@ -8,8 +8,9 @@ import weakref
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 from celery.worker.consumer import Consumer as CeleryConsumer
+from django.db import close_old_connections
 
 from console.heap import freeze_long_lived
 
@@ -26,6 +27,33 @@ app.autodiscover_tasks(["messaging", "teams", "federation"])
 @worker_process_init.connect
 def _freeze_long_lived(**_: object) -> None:
     freeze_long_lived()  # a worker (or pool) process is ready: keep full GC passes short (console.heap)
+
+
+@worker_init.connect
+def _database_connections_kept(**_: object) -> None:
+    """A worker (and the pool processes it forks) keeps its PostgreSQL connection from one task
+    to the next, for SWITCHBOARD_WORKER_DB_CONN_MAX_AGE seconds, checked before its first use in
+    each task. Not when the connection age was set explicitly, nor with a connection pool."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if (
+        database["ENGINE"] == "django.db.backends.postgresql"
+        and not database.get("OPTIONS", {}).get("pool")
+        and "SWITCHBOARD_DB_CONN_MAX_AGE" not in os.environ
+    ):
+        database["CONN_MAX_AGE"] = settings.SWITCHBOARD_WORKER_DB_CONN_MAX_AGE
+        database["CONN_HEALTH_CHECKS"] = True
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _unusable_connections_closed(sender: Any = None, **_: object) -> None:
+    """Between a worker's tasks, as between requests: drop a connection that failed (PostgreSQL
+    restarted) or outlived its age, so the next task opens a fresh one instead of failing on it.
+    A task run in the caller's process (`apply`: embedded mode, tests) is left to its caller."""
+    if not getattr(getattr(sender, "request", None), "is_eager", False):
+        close_old_connections()
 
 
 @app.on_after_finalize.connect

@@ -187,6 +187,12 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Keeps the worker consuming after Redis dies with a task unacknowledged (see console/celery.py).
 CELERY_WORKER_CONSUMER = "console.celery:Consumer"
+# Celery's Django fixup closes a worker's database connections before and after every task, so
+# each task opened a new one (a new PostgreSQL backend; four a second on an idle hub, from the
+# periodic jobs). Now it closes them every this many tasks only, and the worker drops a
+# connection that is broken or too old itself, as Django does between requests (console/celery.py).
+CELERY_DB_REUSE_MAX = 1000
+SWITCHBOARD_WORKER_DB_CONN_MAX_AGE = _env_int("SWITCHBOARD_WORKER_DB_CONN_MAX_AGE", 300)
 # "inline" runs background jobs right after commit in the calling thread (tests);
 # "thread" runs them on the in-process pool (embedded serve); "celery" sends them to the broker.
 SWITCHBOARD_JOBS = os.environ.get("SWITCHBOARD_JOBS", "").strip() or ("celery" if REDIS_URL else "thread")

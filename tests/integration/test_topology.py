@@ -193,3 +193,52 @@ def test_a_sender_hears_of_each_message_before_its_receipts(hub, tmp_path):
         if end == "read":
             expected.append(("delivery.changed", "read"))
         assert told == expected, (message_id, told)
+
+
+def test_the_worker_keeps_its_database_connection_from_task_to_task_and_replaces_a_broken_one(
+    make_hub, fresh_database, private_redis
+):
+    """Beat has the worker run its periodic jobs (several a second here). Each task used to open a
+    new PostgreSQL connection, a new backend process, because Celery's Django fixup closed it
+    after every task; now the worker keeps it, and one that broke is replaced before the next task."""
+    import psycopg
+
+    hub = make_hub(database_url=fresh_database(), redis_url=private_redis.url(), webs=1)
+    with psycopg.connect(hub.database_url, autocommit=True, connect_timeout=10) as conn:
+
+        def sessions_so_far() -> int:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            return conn.execute(
+                "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()[0]
+
+        def others() -> set[int]:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()
+            return {pid for (pid,) in rows}
+
+        # Given the periodic jobs running (the worker's log shows them)
+        deadline = time.monotonic() + 20
+        while "retry_socket_deliveries" not in hub.worker.log() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)
+
+        # When six seconds of jobs go by, the database sees no new connection for them
+        before, connected = sessions_so_far(), others()
+        time.sleep(6)
+        assert sessions_so_far() - before <= 1, "the worker opened a connection per task"
+        assert others() == connected
+
+        # And when every connection to the database is cut, the jobs go on, on new ones
+        for pid in connected:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        cut_at = len(hub.worker.log())
+        deadline = time.monotonic() + 20
+        while not (others() - connected) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert others() - connected, "no task connected again after the cut"
+        time.sleep(3)
+        after_cut = hub.worker.log()[cut_at:]
+        assert after_cut.count("retry_socket_deliveries") >= 2, after_cut[-2000:]
+        assert "ERROR" not in after_cut and "raised unexpected" not in after_cut, after_cut[-2000:]
