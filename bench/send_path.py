@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import cpu_seconds, line, progress, summary_ms, write_result, wrk_parallel
+from common import PRODUCTION_SWEEP, cpu_seconds, line, progress, summary_ms, write_result, wrk_parallel
 
 from tests.integration.harness import (
     ENROLL_KEY,
@@ -347,8 +347,13 @@ def production_hub(workdir: Path, env: dict[str, str]) -> Iterator[tuple[Hub, st
 
 
 def hub_env(args: argparse.Namespace) -> dict[str, str]:
-    """The hub's settings for a run: the anti-flood limits lifted, and sends together unless asked."""
-    return {**LOAD_ENV, **({"SWITCHBOARD_SEND_TOGETHER": "0"} if args.sends_apart else {})}
+    """The hub's settings for a run: the anti-flood limits lifted, the production sweep pace, and
+    sends together unless asked."""
+    return {
+        **LOAD_ENV,
+        **PRODUCTION_SWEEP,
+        **({"SWITCHBOARD_SEND_TOGETHER": "0"} if args.sends_apart else {}),
+    }
 
 
 def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import line, progress, summary_ms, write_result
+from common import PRODUCTION_SWEEP, line, progress, summary_ms, write_result
 from send_path import register
 
 from tests.integration.harness import RedisServer, database_drop, database_migrated, hub_start, rss_mb
@@ -165,7 +165,11 @@ def main() -> None:
     try:
         progress("starting the production topology")
         hub = hub_start(
-            database_url=db, redis_url=redis.url(), workdir=workdir / "hub", migrate=False, extra_env=LOAD_ENV
+            database_url=db,
+            redis_url=redis.url(),
+            workdir=workdir / "hub",
+            migrate=False,
+            extra_env={**LOAD_ENV, **PRODUCTION_SWEEP},
         )
         progress(f"registering {args.sockets:,} agents")
         before = {p.name: round(rss_mb(p.pid), 1) for p in hub.webs}
