@@ -188,8 +188,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Keeps the worker consuming after Redis dies with a task unacknowledged (see console/celery.py).
 CELERY_WORKER_CONSUMER = "console.celery:Consumer"
 # Celery's Django fixup closes a worker's database connections before and after every task, so
-# each task opened a new one (a new PostgreSQL backend; four a second on an idle hub, from the
-# periodic jobs). Now it closes them every this many tasks only, and the worker drops a
+# each task opened a new one (a new PostgreSQL backend for each periodic job, several a second
+# on an idle hub). Now it closes them every this many tasks only, and the worker drops a
 # connection that is broken or too old itself, as Django does between requests (console/celery.py).
 CELERY_DB_REUSE_MAX = 1000
 SWITCHBOARD_WORKER_DB_CONN_MAX_AGE = _env_int("SWITCHBOARD_WORKER_DB_CONN_MAX_AGE", 300)
