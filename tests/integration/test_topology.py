@@ -224,13 +224,14 @@ def test_the_worker_keeps_its_database_connection_from_task_to_task_and_replaces
             time.sleep(0.2)
         time.sleep(2)
 
-        # When six seconds of jobs go by, the database sees no new connection for them
-        before, connected = sessions_so_far(), others()
+        # When six seconds of jobs go by, the database sees no new connection for them (but one:
+        # the second pool process's first task may come only now)
+        before = sessions_so_far()
         time.sleep(6)
         assert sessions_so_far() - before <= 1, "the worker opened a connection per task"
-        assert others() == connected
 
         # And when every connection to the database is cut, the jobs go on, on new ones
+        connected = others()
         for pid in connected:
             conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         cut_at = len(hub.worker.log())
