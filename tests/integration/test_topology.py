@@ -230,11 +230,18 @@ def test_the_worker_keeps_its_database_connection_from_task_to_task_and_replaces
         time.sleep(6)
         assert sessions_so_far() - before <= 1, "the worker opened a connection per task"
 
-        # And when every connection to the database is cut, the jobs go on, on new ones
-        connected = others()
-        for pid in connected:
-            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        # And when every idle connection to the database is cut (between two tasks: one cut in a
+        # task's middle fails that task, as it should), the next tasks go on, on new ones
         cut_at = len(hub.worker.log())
+        connected = {
+            pid
+            for (pid,) in conn.execute(
+                "WITH idle AS MATERIALIZED (SELECT pid FROM pg_stat_activity WHERE datname ="
+                " current_database() AND pid <> pg_backend_pid() AND state = 'idle')"
+                " SELECT pid FROM idle WHERE pg_terminate_backend(pid)"
+            ).fetchall()
+        }
+        assert connected
         deadline = time.monotonic() + 20
         while not (others() - connected) and time.monotonic() < deadline:
             time.sleep(0.2)
