@@ -276,17 +276,21 @@ SWITCHBOARD_FILES_DIR = Path(
     os.environ.get("SWITCHBOARD_FILES_DIR", "").strip() or SWITCHBOARD_HOME / "files"
 )
 
+_task_log_level = os.environ.get("SWITCHBOARD_TASK_LOG_LEVEL", "WARNING").strip().upper() or "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"beat_sends": {"()": "console.logs.BeatSendsBelow", "level": _task_log_level}},
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("SWITCHBOARD_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
-        # One line per finished task: the periodic sweeps alone made several a second (failures
-        # are still logged, at ERROR).
-        "celery.app.trace": {"level": os.environ.get("SWITCHBOARD_TASK_LOG_LEVEL", "WARNING")},
+        # One line per task as the worker takes it and as it finishes, and as beat sends it: the
+        # periodic jobs alone made several a second each (failures are still logged, at ERROR;
+        # beat's other lines, such as "beat: Starting...", stay).
+        **{name: {"level": _task_log_level} for name in ("celery.app.trace", "celery.worker.strategy")},
+        "celery.beat": {"filters": ["beat_sends"]},
     },
 }

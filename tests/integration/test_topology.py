@@ -250,3 +250,27 @@ def test_the_worker_keeps_its_database_connection_from_task_to_task_and_replaces
         after_cut = hub.worker.log()[cut_at:]
         assert after_cut.count("retry_socket_deliveries") >= 2, after_cut[-2000:]
         assert "ERROR" not in after_cut and "raised unexpected" not in after_cut, after_cut[-2000:]
+
+
+def test_at_the_default_log_level_the_worker_and_beat_say_nothing_of_routine_tasks(
+    make_hub, fresh_database, private_redis
+):
+    """Beat sends its periodic jobs several times a second and the worker runs them; at the
+    default SWITCHBOARD_TASK_LOG_LEVEL neither writes a line for it (it was six a second)."""
+    hub = make_hub(
+        database_url=fresh_database(),
+        redis_url=private_redis.url(),
+        webs=1,
+        extra_env={"SWITCHBOARD_TASK_LOG_LEVEL": "WARNING"},
+    )
+
+    def commits() -> int:  # each job's statements commit: how the test sees them run
+        return hub.sql("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")[0][0]
+
+    time.sleep(2)
+    worker_lines, beat_lines = len(hub.worker.log().splitlines()), len(hub.beat.log().splitlines())
+    before = commits()
+    time.sleep(6)
+    assert commits() - before >= 3, "the periodic jobs did not run"
+    assert hub.worker.log().splitlines()[worker_lines:] == []
+    assert hub.beat.log().splitlines()[beat_lines:] == []
