@@ -16,4 +16,4 @@ USER switchboard
 
 EXPOSE 8000
 # web by default; compose overrides the command for worker and beat.
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "console.asgi:application"]
+CMD ["switchboard", "web", "-b", "0.0.0.0", "-p", "8000", "console.asgi:application"]

@@ -25,6 +25,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
         shown = f"[{shown}]" if ":" in shown else shown
         os.environ["SWITCHBOARD_PUBLIC_URL"] = f"http://{shown}:{args.port}"
+    from console.web import event_loop_chosen
+
+    loop_name = event_loop_chosen()  # before Django imports daphne, whose loop it chooses
     _django_setup()
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server
@@ -55,7 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"Switchboard hub on {where}/  (API docs: {where}/api/docs)", flush=True)
     print(
         f"  database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}; "
-        f"jobs: {settings.SWITCHBOARD_JOBS}; enrollment key: {key_source}",
+        f"jobs: {settings.SWITCHBOARD_JOBS}; event loop: {loop_name}; enrollment key: {key_source}",
         flush=True,
     )
     print("  Ctrl-C stops it.", flush=True)
@@ -89,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="relay: store sealed messages for other hubs to pull (see README, Federation)",
     )
     serve.set_defaults(func=cmd_serve)
+    sub.add_parser(
+        "web",
+        help="run one production web process: daphne on uvloop, with daphne's options "
+        "(`switchboard web --help` lists them; see README, Production topology)",
+        add_help=False,
+    )
     from console.agent.commands import add_agent_commands
 
     add_agent_commands(sub)  # agents, send, inbox, ack, status, tasks, listen, hook, mcp, ...
@@ -96,8 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["web"]:  # daphne's own options follow: daphne parses them
+        from console.web import run_web
+
+        return run_web(arguments[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     return int(args.func(args) or 0)
 
 

@@ -394,13 +394,15 @@ class Hub:
         )
 
     def start_web(self, index: int | None = None, *, port: int = 0) -> str:
-        """Start one daphne process; return its base URL once it answers."""
+        """Start one web process (`switchboard web`: daphne on uvloop); return its base URL once it
+        answers."""
         port = port or free_port()
         index = len(self.webs) if index is None else index
         proc = Proc(
             f"web{index}",
             [
-                str(VENV_BIN / "daphne"),
+                str(VENV_BIN / "switchboard"),
+                "web",
                 "-b",
                 "127.0.0.1",
                 "-p",

@@ -43,7 +43,7 @@ def test_every_long_running_service_has_a_health_check(compose):
 
 def test_app_services_run_the_same_commands_the_suite_runs(compose):
     services = compose["services"]
-    assert services["web"]["command"][0] == "daphne"
+    assert services["web"]["command"][:2] == ["switchboard", "web"]
     assert services["web"]["command"][-1] == "console.asgi:application"
     assert services["worker"]["command"][:4] == ["celery", "-A", "console", "worker"]
     assert services["beat"]["command"][:4] == ["celery", "-A", "console", "beat"]

@@ -24,6 +24,13 @@ def test_a_session_registered_on_one_web_process_is_found_through_the_other(hub)
     assert {alice.id, bob.id} <= {a["id"] for a in agents}
 
 
+def test_the_web_processes_are_switchboard_web_on_uvloop(hub):
+    """What compose and the README start: `switchboard web`, which puts daphne on uvloop."""
+    for web in hub.webs:
+        assert web.argv[1:2] == ["web"]
+        assert "switchboard web: daphne on the uvloop event loop" in web.log()
+
+
 def test_a_message_sent_through_one_web_process_wakes_a_long_poll_on_the_other(hub):
     """The long-poll on web 1 waits less than its own 5 s database re-check, so only the push that
     web 0 publishes through Redis after its commit can wake it with the message."""
