@@ -347,12 +347,13 @@ def production_hub(workdir: Path, env: dict[str, str]) -> Iterator[tuple[Hub, st
 
 
 def hub_env(args: argparse.Namespace) -> dict[str, str]:
-    """The hub's settings for a run: the anti-flood limits lifted, the production sweep pace, and
-    sends together unless asked."""
+    """The hub's settings for a run: the anti-flood limits lifted, the production sweep pace,
+    sends together unless asked, and the event loop asked for."""
     return {
         **LOAD_ENV,
         **PRODUCTION_SWEEP,
         **({"SWITCHBOARD_SEND_TOGETHER": "0"} if args.sends_apart else {}),
+        "SWITCHBOARD_EVENT_LOOP": args.event_loop,
     }
 
 
@@ -492,6 +493,12 @@ def main() -> None:
         "--sends-apart",
         action="store_true",
         help="every single send alone (SWITCHBOARD_SEND_TOGETHER=0): the baseline for sends together",
+    )
+    parser.add_argument(
+        "--event-loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="the web processes' (and embedded mode's) event loop: asyncio is the baseline for uvloop",
     )
     parser.add_argument(
         "--no-analyze",
