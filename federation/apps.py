@@ -1,4 +1,8 @@
+from __future__ import annotations
+
 from django.apps import AppConfig
+
+from messaging.jobs import PeriodicJob
 
 
 class FederationConfig(AppConfig):
@@ -7,18 +11,28 @@ class FederationConfig(AppConfig):
     verbose_name = "Federation: hubs reaching each other's agents"
 
     def ready(self) -> None:
-        from django.conf import settings
+        from messaging.jobs import PERIODIC_JOBS
 
-        from messaging.jobs import PERIODIC_JOBS, PeriodicJob
-
-        every = settings.SWITCHBOARD_FEDERATION_POLL_SECONDS
         names = {job.task_name for job in PERIODIC_JOBS}
-        for job in (
-            PeriodicJob("federation.tasks.retry_forwards", every),
-            PeriodicJob("federation.tasks.send_receipts", every),
-            PeriodicJob("federation.tasks.relay_pull", every),
-            PeriodicJob("federation.tasks.registry_refresh", 60),
-            PeriodicJob("federation.tasks.relay_cleanup", 300),
-        ):
-            if job.task_name not in names:
-                PERIODIC_JOBS.append(job)
+        PERIODIC_JOBS.extend(job for job in federation_jobs() if job.task_name not in names)
+
+
+def federation_jobs() -> list[PeriodicJob]:
+    """Federation's periodic jobs, as the settings of this process (beat's, or `serve`'s) call for:
+    a hub pulls from a relay only when SWITCHBOARD_RELAY_URL names one, and only a relay cleans
+    up after its pulls. Forwards and receipts run always: peers and inbound messages come and go
+    while the hub runs."""
+    from django.conf import settings
+
+    every = settings.SWITCHBOARD_FEDERATION_POLL_SECONDS
+    relay = settings.SWITCHBOARD_ROLE == "relay"
+    jobs = [
+        PeriodicJob("federation.tasks.retry_forwards", every),
+        PeriodicJob("federation.tasks.send_receipts", every),
+        PeriodicJob("federation.tasks.registry_refresh", 60),
+    ]
+    if settings.SWITCHBOARD_RELAY_URL and not relay:
+        jobs.append(PeriodicJob("federation.tasks.relay_pull", every))
+    if relay:
+        jobs.append(PeriodicJob("federation.tasks.relay_cleanup", 300))
+    return jobs
