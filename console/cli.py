@@ -27,7 +27,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["SWITCHBOARD_PUBLIC_URL"] = f"http://{shown}:{args.port}"
     from console.web import event_loop_chosen
 
-    loop_name = event_loop_chosen()  # before Django imports daphne, whose loop it chooses
+    try:
+        loop_name = event_loop_chosen()  # before Django imports daphne, whose loop it chooses
+    except ValueError as exc:
+        print(f"switchboard serve: {exc}", file=sys.stderr)
+        return 2
     _django_setup()
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server

@@ -59,9 +59,15 @@ def daphne_arguments(argv: Sequence[str]) -> list[str]:
 
 
 def run_web(argv: Sequence[str]) -> int:
-    """Run daphne with `argv` (daphne's own options) on the chosen event loop."""
+    """Run daphne with `argv` (daphne's own options) on the chosen event loop; 2 when
+    SWITCHBOARD_EVENT_LOOP names no loop."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    print(f"switchboard web: daphne on the {event_loop_chosen()} event loop", file=sys.stderr, flush=True)
+    try:
+        loop_name = event_loop_chosen()
+    except ValueError as exc:
+        print(f"switchboard web: {exc}", file=sys.stderr)
+        return 2
+    print(f"switchboard web: daphne on the {loop_name} event loop", file=sys.stderr, flush=True)
     from daphne.cli import CommandLineInterface
 
     CommandLineInterface().run(daphne_arguments(argv))

@@ -105,3 +105,19 @@ def test_switchboard_web_help_is_daphnes() -> None:
     assert run.returncode == 0, run.stderr
     assert "--proxy-headers" in run.stdout
     assert "daphne on the" in run.stderr  # which loop it chose, before daphne's own output
+
+
+def test_a_mistyped_loop_name_stops_web_and_serve_with_a_usage_error(tmp_path: Path) -> None:
+    for command in (["web"], ["serve", "--port", "1"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "console.cli", *command],
+            cwd=REPO,
+            env={**os.environ, "SWITCHBOARD_EVENT_LOOP": "uv-loop", "SWITCHBOARD_HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+        assert run.returncode == 2, run.stderr
+        assert "SWITCHBOARD_EVENT_LOOP must be one of uvloop, asyncio, not 'uv-loop'" in run.stderr
+        assert "Traceback" not in run.stderr
