@@ -155,6 +155,12 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--sockets", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument(
+        "--event-loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="the web processes' event loop: asyncio is the baseline for uvloop",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.sockets, args.seconds = 50, 5
@@ -169,7 +175,7 @@ def main() -> None:
             redis_url=redis.url(),
             workdir=workdir / "hub",
             migrate=False,
-            extra_env={**LOAD_ENV, **PRODUCTION_SWEEP},
+            extra_env={**LOAD_ENV, **PRODUCTION_SWEEP, "SWITCHBOARD_EVENT_LOOP": args.event_loop},
         )
         progress(f"registering {args.sockets:,} agents")
         before = {p.name: round(rss_mb(p.pid), 1) for p in hub.webs}
@@ -187,6 +193,7 @@ def main() -> None:
         after = {p.name: round(rss_mb(p.pid), 1) for p in hub.webs}
         result["web_rss_mb_before"] = before
         result["web_rss_mb_after"] = after
+        result["event_loop"] = args.event_loop
     finally:
         if hub:
             hub.stop()
