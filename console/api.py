@@ -10,6 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
+from psycopg_pool import PoolTimeout
 
 from federation.api import router as federation_router
 from messaging.api import router as messaging_router
@@ -75,7 +76,8 @@ def error_answer(exc: Exception) -> tuple[int, dict[str, Any]] | None:
         # Never answer 2xx for something that was not committed. The database may have failed
         # while committing, after the change was made durable, so the answer cannot promise
         # "nothing was saved": it says how to retry safely instead.
-        return 503, {"error": "unavailable", "detail": DATABASE_DOWN_DETAIL}
+        busy = isinstance(exc.__cause__, PoolTimeout)  # Django wraps the pool's own error
+        return 503, {"error": "unavailable", "detail": HUB_BUSY_DETAIL if busy else DATABASE_DOWN_DETAIL}
     return None
 
 
@@ -142,8 +144,10 @@ def body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     )
 
 
-DATABASE_DOWN_DETAIL = (
-    "The hub's database is unavailable; this request may or may not have taken effect. Retry: a send "
-    "with the same idempotency_key is stored once, and an inbox pull with include_unacked=true also "
-    "returns messages handed over before the failure."
+_RETRY_SAFELY = (
+    "this request may or may not have taken effect. Retry: a send with the same idempotency_key is "
+    "stored once, and an inbox pull with include_unacked=true also returns messages handed over "
+    "before the failure."
 )
+DATABASE_DOWN_DETAIL = f"The hub's database is unavailable; {_RETRY_SAFELY}"
+HUB_BUSY_DETAIL = f"The hub is too busy: no database connection came free in time; {_RETRY_SAFELY}"
