@@ -25,12 +25,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
         shown = f"[{shown}]" if ":" in shown else shown
         os.environ["SWITCHBOARD_PUBLIC_URL"] = f"http://{shown}:{args.port}"
-    from console.web import event_loop_chosen
+    from console.web import event_loop_or_refusal
 
-    try:
-        loop_name = event_loop_chosen()  # before Django imports daphne, whose loop it chooses
-    except ValueError as exc:
-        print(f"switchboard serve: {exc}", file=sys.stderr)
+    loop_name = event_loop_or_refusal("serve")  # before Django imports daphne, whose loop it chooses
+    if loop_name is None:
         return 2
     _django_setup()
     from daphne.endpoints import build_endpoint_description_strings

@@ -47,6 +47,16 @@ def event_loop_chosen() -> str:
     return "uvloop"
 
 
+def event_loop_or_refusal(command: str) -> str | None:
+    """`event_loop_chosen()`, or None after telling stderr why SWITCHBOARD_EVENT_LOOP is refused
+    (the caller exits with 2, a usage error)."""
+    try:
+        return event_loop_chosen()
+    except ValueError as exc:
+        print(f"switchboard {command}: {exc}", file=sys.stderr)
+        return None
+
+
 def daphne_arguments(argv: Sequence[str]) -> list[str]:
     """Daphne's arguments: as given, with the hub's ASGI application added at the end (where
     daphne takes it) unless the last argument names one (`module:attribute`) or help is asked."""
@@ -62,10 +72,8 @@ def run_web(argv: Sequence[str]) -> int:
     """Run daphne with `argv` (daphne's own options) on the chosen event loop; 2 when
     SWITCHBOARD_EVENT_LOOP names no loop."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    try:
-        loop_name = event_loop_chosen()
-    except ValueError as exc:
-        print(f"switchboard web: {exc}", file=sys.stderr)
+    loop_name = event_loop_or_refusal("web")
+    if loop_name is None:
         return 2
     print(f"switchboard web: daphne on the {loop_name} event loop", file=sys.stderr, flush=True)
     from daphne.cli import CommandLineInterface
