@@ -8,6 +8,7 @@ stop them at the end; none runs longer than a few minutes.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -248,6 +249,18 @@ def wrk_parallel(urls: list[str], **kwargs: Any) -> dict[str, Any]:
         "duplicates": sum(r["duplicates"] for r in runs),
         "runs": [{k: v for k, v in r.items() if k != "raw"} for r in runs],
     }
+
+
+def add_event_loop_option(parser: argparse.ArgumentParser, *, processes: str) -> None:
+    """`--event-loop`: the loop `processes` run on (SWITCHBOARD_EVENT_LOOP), uvloop by default."""
+    from console.web import EVENT_LOOPS
+
+    parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=EVENT_LOOPS[0],
+        help=f"{processes} event loop: asyncio is the baseline for uvloop",
+    )
 
 
 def sleep_until(t: float) -> None:

@@ -36,7 +36,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import PRODUCTION_SWEEP, cpu_seconds, line, progress, summary_ms, write_result, wrk_parallel
+from common import (
+    PRODUCTION_SWEEP,
+    add_event_loop_option,
+    cpu_seconds,
+    line,
+    progress,
+    summary_ms,
+    write_result,
+    wrk_parallel,
+)
 
 from tests.integration.harness import (
     ENROLL_KEY,
@@ -494,12 +503,7 @@ def main() -> None:
         action="store_true",
         help="every single send alone (SWITCHBOARD_SEND_TOGETHER=0): the baseline for sends together",
     )
-    parser.add_argument(
-        "--event-loop",
-        choices=["uvloop", "asyncio"],
-        default="uvloop",
-        help="the web processes' (and embedded mode's) event loop: asyncio is the baseline for uvloop",
-    )
+    add_event_loop_option(parser, processes="the web processes' (and embedded mode's)")
     parser.add_argument(
         "--no-analyze",
         dest="analyze",

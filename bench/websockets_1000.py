@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import PRODUCTION_SWEEP, line, progress, summary_ms, write_result
+from common import PRODUCTION_SWEEP, add_event_loop_option, line, progress, summary_ms, write_result
 from send_path import register
 
 from tests.integration.harness import RedisServer, database_drop, database_migrated, hub_start, rss_mb
@@ -155,12 +155,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--sockets", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=20)
-    parser.add_argument(
-        "--event-loop",
-        choices=["uvloop", "asyncio"],
-        default="uvloop",
-        help="the web processes' event loop: asyncio is the baseline for uvloop",
-    )
+    add_event_loop_option(parser, processes="the web processes'")
     args = parser.parse_args()
     if args.smoke:
         args.sockets, args.seconds = 50, 5
