@@ -26,10 +26,11 @@ print(chosen, type(daphne.server.twisted_loop).__module__, reactor._asyncioEvent
 """
 
 
-def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _python(*arguments: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter with `arguments`, in the repository, SWITCHBOARD_EVENT_LOOP from `env` only."""
     clean = {k: v for k, v in os.environ.items() if k != "SWITCHBOARD_EVENT_LOOP"}
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, *arguments],
         cwd=REPO,
         env={**clean, "DJANGO_SETTINGS_MODULE": "console.settings", **env},
         capture_output=True,
@@ -40,14 +41,14 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_daphne_runs_its_reactor_on_uvloop_by_default() -> None:
     pytest.importorskip("uvloop")
-    run = _python(LOOP_OF_DAPHNE)
+    run = _python("-c", LOOP_OF_DAPHNE)
 
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["uvloop", "uvloop", "True"]
 
 
 def test_the_standard_loop_can_be_kept() -> None:
-    run = _python(LOOP_OF_DAPHNE, SWITCHBOARD_EVENT_LOOP="asyncio")
+    run = _python("-c", LOOP_OF_DAPHNE, SWITCHBOARD_EVENT_LOOP="asyncio")
 
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["asyncio", "asyncio.unix_events", "True"]
@@ -94,13 +95,7 @@ def test_the_cli_hands_everything_after_web_to_daphne(monkeypatch: pytest.Monkey
 
 
 def test_switchboard_web_help_is_daphnes() -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "console.cli", "web", "--help"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = _python("-m", "console.cli", "web", "--help")
 
     assert run.returncode == 0, run.stderr
     assert "--proxy-headers" in run.stdout
@@ -109,13 +104,8 @@ def test_switchboard_web_help_is_daphnes() -> None:
 
 def test_a_mistyped_loop_name_stops_web_and_serve_with_a_usage_error(tmp_path: Path) -> None:
     for command in (["web"], ["serve", "--port", "1"]):
-        run = subprocess.run(
-            [sys.executable, "-m", "console.cli", *command],
-            cwd=REPO,
-            env={**os.environ, "SWITCHBOARD_EVENT_LOOP": "uv-loop", "SWITCHBOARD_HOME": str(tmp_path)},
-            capture_output=True,
-            text=True,
-            timeout=60,
+        run = _python(
+            "-m", "console.cli", *command, SWITCHBOARD_EVENT_LOOP="uv-loop", SWITCHBOARD_HOME=str(tmp_path)
         )
 
         assert run.returncode == 2, run.stderr
