@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
+from django.db import connections
 
 from messaging.errors import SwitchboardError
 from messaging.framing import frames_for_recipient
@@ -61,7 +61,7 @@ def _off_the_shared_thread(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     every other socket's. Each socket still awaits its own calls one at a time, in order.
     On SQLite, which takes one writer at a time, the shared thread stays: more threads would
     only wait for each other (and the test suite's in-memory database refuses them)."""
-    sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+    sqlite = connections["default"].vendor == "sqlite"  # the engine is console.sqlite, Django's beneath
     return DatabaseSyncToAsync(fn, thread_sensitive=sqlite)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -230,3 +231,16 @@ async def test_an_ack_pulls_again_only_when_the_push_window_was_full(monkeypatch
     assert kinds == ["acked", "messages"]
     assert [m["id"] for m in frames[-1]["messages"]] == [fourth]
     await ws.disconnect()
+
+
+async def test_socket_database_calls_share_the_one_thread_on_sqlite_and_spread_out_on_postgresql() -> None:
+    # An in-memory SQLite database shared between threads refuses a write while another thread
+    # reads ("database table is locked"), and a file database takes one writer at a time anyway.
+    from django.db import connection
+
+    from messaging.consumers import _off_the_shared_thread
+
+    socket_thread = await _off_the_shared_thread(threading.get_ident)()
+    shared_thread = await database_sync_to_async(threading.get_ident)()
+
+    assert (socket_thread == shared_thread) == (connection.vendor == "sqlite")
