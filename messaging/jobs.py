@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
 from kombu.exceptions import OperationalError
 
 log = logging.getLogger(__name__)
+
+STATISTICS_SECONDS = 5  # how soon a fresh table's first planner statistics are gathered
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ PERIODIC_JOBS: list[PeriodicJob] = [
     PeriodicJob("messaging.tasks.purge_audit", 3600),
     PeriodicJob("messaging.tasks.retry_socket_deliveries", settings.SWITCHBOARD_SOCKET_RETRY_SECONDS),
 ]
+if connections["default"].vendor == "postgresql":  # messaging.services.statistics
+    PERIODIC_JOBS.append(PeriodicJob("messaging.tasks.gather_planner_statistics", STATISTICS_SECONDS))
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()

@@ -6,6 +6,7 @@ from celery import shared_task
 
 from messaging.services.audit import audit_purge_expired
 from messaging.services.delivery import deliveries_expire_due
+from messaging.services.statistics import planner_statistics_gathered
 
 
 @shared_task(name="messaging.tasks.sweep_due_deliveries")
@@ -18,6 +19,12 @@ def sweep_due_deliveries() -> int:
         if len(moved) < 1000:
             break
     return total
+
+
+@shared_task(name="messaging.tasks.gather_planner_statistics")
+def gather_planner_statistics() -> list[str]:
+    """ANALYZE the tables PostgreSQL's planner has no (or, with autovacuum off, stale) figures for."""
+    return planner_statistics_gathered()
 
 
 @shared_task(name="messaging.tasks.purge_audit")

@@ -76,6 +76,30 @@ def test_beat_and_worker_run_the_periodic_sweep(hub):
         pytest.fail("the worker never ran the sweep that beat schedules:\n" + hub.worker.log()[-2000:])
 
 
+def test_the_worker_gathers_the_planner_statistics_of_a_fresh_message_table(hub):
+    # Given a fresh database whose message table PostgreSQL has no statistics for
+    def has_statistics() -> bool:
+        return bool(hub.sql("SELECT 1 FROM pg_stats WHERE tablename = 'messaging_message'"))
+
+    assert not has_statistics()
+    alice = hub.register("alice-stats", web=0)
+    peers = [hub.register(f"peer-stats-{n}", web=1) for n in range(6)]  # within the per-pair rate
+
+    # When 60 messages are sent (past autovacuum_analyze_threshold's 50 rows)
+    with hub.client(0, headers=alice.headers) as c:
+        for i in range(60):
+            sent = c.post("/api/v1/messages", json={"to": peers[i % 6].ref, "message": f"{i}"})
+            assert sent.status_code == 201, sent.text
+
+    # Then within a few of the job's periods the worker has analyzed it (not autovacuum: its log says so)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not has_statistics():
+        time.sleep(0.2)
+    assert has_statistics()
+    lines = [line for line in hub.worker.log().splitlines() if "gathered the planner's statistics" in line]
+    assert any("messaging_message" in line for line in lines), hub.worker.log()[-2000:]
+
+
 def test_a_message_sent_through_one_web_process_is_pushed_to_an_agent_websocket_on_the_other(hub):
     from tests.integration.ledger import Ledger, WebSocketAgent, ledger_problems
 
