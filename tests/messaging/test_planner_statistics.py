@@ -27,8 +27,10 @@ def _sql(statement: str, params: list[object] | None = None) -> list[tuple]:
 
 
 def _counts_flushed() -> None:
-    """Hand this connection's counts to the statistics collector and read them afresh."""
-    _sql("SELECT pg_stat_force_next_flush()")
+    """Hand this connection's counts to the statistics collector (PostgreSQL 15 on; before, it
+    does so at the end of each transaction) and read them afresh."""
+    if connection.pg_version >= 150000:
+        _sql("SELECT pg_stat_force_next_flush()")
     _sql("SELECT pg_stat_clear_snapshot()")
 
 
