@@ -35,8 +35,9 @@ _DUE = """
           + current_setting('autovacuum_analyze_scale_factor')::float8 * greatest(c.reltuples, 0)
       AND (
         NOT EXISTS (SELECT 1 FROM pg_stats AS p WHERE p.schemaname = s.schemaname AND p.tablename = s.relname)
-        OR (%s AND coalesce(greatest(s.last_analyze, s.last_autoanalyze), '-infinity')
-                   < now() - %s * interval '1 second')
+        OR (NOT coalesce(%s::bool, current_setting('autovacuum')::bool)
+            AND coalesce(greatest(s.last_analyze, s.last_autoanalyze), '-infinity')
+                < now() - coalesce(%s::float8 * interval '1 second', current_setting('autovacuum_naptime')::interval))
       )
     ORDER BY s.relname
 """
@@ -50,17 +51,10 @@ def planner_statistics_gathered(*, autovacuum: bool | None = None, naptime: floa
     if connection.vendor != "postgresql":
         return []
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT current_setting('autovacuum')::bool,"
-            " extract(epoch FROM current_setting('autovacuum_naptime')::interval)::float8"
-        )
-        server_autovacuum, server_naptime = cursor.fetchone()
-        autovacuum = server_autovacuum if autovacuum is None else autovacuum
-        naptime = server_naptime if naptime is None else naptime
-        cursor.execute(_DUE, [not autovacuum, naptime])
+        cursor.execute(_DUE, [autovacuum, naptime])
         due = [name for (name,) in cursor.fetchall()]
-        if due:
-            cursor.execute("ANALYZE " + ", ".join(connection.ops.quote_name(name) for name in due))
-    if due:
-        log.info("gathered the planner's statistics for %s", ", ".join(due))
+        if not due:
+            return []
+        cursor.execute("ANALYZE " + ", ".join(connection.ops.quote_name(name) for name in due))
+    log.info("gathered the planner's statistics for %s", ", ".join(due))
     return due
