@@ -22,6 +22,17 @@ def _env_int(name: str, default: int) -> int:
     return int(raw) if raw else default
 
 
+def channel_layer_prefix(redis_url: str) -> str:
+    """The names the channel layer gives its Redis channels start with this. Redis pub/sub ignores
+    database numbers (a PUBLISH on database 1 reaches a subscriber on database 2), so the number
+    goes into the names: hubs given different databases of one Redis server, as their keys and
+    Celery queues already are, do not hear each other's live events (an operator console of one
+    would otherwise show the other's messages)."""
+    from redis.connection import parse_url
+
+    return f"switchboard.db{parse_url(redis_url).get('db') or 0}."
+
+
 def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
@@ -166,6 +177,7 @@ if REDIS_URL:
             "CONFIG": {
                 # redis-py 8 defaults socket_timeout to 5 s, which kills idle consumers (close 1011).
                 "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "prefix": channel_layer_prefix(REDIS_URL),
             },
         }
     }

@@ -15,15 +15,7 @@ from channels.layers import InMemoryChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 
 from messaging.services import events
-
-
-def _redis_url() -> str:
-    url = os.environ.get("REDIS_URL") or os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
-    except Exception:
-        pytest.skip("no Redis on the standard local port")
-    return url
+from tests.local_redis import local_redis_url
 
 
 def _event(kind: str, n: int) -> dict:
@@ -31,7 +23,7 @@ def _event(kind: str, n: int) -> dict:
 
 
 def test_published_events_arrive_through_the_layers_own_subscription_in_order() -> None:
-    url = _redis_url()
+    url = local_redis_url()
     prefix = f"test-{uuid.uuid4().hex[:8]}"  # no other test's subscribers see these
     layer = RedisPubSubChannelLayer(hosts=[{"address": url}], prefix=prefix)
     publisher = events._Publisher(events._PubSubTarget(address=url, prefix=prefix))
@@ -57,7 +49,7 @@ def test_published_events_arrive_through_the_layers_own_subscription_in_order() 
 
 
 def test_an_event_that_cannot_be_serialized_spoils_no_other() -> None:
-    url = _redis_url()
+    url = local_redis_url()
     prefix = f"test-{uuid.uuid4().hex[:8]}"
     layer = RedisPubSubChannelLayer(hosts=[{"address": url}], prefix=prefix)
     publisher = events._Publisher(events._PubSubTarget(address=url, prefix=prefix))
@@ -81,7 +73,7 @@ def test_an_event_that_cannot_be_serialized_spoils_no_other() -> None:
 
 
 def test_a_round_that_redis_refuses_is_logged_not_raised(caplog) -> None:
-    url = _redis_url()
+    url = local_redis_url()
     publisher = events._Publisher(events._PubSubTarget(address="redis://127.0.0.1:9/0", prefix="x"))
     with caplog.at_level(logging.WARNING, logger="messaging.services.events"):
         publisher.publish_round([[("x__group__operators", b"1")], [("x__group__operators", b"2")]])
@@ -93,7 +85,7 @@ def test_a_round_that_redis_refuses_is_logged_not_raised(caplog) -> None:
 
 
 def test_a_backed_up_queue_drops_new_batches_with_a_warning(caplog, monkeypatch) -> None:
-    url = _redis_url()
+    url = local_redis_url()
     publisher = events._Publisher(events._PubSubTarget(address=url, prefix="unused"))
     monkeypatch.setattr(publisher, "MAX_QUEUED", 0)
     with caplog.at_level(logging.WARNING, logger="messaging.services.events"):

@@ -3,7 +3,6 @@ and a measured two-agent reply loop that the hub stops."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from datetime import timedelta
 
@@ -13,6 +12,7 @@ from django.utils import timezone
 
 from messaging.models import Delivery
 from messaging.services.limits import MemoryBuckets, RedisBuckets, Want, gcra
+from tests.local_redis import local_redis_url
 
 
 @pytest.fixture(autouse=True)
@@ -140,22 +140,9 @@ def test_memory_buckets_are_keyed_independently():
     assert take_one(store, "b", 0.0) == 0
 
 
-def _redis_url() -> str | None:
-    url = os.environ.get("REDIS_URL") or os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
-    try:
-        import redis
-
-        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
-    except Exception:
-        return None
-    return url
-
-
 def test_redis_buckets_are_shared_between_processes():
     """Two stores with their own connections (as two web processes have) spend one bucket."""
-    url = _redis_url()
-    if url is None:
-        pytest.skip("no Redis on the standard local port")
+    url = local_redis_url()
     key = f"test-limits:{uuid.uuid4().hex}"
     one, two = RedisBuckets(url), RedisBuckets(url)
     assert take_one(one, key, 1000.0) == 0
