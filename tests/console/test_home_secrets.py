@@ -15,6 +15,8 @@ from django.core.exceptions import ImproperlyConfigured
 from console import home
 from console.home import read_or_create_secret
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def hub_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -73,7 +75,11 @@ def test_processes_starting_together_share_one_secret(hub_home: Path) -> None:
         start = time.time() + 1.0
         runs = [
             subprocess.Popen(
-                [sys.executable, "-c", script, str(start)], env=env, stdout=subprocess.PIPE, text=True
+                [sys.executable, "-c", script, str(start)],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             for _ in range(8)
         ]
