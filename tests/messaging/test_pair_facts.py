@@ -208,9 +208,15 @@ def busy_new_sender(pair):
         message_send(sender=carol, to="dave", text=f"earlier {i}", hub_made=True)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")  # before alice writes anything: she is not in the statistics
-    for i in range(300):
-        message_send(sender=alice, to="bob", text=f"busy {i}", hub_made=True)  # no rate limits
+    _busy_texts_sent(alice)
     return alice, bob
+
+
+def _busy_texts_sent(alice) -> None:
+    """alice sends bob the 300 texts "busy 0" ... "busy 299" (hub-made: no rate limits), which the
+    dedupe lookup tests send again."""
+    for i in range(300):
+        message_send(sender=alice, to="bob", text=f"busy {i}", hub_made=True)
 
 
 class _Undone(Exception):
@@ -220,7 +226,7 @@ class _Undone(Exception):
 @pytest.fixture
 def sender_after_empty_statistics(pair):
     """alice and bob, after PostgreSQL analyzed the message and delivery tables while they held a
-    page of rows but none live (as after a purge), then alice sent bob 300 texts ("busy 0" ...
+    page of rows but none live (rows written and rolled back), then alice sent bob 300 texts ("busy 0" ...
     "busy 299"): the statistics take the tables for empty until the next ANALYZE. Afterwards the
     tables are analyzed with those texts in them, so later tests do not inherit statistics that
     take them for empty (ANALYZE writes a table's row count in place: a rollback keeps it)."""
@@ -233,8 +239,7 @@ def sender_after_empty_statistics(pair):
         raise _Undone
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {tables}")
-    for i in range(300):
-        message_send(sender=alice, to="bob", text=f"busy {i}", hub_made=True)
+    _busy_texts_sent(alice)
     yield alice, bob
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {tables}")
