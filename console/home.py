@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -23,45 +22,58 @@ def home_dir() -> Path:
 
 def write_private(path: Path, content: str) -> None:
     """Write a file that only its owner can read (0600), replacing any earlier content atomically."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    written = _written_beside(path, content)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-SECRET_WRITE_WAIT = 2.0  # seconds a process waits for the secret another one is writing
+        os.replace(written, path)
+    finally:
+        written.unlink(missing_ok=True)
 
 
 def read_or_create_secret(name: str, *, nbytes: int = 32) -> str:
     """Return the secret stored in `$SWITCHBOARD_HOME/<name>`, generating it (0600) the first time.
 
-    Processes that start together on one home (a web process and a worker) may each find no file:
-    the first to create it (O_EXCL) writes it, and the others wait for what it writes, never
-    taking the empty file for the secret."""
+    Processes that start together on one home (a web process and a worker) may each find no file.
+    Each then writes a secret of its own beside it and links that into place. A link never
+    replaces a file, so one of them wins, the others read the winner's, and nobody can read the
+    file before its secret is in it."""
     path = home_dir() / name
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return _secret_written(path)
+        return _secret_in(path)
+    except FileNotFoundError:
+        pass
     value = secrets.token_urlsafe(nbytes)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(value + "\n")
+    written = _written_beside(path, value + "\n")
+    try:
+        os.link(written, path)
+    except FileExistsError:
+        return _secret_in(path)
+    finally:
+        written.unlink(missing_ok=True)
     return value
 
 
-def _secret_written(path: Path) -> str:
-    """The secret in `path`, once the process that created the file has written it."""
-    deadline = time.monotonic() + SECRET_WRITE_WAIT
-    while not (value := path.read_text(encoding="utf-8").strip()):
-        if time.monotonic() >= deadline:
-            raise ImproperlyConfigured(
-                f"{path} is empty. Delete it and the hub makes a new one (a new secret.key signs "
-                "out the console's logins; a new enroll.key must be given to the agents that register)."
-            )
-        time.sleep(0.01)
+def _written_beside(path: Path, content: str) -> Path:
+    """A new 0600 file in `path`'s folder holding `content`, flushed to disk, for the caller to
+    move or link to `path`. Nothing is left behind if writing fails."""
+    written = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        written.unlink(missing_ok=True)
+        raise
+    return written
+
+
+def _secret_in(path: Path) -> str:
+    """The secret in `path` (FileNotFoundError if there is none yet)."""
+    value = path.read_text(encoding="utf-8").strip()
+    if not value:
+        raise ImproperlyConfigured(
+            f"{path} is empty. Delete it and the hub makes a new one (a new secret.key signs "
+            "out the console's logins; a new enroll.key must be given to the agents that register)."
+        )
     return value

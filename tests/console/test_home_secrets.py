@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -31,31 +31,43 @@ def test_a_secret_is_made_once_and_only_its_owner_can_read_it(hub_home: Path) ->
     assert stat.S_IMODE((hub_home / "enroll.key").stat().st_mode) == 0o600
 
 
-def test_a_process_that_finds_the_file_being_written_waits_for_the_secret(hub_home: Path) -> None:
-    """Another process created the file (O_EXCL) and has not written it yet: the secret is what
-    it writes, never the empty file."""
-    hub_home.mkdir(mode=0o700)
-    path = hub_home / "secret.key"
-    path.touch(mode=0o600)
-
-    def the_other_process_writes() -> None:
-        time.sleep(0.2)
-        path.write_text("written-by-the-first\n", encoding="utf-8")
-
-    writer = threading.Thread(target=the_other_process_writes)
-    writer.start()
-    try:
-        assert read_or_create_secret("secret.key") == "written-by-the-first"
-    finally:
-        writer.join()
-
-
-def test_an_empty_secret_file_is_a_clear_error_naming_it(
+def test_a_process_that_loses_the_race_to_create_the_file_reads_the_winner_s_secret(
     hub_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Another process puts its secret in place between this one's look for the file and its
+    own link: this one answers the other's secret, and leaves none of its own behind."""
+    real_link = os.link
+
+    def another_process_links_first(source: str, target: Path) -> None:
+        Path(target).write_text("written-by-the-other\n", encoding="utf-8")
+        real_link(source, target)
+
+    monkeypatch.setattr(home.os, "link", another_process_links_first)
+    assert read_or_create_secret("secret.key") == "written-by-the-other"
+    assert sorted(p.name for p in hub_home.iterdir()) == ["secret.key"]
+
+
+def test_a_secret_that_could_not_be_written_leaves_no_file(
+    hub_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (a full disk) leaves neither an empty secret file, which every later
+    start would refuse, nor the half-written one beside it."""
+
+    def disk_full(fd: int, *args: object, **kwargs: object) -> None:
+        os.close(fd)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(home.os, "fdopen", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        read_or_create_secret("enroll.key")
+    assert list(hub_home.iterdir()) == []
+    monkeypatch.undo()
+    assert read_or_create_secret("enroll.key")
+
+
+def test_an_empty_secret_file_is_a_clear_error_naming_it(hub_home: Path) -> None:
     hub_home.mkdir(mode=0o700)
     (hub_home / "enroll.key").touch(mode=0o600)
-    monkeypatch.setattr(home, "SECRET_WRITE_WAIT", 0.05)
     with pytest.raises(ImproperlyConfigured, match=r"enroll\.key is empty\. Delete it"):
         read_or_create_secret("enroll.key")
 
