@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -27,12 +27,6 @@ pytestmark = pytest.mark.django_db
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-@pytest.fixture
-def pair():
-    """alice (sender) and bob (recipient), live."""
-    return session_register(name="alice").session, session_register(name="bob").session
 
 
 def test_a_new_pair_has_no_facts(pair) -> None:
@@ -192,57 +186,6 @@ def _rows_filtered_out(sql: str, params: list, **how: Any) -> int:
     """The most rows any node of `sql`'s plan read and then dropped (EXPLAIN ANALYZE; `how`: as
     `_plan_nodes` takes it)."""
     return max(node.get("Rows Removed by Filter", 0) for node in plan_nodes(sql, params, **how))
-
-
-@pytest.fixture
-def busy_new_sender(pair):
-    """alice and bob, after the hub's traffic so far (500 messages between two others) was
-    analyzed and alice then sent bob 300 texts ("busy 0" ... "busy 299"): PostgreSQL's statistics
-    take her for a rare sender."""
-    if connection.vendor != "postgresql":
-        pytest.skip("a PostgreSQL planner question")
-    alice, bob = pair
-    carol = session_register(name="carol").session
-    session_register(name="dave")
-    for i in range(500):  # the hub's traffic so far, which the statistics describe
-        message_send(sender=carol, to="dave", text=f"earlier {i}", hub_made=True)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")  # before alice writes anything: she is not in the statistics
-    _busy_texts_sent(alice)
-    return alice, bob
-
-
-def _busy_texts_sent(alice) -> None:
-    """alice sends bob the 300 texts "busy 0" ... "busy 299" (hub-made: no rate limits), which the
-    dedupe lookup tests send again."""
-    for i in range(300):
-        message_send(sender=alice, to="bob", text=f"busy {i}", hub_made=True)
-
-
-class _Undone(Exception):
-    pass
-
-
-@pytest.fixture
-def sender_after_empty_statistics(pair):
-    """alice and bob, after PostgreSQL analyzed the message and delivery tables while they held a
-    page of rows but none live (rows written and rolled back), then alice sent bob 300 texts ("busy 0" ...
-    "busy 299"): the statistics take the tables for empty until the next ANALYZE. Afterwards the
-    tables are analyzed with those texts in them, so later tests do not inherit statistics that
-    take them for empty (ANALYZE writes a table's row count in place: a rollback keeps it)."""
-    if connection.vendor != "postgresql":
-        pytest.skip("a PostgreSQL planner question")
-    alice, bob = pair
-    tables = f"{Message._meta.db_table}, {Delivery._meta.db_table}"
-    with pytest.raises(_Undone), transaction.atomic():  # a page written, its rows never committed
-        message_send(sender=alice, to="bob", text="undone", hub_made=True)
-        raise _Undone
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {tables}")
-    _busy_texts_sent(alice)
-    yield alice, bob
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {tables}")
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
