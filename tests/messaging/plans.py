@@ -42,6 +42,13 @@ def plan_nodes(sql: str, params: list, *, prepare: bool | None = None, mode: str
     return nodes
 
 
+def rows_read(node: dict) -> int:
+    """The rows one node of a plan read in all: those it returned and those its filter or an
+    index recheck dropped, over every loop (EXPLAIN gives each count per loop)."""
+    dropped = node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
+    return (node.get("Actual Rows", 0) + dropped) * node.get("Actual Loops", 1)
+
+
 def the_one_statement(call: Callable[[], T]) -> tuple[T, tuple[str, list]]:
     """`call()`'s result, and the one statement it ran, with its parameters."""
     ran: list[tuple[str, list]] = []

@@ -15,6 +15,7 @@ from messaging.models import MessageKind
 from messaging.services.batch import RECENT_TEXTS_SQL, messages_send_batch
 from messaging.services.pair import dedupe_key
 from messaging.services.sessions import session_register
+from tests.messaging.plans import rows_read
 
 # What the lookup was before: one probe per text on paper, but planned as a read of every message
 # the sender wrote within the window once the statistics lag behind the sender.
@@ -27,10 +28,7 @@ FLAT_LOOKUP_SQL = (
 
 def _rows_touched(plan: dict, table: str) -> int:
     """Rows the plan's scans of `table` returned or filtered out, over all their loops."""
-    own = 0
-    if plan.get("Relation Name") == table:
-        rows = plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)
-        own = (rows + plan.get("Rows Removed by Index Recheck", 0)) * plan.get("Actual Loops", 1)
+    own = rows_read(plan) if plan.get("Relation Name") == table else 0
     return own + sum(_rows_touched(child, table) for child in plan.get("Plans", []))
 
 

@@ -25,7 +25,7 @@ from messaging.services.notifications import Notice, notifications_send
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 from messaging.states import DeliveryState as S
-from tests.messaging.plans import plan_nodes, the_one_statement
+from tests.messaging.plans import plan_nodes, rows_read, the_one_statement
 
 T = TypeVar("T")
 
@@ -310,12 +310,12 @@ def test_an_ack_moves_the_acker_s_delivery_only() -> None:
 
 
 def _scans_reading_more_than(limit: int, nodes: list[dict], tables: set[str]) -> list[str]:
-    """The scans of `tables` in a plan that read more than `limit` rows in all (kept and filtered
-    out, over every loop), each as "node on table (index): rows"."""
+    """The scans of `tables` in a plan that read more than `limit` rows in all (`rows_read`), each
+    as "node on table (index): rows"."""
     found = []
     for node in nodes:
         if node.get("Relation Name") in tables:
-            read = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
+            read = rows_read(node)
             if read > limit:
                 where = f"{node['Relation Name']} ({node.get('Index Name', 'no index')})"
                 found.append(f"{node['Node Type']} on {where}: {read}")
