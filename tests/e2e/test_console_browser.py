@@ -1,7 +1,9 @@
 """The operator console in a real headless Chromium against a real `switchboard serve` process.
 
 Agents act through the REST API (as they would); the operator acts only through the page. The run
-also saves the screenshots the README shows, under docs/screenshots/.
+also takes the screenshots the README shows: into a temporary directory, so a test run leaves the
+checkout as it found it, or into the directory SWITCHBOARD_SCREENSHOTS names
+(`SWITCHBOARD_SCREENSHOTS=docs/screenshots` refreshes the README's).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,7 +24,6 @@ from tests.e2e.conftest import REPO, Hub, start_hub
 
 pytestmark = pytest.mark.e2e
 
-SHOTS = REPO / "docs" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -415,17 +417,26 @@ def _populate_for_screenshots(world: World) -> dict[str, Any]:
     return {"team_id": team_id, "sensitive_id": risky["id"], "ops_id": ops.id}
 
 
-def test_screenshots_of_dashboard_holds_and_board(world: World, browser: Any) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the screenshots go: SWITCHBOARD_SCREENSHOTS (relative to the repository), else a
+    temporary directory."""
+    wanted = os.environ.get("SWITCHBOARD_SCREENSHOTS", "").strip()
+    where = (REPO / wanted) if wanted else tmp_path
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def test_screenshots_of_dashboard_holds_and_board(world: World, browser: Any, shots: Path) -> None:
     made = _populate_for_screenshots(world)
     page = _log_in(browser, world)
     _wait_live(page)
-    page.screenshot(path=str(SHOTS / "dashboard.png"), full_page=False)
+    page.screenshot(path=str(shots / "dashboard.png"), full_page=False)
 
     page.goto(world.hub.url + "/holds/")
     _wait_live(page)
     page.keyboard.press("j")
-    page.screenshot(path=str(SHOTS / "holds.png"), full_page=False)
+    page.screenshot(path=str(shots / "holds.png"), full_page=False)
     sensitive = page.locator('table[data-holds] tr.hold[data-tier="sensitive"]')
     assert sensitive.count() >= 1
     assert "escalated" in sensitive.first.inner_text().lower()
@@ -433,29 +444,29 @@ def test_screenshots_of_dashboard_holds_and_board(world: World, browser: Any) ->
     page.goto(world.hub.url + f"/teams/{made['team_id']}/")
     page.locator(".board").wait_for()
     assert page.locator('[data-column="in_progress"] .card').count() >= 1
-    page.screenshot(path=str(SHOTS / "team-board.png"), full_page=False)
+    page.screenshot(path=str(shots / "team-board.png"), full_page=False)
 
     sensitive_id = made["sensitive_id"]
     page.goto(world.hub.url + f"/messages/{sensitive_id}/")
-    page.screenshot(path=str(SHOTS / "message.png"), full_page=False)
+    page.screenshot(path=str(shots / "message.png"), full_page=False)
     page.goto(world.hub.url + f"/sessions/{made['ops_id']}/")
-    page.screenshot(path=str(SHOTS / "session.png"), full_page=False)
+    page.screenshot(path=str(shots / "session.png"), full_page=False)
     page.goto(world.hub.url + "/audit/")
-    page.screenshot(path=str(SHOTS / "audit.png"), full_page=False)
+    page.screenshot(path=str(shots / "audit.png"), full_page=False)
     page.context.close()
 
     phone = _log_in(browser, world, viewport={"width": 390, "height": 844})
     phone.goto(world.hub.url + "/holds/")
     _wait_live(phone)
-    phone.screenshot(path=str(SHOTS / "holds-phone.png"), full_page=False)
+    phone.screenshot(path=str(shots / "holds-phone.png"), full_page=False)
     phone.goto(world.hub.url + "/")
     _wait_live(phone)
-    phone.screenshot(path=str(SHOTS / "dashboard-phone.png"), full_page=False)
+    phone.screenshot(path=str(shots / "dashboard-phone.png"), full_page=False)
     phone.goto(world.hub.url + "/holds/")
     # On a phone the decision buttons are on screen without scrolling sideways.
     width = phone.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 390 + 1
     phone.context.close()
     for name in ("dashboard", "holds", "team-board", "holds-phone"):
-        shot = SHOTS / f"{name}.png"
+        shot = shots / f"{name}.png"
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000, name
