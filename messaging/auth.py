@@ -13,7 +13,8 @@ from messaging.credentials import OPERATOR_PREFIX, hash_token, is_enrollment_key
 from messaging.errors import Forbidden, Unauthorized
 from messaging.models import OperatorToken
 from messaging.principals import Principal, operator_principal, session_principal
-from messaging.services.sessions import session_from_token, session_touch
+from messaging.services.seen import session_seen
+from messaging.services.sessions import session_from_token
 
 
 def principal_from_token(token: str) -> Principal | None:
@@ -27,7 +28,7 @@ def principal_from_token(token: str) -> Principal | None:
     session = session_from_token(token)
     if session is None:
         return None
-    session_touch(session, unless_within=1.0)  # explicit heartbeats still write every time
+    session_seen(session)  # written within a second, with the others seen meanwhile
     return session_principal(session)
 
 

@@ -127,13 +127,11 @@ def session_from_token(token: str) -> AgentSession | None:
     return found[0]
 
 
-def session_touch(session: AgentSession, *, unless_within: float = 0.0) -> None:
-    """Record that the session was seen now (every authenticated call counts as a heartbeat).
-    With `unless_within`, skip the write when it was seen less than that many seconds ago: an
-    agent making many calls a second needs one `last_seen` write a second, not one per call."""
+def session_touch(session: AgentSession) -> None:
+    """Record that the session was seen now, written at once: explicit heartbeats and agent
+    sockets, whose callers read the time back. Other authenticated calls note it for a later
+    write with the others seen meanwhile (`messaging.services.seen`)."""
     now = timezone.now()
-    if unless_within and session.last_seen and (now - session.last_seen).total_seconds() < unless_within:
-        return
     AgentSession.objects.filter(pk=session.pk).update(last_seen=now)
     session.last_seen = now
 

@@ -305,3 +305,34 @@ def test_at_the_default_log_level_the_worker_and_beat_say_nothing_of_routine_tas
     assert commits() - before >= 3, "the periodic jobs did not run"
     assert hub.worker.log().splitlines()[worker_lines:] == []
     assert hub.beat.log().splitlines()[beat_lines:] == []
+
+
+def test_both_web_processes_write_when_their_callers_were_last_seen(hub):
+    """A call notes its session's time and each web process's own thread writes the times, on a
+    pooled connection, about a second later (messaging.services.seen)."""
+    agents = [hub.register(f"seen-{i}", web=i % 2) for i in range(6)]
+    ids = [a.id for a in agents]
+    hub.sql(
+        "UPDATE messaging_agentsession SET last_seen = now() - interval '1 hour' WHERE id = ANY(%s::uuid[])",
+        ids,
+    )
+
+    def stale() -> set[str]:
+        rows = hub.sql(
+            "SELECT id::text FROM messaging_agentsession "
+            "WHERE id = ANY(%s::uuid[]) AND last_seen < now() - interval '1 minute'",
+            ids,
+        )
+        return {row[0].replace("-", "") for row in rows}
+
+    stale_after_answer = 0
+    for i, agent in enumerate(agents):
+        with hub.client(i % 2, headers=agent.headers) as c:
+            assert c.get("/api/v1/ping").status_code == 200
+        stale_after_answer += agent.id.replace("-", "") in stale()
+    # Written before the answer (as it was), none would be; a thread a second late leaves most.
+    assert stale_after_answer >= 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and stale():
+        time.sleep(0.1)
+    assert stale() == set()
