@@ -10,7 +10,8 @@ Embedded: `switchboard serve` (one process, SQLite, in-memory layer). In the sam
 - the floor: one PostgreSQL commit + one Redis PUBLISH + one Unix-socket write and read, in a loop;
 - send → push latency: an agent on the WebSocket of web 1, a sender posting to web 0 at a fixed
   offered rate (open loop, 100 messages/s), latency from the start of the POST to the push arriving,
-  after a 1 s warm-up at the same rate that is not timed (`--warm-up`);
+  after a 1 s warm-up at the same rate that is not timed (`--warm-up`); with `--senders N`, N
+  senders take turns (each sends every N/rate seconds, as agents that each send now and then);
 - sustained single sends/s with wrk on both web processes, one sender, against the rate of the
   authenticated no-op `GET /api/v1/ping` on the same processes in the same run, with as many
   connections: 4 and then 16 connections per process by default (`--connections`), so that
@@ -140,14 +141,22 @@ class PushTimer(threading.Thread):
 
 
 def push_latency(
-    send_url: str, push_url: str, *, rate: float, seconds: float, tag: str, warm_up: float = 1.0
+    send_url: str,
+    push_url: str,
+    *,
+    rate: float,
+    seconds: float,
+    tag: str,
+    warm_up: float = 1.0,
+    senders: int = 1,
 ) -> dict[str, Any]:
-    """Open-loop sends at `rate`/s to web `send_url`; an agent on `push_url` times the pushes.
+    """Open-loop sends at `rate`/s to web `send_url`, from `senders` sessions taking turns; an
+    agent on `push_url` times the pushes.
 
     The first `warm_up` seconds of sends are made but not timed: the client's connections and the
     web process's request threads (each with its own database connection) are opened then, once,
     as in any process that has served a few requests; what follows is the steady state."""
-    sender = register(send_url, f"lat-sender-{tag}")
+    turns = [register(send_url, f"lat-sender-{tag}-{k}") for k in range(senders)]
     agent = register(push_url, f"lat-agent-{tag}")
     timer = PushTimer(push_url, agent)
     timer.start()
@@ -161,7 +170,7 @@ def push_latency(
 
     def client() -> httpx.Client:
         if not hasattr(local, "c"):
-            local.c = httpx.Client(base_url=send_url, headers=sender.headers, timeout=30)
+            local.c = httpx.Client(base_url=send_url, timeout=30)
         return local.c
 
     def one(i: int, due: float) -> None:
@@ -169,7 +178,11 @@ def push_latency(
         if delay > 0:
             time.sleep(delay)
         t = time.perf_counter()
-        r = client().post("/api/v1/messages", json={"to": agent.ref, "message": f"latency {tag} {i}"})
+        r = client().post(
+            "/api/v1/messages",
+            json={"to": agent.ref, "message": f"latency {tag} {i}"},
+            headers=turns[i % senders].headers,
+        )
         if r.status_code != 201:
             failures.append(f"{r.status_code} {r.text[:100]}")
             return
@@ -193,6 +206,7 @@ def push_latency(
     lat = [timer.arrived[m] - started_at[m] for m in pushed]
     return {
         "offered_per_s": rate,
+        "senders": senders,
         "warm_up_s": warm_up,
         "sent": len(started_at),
         "pushed": len(lat),
@@ -378,6 +392,7 @@ def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             seconds=args.seconds,
             tag="prod",
             warm_up=args.warm_up,
+            senders=args.senders,
         )
         if args.only == "latency":
             return {"floor": floor, "latency": latency}
@@ -459,7 +474,13 @@ def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             f"emb: send → push latency at {args.rate:g}/s, {args.warm_up:g} s warm-up + {args.seconds:g} s"
         )
         latency = push_latency(
-            url, url, rate=args.rate, seconds=args.seconds, tag="emb", warm_up=args.warm_up
+            url,
+            url,
+            rate=args.rate,
+            seconds=args.seconds,
+            tag="emb",
+            warm_up=args.warm_up,
+            senders=args.senders,
         )
         tp = throughput(
             [url],
@@ -481,6 +502,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="2 s phases: check that it runs")
     parser.add_argument("--rate", type=float, default=100.0, help="offered sends/s for the latency phase")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
+    parser.add_argument(
+        "--senders", type=int, default=1, help="sessions taking turns to send in the latency phase"
+    )
     parser.add_argument("--floor-n", type=int, default=2000)
     parser.add_argument("--warm-up", type=float, default=1.0, help="untimed seconds before the latency phase")
     parser.add_argument(
@@ -528,6 +552,11 @@ def main() -> None:
     write_result("send_path", result)
 
 
+def _from(lat: dict[str, Any]) -> str:
+    senders = lat.get("senders", 1)
+    return f", {senders} senders" if senders > 1 else ""
+
+
 def latency_halves(lat: dict[str, Any]) -> None:
     post, push = lat["post"], lat["push_after_answer"]
     line("  the POST's answer, p50 / p99", f"{post['p50_ms']:.2f} / {post['p99_ms']:.2f} ms")
@@ -567,7 +596,7 @@ def report(result: dict[str, Any]) -> None:
         line("floor: commit + publish + socket write, p50 / p99", f"{f['p50_ms']:.2f} / {f['p99_ms']:.2f} ms")
         line("floor rate (sequential)", f"{f['per_s']:.0f}/s")
         line(
-            f"send → push p50 / p99 at {lat['offered_per_s']:.0f}/s offered",
+            f"send → push p50 / p99 at {lat['offered_per_s']:.0f}/s offered{_from(lat)}",
             f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} ms",
             "target ≤ 5 / ≤ 25 ms",
         )
@@ -594,7 +623,7 @@ def report(result: dict[str, Any]) -> None:
         lat, tp = emb["latency"], emb["throughput"]
         print(" embedded mode (switchboard serve: one process, SQLite, in-memory layer)")
         line(
-            f"send → push p50 / p99 at {lat['offered_per_s']:.0f}/s offered",
+            f"send → push p50 / p99 at {lat['offered_per_s']:.0f}/s offered{_from(lat)}",
             f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} ms",
         )
         latency_halves(lat)
