@@ -36,6 +36,23 @@ PRODUCTION_SWEEP = {"SWITCHBOARD_SWEEP_SECONDS": "5"}
 _STARTED = time.monotonic()
 
 
+def _cpu_counters() -> dict[str, float]:
+    """The machine's CPU time so far, all and stolen by the host (ticks, /proc/stat), and the time
+    some task waited for a CPU (microseconds, /proc/pressure/cpu); empty where Linux lacks them."""
+    counters: dict[str, float] = {}
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        counters.update(total=sum(fields[:8]), steal=fields[7])  # user … softirq, steal (guest is in user)
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        counters["waited_us"] = int(some.rsplit("total=", 1)[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return counters
+
+
+_COUNTERS_AT_START = _cpu_counters()
+
+
 def progress(what: str) -> None:
     """One line on stderr as a phase starts (`[  42 s] what`), so a run of minutes shows where it is;
     the figures go to stdout at the end."""
@@ -94,13 +111,32 @@ def cpu_seconds_named(prefix: str) -> float:
 
 
 def machine() -> dict[str, Any]:
-    """What the figures were measured on, including how busy the machine was."""
-    return {
+    """What the figures were measured on, including how busy the machine was since the benchmark
+    started: the share of CPU time the host took for others (steal: on a virtual machine, time
+    the hub did not get) and the share of the time some task here waited for a CPU."""
+    found: dict[str, Any] = {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "loadavg": os.getloadavg(),
     }
+    now, then = _cpu_counters(), _COUNTERS_AT_START
+    if "steal" in now and "steal" in then and now["total"] > then["total"]:
+        found["steal_share"] = round((now["steal"] - then["steal"]) / (now["total"] - then["total"]), 4)
+    if "waited_us" in now and "waited_us" in then:
+        elapsed_us = (time.monotonic() - _STARTED) * 1e6
+        found["cpu_waited_share"] = round((now["waited_us"] - then["waited_us"]) / elapsed_us, 4)
+    return found
+
+
+def machine_line(found: dict[str, Any]) -> str:
+    """`machine()` in a sentence, printed with every benchmark's figures."""
+    parts = [f"load average {found['loadavg'][0]:.1f} on {found['cpus']} CPUs"]
+    if "steal_share" in found:
+        parts.append(f"{found['steal_share']:.1%} of CPU time taken by the host")
+    if "cpu_waited_share" in found:
+        parts.append(f"some task waiting for a CPU {found['cpu_waited_share']:.0%} of the time")
+    return "the machine during the run: " + ", ".join(parts)
 
 
 def write_result(name: str, data: dict[str, Any]) -> Path:
@@ -108,9 +144,11 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS / f"{name}-{stamp}.json"
-    payload = {"benchmark": name, "at": stamp, "machine": machine(), **data}
+    found = machine()
+    payload = {"benchmark": name, "at": stamp, "machine": found, **data}
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    print(f"\nresult written to {path.relative_to(REPO)}")
+    print(f"\n{machine_line(found)}")
+    print(f"result written to {path.relative_to(REPO)}")
     return path
 
 
