@@ -37,6 +37,7 @@ from messaging.models import AgentSession
 log = logging.getLogger(__name__)
 
 SEEN_EVERY = 1.0  # seconds: a session's time is noted at most this often, and written this late at most
+LATER = frozenset({"thread", "celery"})  # the job modes of a running hub; others (tests') write at once
 
 
 def session_seen(session: AgentSession) -> None:
@@ -46,10 +47,10 @@ def session_seen(session: AgentSession) -> None:
     if session.last_seen and (now - session.last_seen).total_seconds() < SEEN_EVERY:
         return
     session.last_seen = now
-    if settings.SWITCHBOARD_JOBS == "inline":
-        seen_times_written({session.pk: now})
-    else:
+    if settings.SWITCHBOARD_JOBS in LATER:
         seen_times().note(session.pk, now)
+    else:
+        seen_times_written({session.pk: now})
 
 
 def seen_times_written(times: dict[uuid.UUID, datetime]) -> None:
@@ -119,11 +120,13 @@ class SeenTimes:
             self._due.wait()
             time.sleep(SEEN_EVERY)  # what else is noted meanwhile goes in the same write
             self._due.clear()
-            close_old_connections()  # a connection PostgreSQL dropped, or a pooled one to take
             try:
+                close_old_connections()  # one PostgreSQL dropped goes; with a pool, one is taken
                 self.write()
-            finally:
                 close_old_connections()  # with a pool: handed back until the next round
+            except Exception:  # closing a broken connection failed: the thread goes on regardless
+                log.warning("the last-seen writer's database connection failed", exc_info=True)
+                self._due.set()
 
 
 _instance: SeenTimes | None = None

@@ -121,10 +121,10 @@ def test_in_the_tests_inline_jobs_the_call_writes_at_once() -> None:
     assert _last_seen(made.session.id) > before
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_thread_writes_what_was_noted_within_about_a_second(settings) -> None:
-    """The thread on its own database connection (PostgreSQL: the tests' SQLite database is
-    in memory, and one thread's alone)."""
+def _written_by_a_thread(settings) -> None:
+    """Start a SeenTimes thread, note a time for a session last seen 30 s ago, and wait up to
+    10 s for the thread to write it. On PostgreSQL only: the thread has its own connection, and
+    the tests' SQLite database is in memory, one thread's alone."""
     if connection.vendor != "postgresql":
         pytest.skip("the writer's thread needs a database other connections see")
     settings.SWITCHBOARD_JOBS = "thread"
@@ -138,3 +138,24 @@ def test_the_thread_writes_what_was_noted_within_about_a_second(settings) -> Non
         time.sleep(0.05)
     assert _last_seen(made.session.id) > before
     assert writer.noted() == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_thread_writes_what_was_noted_within_about_a_second(settings) -> None:
+    _written_by_a_thread(settings)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_thread_goes_on_when_its_connection_fails(settings, monkeypatch) -> None:
+    calls = []
+    real = seen.close_old_connections
+
+    def failing_once() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("the connection broke while being closed")
+        real()
+
+    monkeypatch.setattr(seen, "close_old_connections", failing_once)
+    _written_by_a_thread(settings)
+    assert len(calls) >= 3  # the failed round, then one that opened and closed again
