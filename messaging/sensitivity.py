@@ -22,10 +22,15 @@ class Pattern:
     category: str  # "credential" | "destructive" | "transcript"
     regex: re.Pattern[str]
     why: str
+    # Substrings of which every match holds at least one (lowercase when the pattern ignores case).
+    # An ASCII text holding none of them cannot match, and `in` finds that out 10-20 times faster
+    # than the regex: a leading \b keeps Python's engine from skipping ahead to a literal.
+    needs: tuple[str, ...]
+    ignores_case: bool  # the regex's IGNORECASE, kept as a bool: testing the flag costs more than `in`
 
 
-def _p(name: str, category: str, regex: str, why: str, flags: int = 0) -> Pattern:
-    return Pattern(name, category, re.compile(regex, flags), why)
+def _p(name: str, category: str, regex: str, why: str, flags: int = 0, *, needs: tuple[str, ...]) -> Pattern:
+    return Pattern(name, category, re.compile(regex, flags), why, needs, bool(flags & re.IGNORECASE))
 
 
 I = re.IGNORECASE  # noqa: E741
@@ -37,34 +42,51 @@ PATTERNS: tuple[Pattern, ...] = (
         "credential",
         r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----",
         "PEM private key",
+        needs=("PRIVATE KEY",),
     ),
-    _p("aws_access_key", "credential", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", "AWS access key id"),
+    _p(
+        "aws_access_key",
+        "credential",
+        r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+        "AWS access key id",
+        needs=("AKIA", "ASIA"),
+    ),
     _p(
         "github_token",
         "credential",
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})",
         "GitHub token",
+        needs=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
     _p(
         "llm_api_key",
         "credential",
         r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,200}",
         "OpenAI / Anthropic style API key",
+        needs=("sk-",),
     ),
-    _p("slack_token", "credential", r"\bxox[abprs]-[A-Za-z0-9-]{10,200}", "Slack token"),
-    _p("google_api_key", "credential", r"\bAIza[0-9A-Za-z_-]{35}\b", "Google API key"),
-    _p("stripe_secret_key", "credential", r"\b[rs]k_live_[0-9A-Za-z]{16,200}", "Stripe live secret key"),
+    _p("slack_token", "credential", r"\bxox[abprs]-[A-Za-z0-9-]{10,200}", "Slack token", needs=("xox",)),
+    _p("google_api_key", "credential", r"\bAIza[0-9A-Za-z_-]{35}\b", "Google API key", needs=("AIza",)),
+    _p(
+        "stripe_secret_key",
+        "credential",
+        r"\b[rs]k_live_[0-9A-Za-z]{16,200}",
+        "Stripe live secret key",
+        needs=("k_live_",),
+    ),
     _p(
         "switchboard_token",
         "credential",
         r"\bsb[so]_[A-Za-z0-9_-]{40,60}",
         "a Switchboard session or operator token",
+        needs=("sbs_", "sbo_"),
     ),
     _p(
         "jwt",
         "credential",
         r"\beyJ[A-Za-z0-9_-]{8,2000}\.eyJ[A-Za-z0-9_-]{8,4000}\.[A-Za-z0-9_-]{8,2000}",
         "JSON Web Token",
+        needs=("eyJ",),
     ),
     _p(
         "bearer_header",
@@ -72,6 +94,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"\bauthorization:\s{0,5}bearer\s{1,5}[A-Za-z0-9._~+/=-]{16,500}",
         "Authorization header",
         I,
+        needs=("authorization:",),
     ),
     _p(
         "secret_assignment",
@@ -80,6 +103,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"\s{0,3}[:=]\s{0,3}[\"']?[^\s\"'<>{}]{4,200}",
         "password=, api_key:, secret= with a value",
         I,
+        needs=("pass", "pwd", "secret", "api", "token"),
     ),
     _p(
         "url_with_password",
@@ -87,6 +111,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"\b[a-z][a-z0-9+.-]{1,20}://[^\s/:@]{1,100}:[^\s/@]{1,200}@",
         "URL with user:password@",
         I,
+        needs=("://",),
     ),
     # --- destructive commands -------------------------------------------------------------------
     _p(
@@ -96,35 +121,59 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|--recursive\s{1,5}--force\b|--force\s{1,5}--recursive\b)",
         "rm -rf and its spellings",
         I,
+        needs=("rm",),
     ),
     _p(
         "git_force_push",
         "destructive",
         r"\bgit\s{1,5}push\b[^\n;&|]{0,200}?(?:\s--force(?:-with-lease)?\b|\s-f\b|\s\+[\w./-]{1,200})",
         "git push --force / -f / +refspec",
+        needs=("push",),
     ),
-    _p("git_reset_hard", "destructive", r"\bgit\s{1,5}reset\s{1,5}--hard\b", "git reset --hard"),
+    _p(
+        "git_reset_hard",
+        "destructive",
+        r"\bgit\s{1,5}reset\s{1,5}--hard\b",
+        "git reset --hard",
+        needs=("--hard",),
+    ),
     _p(
         "sql_drop",
         "destructive",
         r"\bdrop\s{1,5}(?:table|database|schema)\b",
         "DROP TABLE / DATABASE / SCHEMA",
         I,
+        needs=("drop",),
     ),
-    _p("sql_truncate", "destructive", r"\btruncate\s{1,5}table\b", "TRUNCATE TABLE", I),
-    _p("mkfs", "destructive", r"\bmkfs(?:\.[a-z0-9]{1,10})?\s", "formatting a file system", I),
-    _p("dd_to_device", "destructive", r"\bdd\s[^\n]{0,200}?\bof=/dev/", "dd writing to a device"),
+    _p("sql_truncate", "destructive", r"\btruncate\s{1,5}table\b", "TRUNCATE TABLE", I, needs=("truncate",)),
+    _p(
+        "mkfs",
+        "destructive",
+        r"\bmkfs(?:\.[a-z0-9]{1,10})?\s",
+        "formatting a file system",
+        I,
+        needs=("mkfs",),
+    ),
+    _p(
+        "dd_to_device",
+        "destructive",
+        r"\bdd\s[^\n]{0,200}?\bof=/dev/",
+        "dd writing to a device",
+        needs=("of=/dev/",),
+    ),
     _p(
         "redirect_to_disk",
         "destructive",
         r">\s{0,3}/dev/(?:sd[a-z]|nvme\d|hd[a-z]|vd[a-z]|disk\d)",
         "writing over a disk",
+        needs=("/dev/",),
     ),
     _p(
         "fork_bomb",
         "destructive",
         r":\(\)\s{0,3}\{\s{0,3}:\s{0,3}\|\s{0,3}:\s{0,3}&\s{0,3}\}\s{0,3};\s{0,3}:",
         "fork bomb",
+        needs=(":()",),
     ),
     # --- transcript requests --------------------------------------------------------------------
     _p(
@@ -135,6 +184,15 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?:transcript|conversation history|chat history|session log|conversation log|system prompt|context window)",
         "asks for a session's transcript, history or system prompt",
         I,
+        needs=(
+            "transcript",
+            "conversation history",
+            "chat history",
+            "session log",
+            "conversation log",
+            "system prompt",
+            "context window",
+        ),
     ),
 )
 
@@ -146,8 +204,21 @@ class Classification:
 
 
 def sensitive_matches(text: str) -> tuple[str, ...]:
-    """Names of every pattern in the table that `text` matches."""
-    return tuple(p.name for p in PATTERNS if p.regex.search(text))
+    """Names of every pattern in the table that `text` matches. An ASCII text (most are) skips
+    the patterns whose `needs` it lacks; any other text runs every regex, because matching that
+    ignores case also folds characters `str.lower` leaves alone (ſ matches s, K matches k)."""
+    if not text.isascii():
+        return tuple(p.name for p in PATTERNS if p.regex.search(text))
+    lowered = text.lower()
+    found = []
+    for pattern in PATTERNS:
+        within = lowered if pattern.ignores_case else text
+        for needed in pattern.needs:
+            if needed in within:
+                if pattern.regex.search(text):
+                    found.append(pattern.name)
+                break
+    return tuple(found)
 
 
 def classify(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from messaging.models import MessageKind, Tier
@@ -129,3 +129,46 @@ def test_invisible_characters_cannot_hide_a_pattern(
         text = text[:at] + char + text[at:]
     cleaned, _removed = strip_invisible(text)
     assert name in sensitive_matches(cleaned)
+
+
+def _every_regex(text: str) -> tuple[str, ...]:
+    """What the table matches with every regex run, no quick check first."""
+    return tuple(p.name for p in PATTERNS if p.regex.search(text))
+
+
+def test_every_pattern_names_what_its_matches_need_in_the_case_it_compares() -> None:
+    for pattern in PATTERNS:
+        assert pattern.needs, pattern.name
+        if pattern.ignores_case:
+            assert all(needed == needed.lower() for needed in pattern.needs), pattern.name
+
+
+_ASCII = st.characters(max_codepoint=127)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=[p.name for p in PATTERNS])
+@settings(max_examples=150)
+@given(data=st.data())
+def test_the_quick_check_never_changes_what_matches(pattern, data) -> None:
+    """ASCII texts holding what the pattern matches (made from its regex alone, not from the
+    `needs` tested), between anything: skipping the patterns whose needs a text lacks finds
+    exactly what running every regex does."""
+    around = st.text(alphabet=_ASCII, max_size=20)
+    match = data.draw(st.from_regex(pattern.regex, fullmatch=True, alphabet=_ASCII))
+    text = data.draw(around) + match + data.draw(around)
+    assert sensitive_matches(text) == _every_regex(text)
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_each_case_is_found_with_and_without_the_quick_check(name: str) -> None:
+    hits = [hit for case_name, hit, _miss in CASES if case_name == name]
+    for hit in hits:
+        assert name in sensitive_matches(hit) and name in _every_regex(hit)
+
+
+def test_a_text_beyond_ascii_runs_every_regex() -> None:
+    """Matching that ignores case takes ſ for s, which `str.lower` keeps: such a text has no
+    quick check (it would miss this one)."""
+    text = "the paſſword = hunter2hunter2"
+    assert not any(needed in text.lower() for needed in ("pass", "pwd", "secret", "api", "token"))
+    assert "secret_assignment" in sensitive_matches(text)
