@@ -56,8 +56,27 @@ def clean_name(name: str) -> str:
     return _SPACES.sub(" ", unicodedata.normalize("NFKC", name)).strip()
 
 
+# The only invisible characters in ASCII: the controls other than tab, newline and carriage return.
+_ASCII_INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_BEYOND_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _visible_or_nothing(found: re.Match[str]) -> str:
+    return "" if is_invisible(found.group()) else found.group()
+
+
 def strip_invisible(text: str) -> tuple[str, int]:
     """Remove invisible, bidi-control and tag characters from message text (keeping newlines and
-    tabs). Returns the cleaned text and how many characters were removed."""
-    kept = [c for c in text if c in _TEXT_KEEP or not is_invisible(c)]
-    return "".join(kept), len(text) - len(kept)
+    tabs). Returns the cleaned text and how many characters were removed.
+
+    Asking a character's category costs about 0.1 µs in Python (110 µs for 1,000 characters), so
+    an ASCII text, whose only invisible characters are controls, is cleaned by one regex pass; in
+    a text with a few characters beyond ASCII (an em dash, a quote mark) only those are asked; a
+    text mostly beyond ASCII has every character asked, as before."""
+    if text.isascii():
+        cleaned = _ASCII_INVISIBLE.sub("", text)
+    elif len(text.encode("utf-8", "surrogatepass")) > 1.25 * len(text):  # mostly beyond ASCII
+        cleaned = "".join([c for c in text if c in _TEXT_KEEP or not is_invisible(c)])
+    else:
+        cleaned = _BEYOND_ASCII.sub(_visible_or_nothing, _ASCII_INVISIBLE.sub("", text))
+    return cleaned, len(text) - len(cleaned)

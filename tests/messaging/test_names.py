@@ -3,7 +3,7 @@
 import unicodedata
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from messaging.names import clean_name, is_invisible, name_problem, normalize_name, strip_invisible
@@ -81,3 +81,28 @@ def test_stripped_text_has_no_invisible_characters(text):
     cleaned, removed = strip_invisible(text)
     assert not any(is_invisible(c) and c not in "\n\t\r" for c in cleaned)
     assert len(cleaned) + removed == len(text)
+
+
+def _every_character_asked(text: str) -> tuple[str, int]:
+    """What strip_invisible must give: each character's category asked, one by one."""
+    kept = [c for c in text if c in "\n\t\r" or not is_invisible(c)]
+    return "".join(kept), len(text) - len(kept)
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet=st.characters(max_codepoint=127)),
+            st.text(alphabet=st.characters(codec="utf-8")),
+            st.sampled_from(
+                ["\u200b", "\u202e", "\U000e0041", "\u00ad", "\u0085", "\x0b", "\t\n\r", "—", "“", "中文"]
+            ),
+        ),
+        max_size=12,
+    )
+)
+def test_strip_invisible_removes_exactly_what_asking_each_character_does(pieces: list[str]) -> None:
+    """ASCII, a few characters beyond it, or mostly beyond it: the same as asking every character."""
+    text = "".join(pieces)
+    assert strip_invisible(text) == _every_character_asked(text)
