@@ -22,9 +22,10 @@ class Pattern:
     category: str  # "credential" | "destructive" | "transcript"
     regex: re.Pattern[str]
     why: str
-    # Substrings of which every match holds at least one (lowercase when the pattern ignores case).
-    # An ASCII text holding none of them cannot match, and `in` finds that out 10-20 times faster
-    # than the regex: a leading \b keeps Python's engine from skipping ahead to a literal.
+    # Substrings of which every match holds at least one (lowercase when the pattern ignores case,
+    # looked for in `lowered_for_needs(text)`). A text holding none of them cannot match, and `in`
+    # finds that out 10-20 times faster than the regex: a leading \b keeps Python's engine from
+    # skipping ahead to a literal.
     needs: tuple[str, ...]
     ignores_case: bool  # the regex's IGNORECASE, kept as a bool: testing the flag costs more than `in`
 
@@ -203,13 +204,20 @@ class Classification:
     matches: tuple[str, ...] = ()  # names of the patterns that matched (never the matched text)
 
 
-def sensitive_matches(text: str) -> tuple[str, ...]:
-    """Names of every pattern in the table that `text` matches. An ASCII text (most are) skips
-    the patterns whose `needs` it lacks; any other text runs every regex, because matching that
-    ignores case also folds characters `str.lower` leaves alone (ſ matches s, K matches k)."""
-    if not text.isascii():
-        return tuple(p.name for p in PATTERNS if p.regex.search(text))
+def lowered_for_needs(text: str) -> str:
+    """`text` lowercased, to look for the needs of the patterns that ignore case: `str.lower`, and
+    the four characters beyond ASCII that such matching takes for an ASCII letter made into that
+    letter (İ and ı for i, ſ for s; the Kelvin sign K already lowers to k)."""
     lowered = text.lower()
+    if not text.isascii():
+        lowered = lowered.replace("i\u0307", "i").replace("\u0131", "i").replace("\u017f", "s")
+    return lowered
+
+
+def sensitive_matches(text: str) -> tuple[str, ...]:
+    """Names of every pattern in the table that `text` matches; a pattern whose `needs` the text
+    lacks is skipped without running its regex."""
+    lowered = lowered_for_needs(text)
     found = []
     for pattern in PATTERNS:
         within = lowered if pattern.ignores_case else text
