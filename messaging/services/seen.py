@@ -73,7 +73,7 @@ class SeenTimes:
         self._lock = threading.Lock()
         self._noted: dict[uuid.UUID, datetime] = {}
         self._due = threading.Event()
-        self._failures = 0
+        self._failing = False  # the last write failed: its warning is logged, the next ones are not
 
     def start(self) -> SeenTimes:
         threading.Thread(target=self._run, name="switchboard-seen", daemon=True).start()
@@ -102,17 +102,17 @@ class SeenTimes:
         try:
             seen_times_written(times)
         except Exception:
-            if not self._failures:
+            if not self._failing:
                 log.warning(
                     "could not write when %d sessions were last seen; will try again",
                     len(times),
                     exc_info=True,
                 )
-            self._failures += 1
+            self._failing = True
             for session_id, at in times.items():
                 self.note(session_id, at)
             return 0
-        self._failures = 0
+        self._failing = False
         return len(times)
 
     def _run(self) -> None:
