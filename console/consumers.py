@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
+from messaging.consumers import LoopConsumer
 from messaging.services.events import OPERATORS_GROUP
 
 # Close codes in the 4000 range are ours: the browser shows them and stops retrying on 4403.
@@ -19,7 +18,7 @@ def is_operator_user(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
 
 
-class OperatorConsumer(AsyncJsonWebsocketConsumer):
+class OperatorConsumer(LoopConsumer):
     """`/ws/console/`: live events for the console. Login and staff status are checked before the
     socket joins any group; the origin is checked by the router in front of it."""
 

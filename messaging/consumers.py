@@ -23,6 +23,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from channels.consumer import get_handler_name
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import connections
@@ -89,7 +90,24 @@ def _ack(session: AgentSession, ids: list[str]) -> dict[str, list[str]]:
     return inbox_ack(recipient=session, actor=session_principal(session), message_ids=ids)
 
 
-class AgentConsumer(AsyncJsonWebsocketConsumer):
+class LoopConsumer(AsyncJsonWebsocketConsumer):
+    """A JSON WebSocket consumer whose handlers never use the database on the event loop.
+
+    Channels' consumers hop to the process's one shared sync thread before every message they
+    handle (each frame from the client, each event from the channel layer), to close stale
+    database connections there. A subclass reaches the database only through `DatabaseSyncToAsync`
+    calls (such as `_off_the_shared_thread`), which close stale connections on their own thread
+    before and after, or not at all; so the hop is skipped. It cost every push a round trip to that thread, behind whatever
+    the thread was doing (under daphne the direct send route runs sends on it)."""
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+
+class AgentConsumer(LoopConsumer):
     """One agent session's live connection."""
 
     groups: list[str] = []  # joined only after authentication

@@ -244,3 +244,33 @@ async def test_socket_database_calls_share_the_one_thread_on_sqlite_and_spread_o
     shared_thread = await database_sync_to_async(threading.get_ident)()
 
     assert (socket_thread == shared_thread) == (connection.vendor == "sqlite")
+
+
+async def test_frames_and_pushes_are_handled_without_a_hop_to_the_shared_thread(monkeypatch) -> None:
+    # Channels closes stale database connections on the shared sync thread before every message
+    # a consumer handles; the agent socket's database calls do that on their own thread, so a
+    # push, an ack or a ping must not queue behind whatever the shared thread is doing.
+    import channels.consumer
+
+    hops: list[str] = []
+    real_hop = channels.consumer.aclose_old_connections
+
+    async def counted_hop() -> None:
+        hops.append("hop")
+        await real_hop()
+
+    monkeypatch.setattr(channels.consumer, "aclose_old_connections", counted_hop)
+    alice, bob = await register("alice"), await register("bob")
+    ws = connect(bob.token)
+    await hello(ws)
+
+    message_id = await send(alice, "bob", "pushed without a hop")
+    assert [m["id"] for m in (await next_frame(ws, "messages"))["messages"]] == [message_id]
+    await ws.send_json_to({"type": "ack", "ids": [message_id]})
+    assert (await next_frame(ws, "acked"))["acked"] == [message_id]
+    await ws.send_json_to({"type": "ping"})
+    assert await next_frame(ws, "pong") == {"type": "pong"}
+    await ws.disconnect()
+
+    assert hops == []
+    assert await delivery_state(message_id) == "read"

@@ -137,3 +137,19 @@ async def test_a_batch_send_reaches_the_operator_socket_as_one_event_per_message
     ]
     assert sent_to.count(OPERATORS_GROUP) == 1
     await communicator.disconnect()
+
+
+async def test_events_reach_the_console_without_a_hop_to_the_shared_thread(monkeypatch) -> None:
+    # The console socket never touches the database; each event it forwards must not wait for
+    # the shared sync thread (channels hops there before every message by default).
+    import channels.consumer
+
+    hops: list[str] = []
+
+    async def counted_hop() -> None:
+        hops.append("hop")
+
+    monkeypatch.setattr(channels.consumer, "aclose_old_connections", counted_hop)
+    await test_a_staff_login_with_our_origin_connects_and_hears_operator_events()
+
+    assert hops == []
