@@ -153,3 +153,117 @@ def test_code_with_no_server_loop_behind_it_publishes_before_going_on(monkeypatc
     monkeypatch.setattr(SyncToAsync.threadlocal, "main_event_loop_pid", os.getpid(), raising=False)
     events._send_many([(["operators"], _event("task.done", 1))])
     assert asyncio.run(asyncio.wait_for(layer.receive(channel), 5))["data"]["n"] == 1
+
+
+class _FakeRedis:
+    """A Redis client that records each round's PUBLISHes (with the thread that sent them), after
+    `gate` opens, or raises `fails` instead."""
+
+    def __init__(self, rounds: list, *, fails: Exception | None = None) -> None:
+        import threading
+
+        self.rounds, self.fails = rounds, fails
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def pipeline(self, transaction: bool = False) -> _FakeRedis._Pipe:
+        return _FakeRedis._Pipe(self)
+
+    class _Pipe:
+        def __init__(self, client: _FakeRedis) -> None:
+            self.client, self.sent = client, []
+
+        def publish(self, channel: str, payload: bytes) -> None:
+            self.sent.append(payload)
+
+        def execute(self) -> None:
+            import threading
+
+            assert self.client.gate.wait(5)
+            if self.client.fails:
+                raise self.client.fails
+            self.client.rounds.append((threading.current_thread().name, self.sent))
+
+
+class _Bytes:
+    """A layer whose serialize is the event's number, so rounds read as lists of numbers."""
+
+    def serialize(self, event: dict) -> bytes:
+        return str(event["n"]).encode()
+
+
+def _publisher_with(inline: _FakeRedis, thread: _FakeRedis) -> events._Publisher:
+    publisher = events._Publisher(events._PubSubTarget(address="redis://127.0.0.1:9/0", prefix="x"))
+    publisher.inline_redis, publisher.redis = inline, thread
+    return publisher
+
+
+def _until(condition, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + 5
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_a_batch_with_nothing_ahead_of_it_goes_out_on_the_callers_thread_before_put_returns() -> None:
+    import threading
+
+    rounds: list = []
+    publisher = _publisher_with(_FakeRedis(rounds), _FakeRedis(rounds))
+    publisher.put(_Bytes(), [(["operators"], {"n": 1})])
+    publisher.put(_Bytes(), [(["session.a", "operators"], {"n": 2})])
+    assert rounds == [
+        (threading.current_thread().name, [b"1"]),
+        (threading.current_thread().name, [b"2", b"2"]),
+    ]
+
+
+def test_batches_handed_over_during_a_round_wait_for_the_thread_and_keep_their_order() -> None:
+    import threading
+
+    rounds: list = []
+    inline = _FakeRedis(rounds)
+    publisher = _publisher_with(inline, _FakeRedis(rounds))
+    inline.gate.clear()  # the first round hangs in Redis until let go
+    first = threading.Thread(target=publisher.put, args=(_Bytes(), [(["operators"], {"n": 1})]))
+    first.start()
+    _until(lambda: publisher._unpublished == 1, "the first batch started its round")
+    for n in (2, 3, 4):  # from another thread, while the first round is still out
+        publisher.put(_Bytes(), [(["operators"], {"n": n})])
+    assert rounds == []  # none went ahead of the first
+    inline.gate.set()
+    first.join(5)
+    _until(lambda: sum(len(sent) for _, sent in rounds) == 4, "every batch was published")
+
+    assert [sent for _, sent in rounds][0] == [b"1"]
+    assert [payload for _, sent in rounds for payload in sent] == [b"1", b"2", b"3", b"4"]
+    assert {name for name, _ in rounds[1:]} == {"switchboard-events"}
+    _until(lambda: publisher._unpublished == 0, "the thread counted its rounds")
+    publisher.put(_Bytes(), [(["operators"], {"n": 5})])  # nothing ahead again: at once
+    assert rounds[-1] == (threading.current_thread().name, [b"5"])
+
+
+def test_a_batch_redis_did_not_take_at_once_goes_to_the_thread_until_a_round_of_its_own_goes_out(
+    caplog,
+) -> None:
+    import redis as redis_lib
+
+    rounds: list = []
+    inline = _FakeRedis(rounds, fails=redis_lib.TimeoutError("Timeout reading from socket"))
+    thread = _FakeRedis(rounds)
+    thread.gate.clear()
+    publisher = _publisher_with(inline, thread)
+    with caplog.at_level(logging.WARNING, logger="messaging.services.events"):
+        publisher.put(_Bytes(), [(["operators"], {"n": 1})])  # times out; goes to the thread
+    assert "the events thread tries again" in caplog.text
+    publisher.put(_Bytes(), [(["operators"], {"n": 2})])  # straight to the thread: no second wait
+    inline.fails = None
+    thread.gate.set()
+    _until(lambda: publisher._unpublished == 0, "the thread published both")
+
+    assert [payload for _, sent in rounds for payload in sent] == [b"1", b"2"]
+    assert {name for name, _ in rounds} == {"switchboard-events"}
+    publisher.put(_Bytes(), [(["operators"], {"n": 3})])  # the thread's round went out: at once again
+    assert rounds[-1][1] == [b"3"] and rounds[-1][0] != "switchboard-events"
