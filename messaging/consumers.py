@@ -95,10 +95,11 @@ class LoopConsumer(AsyncJsonWebsocketConsumer):
 
     Channels' consumers hop to the process's one shared sync thread before every message they
     handle (each frame from the client, each event from the channel layer), to close stale
-    database connections there. A subclass reaches the database only through `DatabaseSyncToAsync`
-    calls (such as `_off_the_shared_thread`), which close stale connections on their own thread
-    before and after, or not at all; so the hop is skipped. It cost every push a round trip to that thread, behind whatever
-    the thread was doing (under daphne the direct send route runs sends on it)."""
+    database connections there. A subclass reaches the database only through
+    `DatabaseSyncToAsync` calls (such as `_off_the_shared_thread`), which close stale connections
+    on their own thread before and after, or not at all; so the hop is skipped. It cost every
+    push a round trip to that thread, queued behind whatever else waited for it (on SQLite, every
+    socket's database calls run there)."""
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         handler = getattr(self, get_handler_name(message), None)
