@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
+import time
 import uuid
 
 import pytest
@@ -109,8 +111,6 @@ def test_only_a_single_server_pubsub_layer_goes_through_the_publisher(settings) 
 def test_an_in_memory_layer_gets_events_from_a_request_thread_without_the_thread_waiting(monkeypatch) -> None:
     """Embedded mode: a request's thread hands its events to the server's loop and goes on, even
     while the loop is busy; the loop publishes them later, in the order they were handed over."""
-    import threading
-
     from asgiref.sync import sync_to_async
 
     layer = InMemoryChannelLayer()
@@ -160,8 +160,6 @@ class _FakeRedis:
     `gate` opens, or raises `fails` instead."""
 
     def __init__(self, rounds: list, *, fails: Exception | None = None) -> None:
-        import threading
-
         self.rounds, self.fails = rounds, fails
         self.gate = threading.Event()
         self.gate.set()
@@ -177,8 +175,6 @@ class _FakeRedis:
             self.sent.append(payload)
 
         def execute(self) -> None:
-            import threading
-
             assert self.client.gate.wait(5)
             if self.client.fails:
                 raise self.client.fails
@@ -199,8 +195,6 @@ def _publisher_with(inline: _FakeRedis, thread: _FakeRedis) -> events._Publisher
 
 
 def _until(condition, what: str) -> None:
-    import time
-
     deadline = time.monotonic() + 5
     while not condition():
         assert time.monotonic() < deadline, what
@@ -208,8 +202,6 @@ def _until(condition, what: str) -> None:
 
 
 def test_a_batch_with_nothing_ahead_of_it_goes_out_on_the_callers_thread_before_put_returns() -> None:
-    import threading
-
     rounds: list = []
     publisher = _publisher_with(_FakeRedis(rounds), _FakeRedis(rounds))
     publisher.put(_Bytes(), [(["operators"], {"n": 1})])
@@ -221,8 +213,6 @@ def test_a_batch_with_nothing_ahead_of_it_goes_out_on_the_callers_thread_before_
 
 
 def test_batches_handed_over_during_a_round_wait_for_the_thread_and_keep_their_order() -> None:
-    import threading
-
     rounds: list = []
     inline = _FakeRedis(rounds)
     publisher = _publisher_with(inline, _FakeRedis(rounds))
