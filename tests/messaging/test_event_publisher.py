@@ -8,7 +8,6 @@ import asyncio
 import logging
 import os
 import threading
-import time
 import uuid
 
 import pytest
@@ -17,6 +16,7 @@ from channels.layers import InMemoryChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 
 from messaging.services import events
+from tests.integration.harness import wait_until
 from tests.local_redis import local_redis_url
 
 
@@ -194,13 +194,6 @@ def _publisher_with(inline: _FakeRedis, thread: _FakeRedis) -> events._Publisher
     return publisher
 
 
-def _until(condition, what: str) -> None:
-    deadline = time.monotonic() + 5
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
-
-
 def test_a_batch_with_nothing_ahead_of_it_goes_out_on_the_callers_thread_before_put_returns() -> None:
     rounds: list = []
     publisher = _publisher_with(_FakeRedis(rounds), _FakeRedis(rounds))
@@ -219,18 +212,18 @@ def test_batches_handed_over_during_a_round_wait_for_the_thread_and_keep_their_o
     inline.gate.clear()  # the first round hangs in Redis until let go
     first = threading.Thread(target=publisher.put, args=(_Bytes(), [(["operators"], {"n": 1})]))
     first.start()
-    _until(lambda: publisher._unpublished == 1, "the first batch started its round")
+    wait_until(lambda: publisher._unpublished == 1, timeout=5, what="the first batch started its round")
     for n in (2, 3, 4):  # from another thread, while the first round is still out
         publisher.put(_Bytes(), [(["operators"], {"n": n})])
     assert rounds == []  # none went ahead of the first
     inline.gate.set()
     first.join(5)
-    _until(lambda: sum(len(sent) for _, sent in rounds) == 4, "every batch was published")
+    wait_until(lambda: sum(len(sent) for _, sent in rounds) == 4, timeout=5, what="every batch was published")
 
     assert [sent for _, sent in rounds][0] == [b"1"]
     assert [payload for _, sent in rounds for payload in sent] == [b"1", b"2", b"3", b"4"]
     assert {name for name, _ in rounds[1:]} == {"switchboard-events"}
-    _until(lambda: publisher._unpublished == 0, "the thread counted its rounds")
+    wait_until(lambda: publisher._unpublished == 0, timeout=5, what="the thread counted its rounds")
     publisher.put(_Bytes(), [(["operators"], {"n": 5})])  # nothing ahead again: at once
     assert rounds[-1] == (threading.current_thread().name, [b"5"])
 
@@ -251,7 +244,7 @@ def test_a_batch_redis_did_not_take_at_once_goes_to_the_thread_until_a_round_of_
     publisher.put(_Bytes(), [(["operators"], {"n": 2})])  # straight to the thread: no second wait
     inline.fails = None
     thread.gate.set()
-    _until(lambda: publisher._unpublished == 0, "the thread published both")
+    wait_until(lambda: publisher._unpublished == 0, timeout=5, what="the thread published both")
 
     assert [payload for _, sent in rounds for payload in sent] == [b"1", b"2"]
     assert {name for name, _ in rounds} == {"switchboard-events"}
