@@ -1,6 +1,7 @@
 """`switchboard` command line. `serve` runs the hub; other commands talk to a hub over HTTP.
 
-Exit codes: 0 done, 1 nothing to do, 2 usage error, 3 the hub refused, 4 the hub is unreachable.
+Exit codes: 0 done, 1 nothing to do, 2 usage error, 3 the hub refused (or has nothing to act on),
+4 the hub is unreachable. `--json`, `--url` and `--session` go before or after the subcommand.
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from console.agent.commands import add_agent_commands, add_common_options
+
     parser = argparse.ArgumentParser(prog="switchboard", description=__doc__)
+    add_common_options(parser, defaults=True)  # also accepted before the subcommand
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the hub and console in this process")
     serve.add_argument("--host", default=os.environ.get("SWITCHBOARD_HOST", "127.0.0.1"))
@@ -100,8 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
         "(`switchboard web --help` lists them; see README, Production topology)",
         add_help=False,
     )
-    from console.agent.commands import add_agent_commands
-
     add_agent_commands(sub)  # agents, send, inbox, ack, status, tasks, listen, hook, mcp, ...
     return parser
 
@@ -114,7 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_web(arguments[1:])
     parser = build_parser()
     args = parser.parse_args(arguments)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader closed stdout early (`| head`): not an error, no traceback
+        from console.agent.commands import stdout_closed
+
+        stdout_closed()
+        return 0
 
 
 if __name__ == "__main__":

@@ -4,11 +4,14 @@ Identity: `SWITCHBOARD_TOKEN` (a session token), or `--session KEY` (a session s
 `switchboard register --save KEY` or by the Claude Code hooks). Human output by default, `--json`
 for scripts. Exit codes:
 
-  0  done
-  1  nothing to do (empty inbox, nothing acked)
+  0  done (also when the reader of the output closed it early, as `| head -1` does)
+  1  nothing to do (empty inbox, nothing acked, empty board)
   2  usage error (bad arguments, no identity)
-  3  the hub refused the request (its error code and sentence are printed)
+  3  the hub refused the request or has nothing to act on (its error code and sentence are
+     printed: `not_found` when, say, this session is on no team)
   4  the hub could not be reached (retry later)
+
+The common options (`--json`, `--url`, `--session`) may come before or after the subcommand.
 """
 
 from __future__ import annotations
@@ -49,11 +52,26 @@ def _client(args: argparse.Namespace, *, need_token: bool = True) -> HubClient:
     return HubClient(url, token)
 
 
+def stdout_closed() -> None:
+    """The reader closed stdout (`| head -1`): send what is left to /dev/null, so neither a later
+    print nor the interpreter's own flush at exit fails with a BrokenPipe traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _out(text: str) -> bool:
+    """Print `text` to stdout and flush it; False when the reader has closed the pipe."""
+    try:
+        print(text, flush=True)
+        return True
+    except BrokenPipeError:
+        stdout_closed()
+        return False
+
+
 def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
-    if args.json:
-        print(json.dumps(data, ensure_ascii=False))
-    else:
-        print(human)
+    _out(json.dumps(data, ensure_ascii=False) if args.json else human)
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -63,6 +81,18 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
     lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
     return "\n".join(lines)
+
+
+def _again(args: argparse.Namespace, command: str) -> str:
+    """`command` as a shell command acting as the same session as this one (its --session and --url)."""
+    import shlex
+
+    extra = "".join(
+        f" --{flag} {shlex.quote(value)}"
+        for flag, value in (("session", getattr(args, "session", None)), ("url", getattr(args, "url", None)))
+        if value
+    )
+    return f"switchboard {command}{extra}"
 
 
 # --- commands -----------------------------------------------------------------------------------
@@ -87,11 +117,13 @@ def cmd_register(args: argparse.Namespace) -> int:
         )
         saved.cwd, saved.status = os.getcwd(), body["status"]
         session_save(saved)
-    human = f"Registered {body['name']} [{body['ref']}]."
-    human += (
-        f" Saved as session {args.save!r}." if args.save else f"\nexport SWITCHBOARD_TOKEN={body['token']}"
-    )
-    _emit(args, body, human)
+    # stdout carries only what a script consumes (`eval "$(switchboard register)"`); the note is stderr's.
+    saved_as = f" Saved as session {args.save!r}." if args.save else ""
+    print(f"Registered {body['name']} [{body['ref']}].{saved_as}", file=sys.stderr)
+    if args.json:
+        _out(json.dumps(body, ensure_ascii=False))
+    elif not args.save:
+        _out(f"export SWITCHBOARD_TOKEN={body['token']}")
     return EXIT_OK
 
 
@@ -127,18 +159,27 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             if client.pull_unsettled and not args.unacked:
                 exc.detail += (
                     " Messages may have been handed over before the failure: "
-                    "`switchboard inbox --unacked` shows them."
+                    f"`{_again(args, 'inbox --unacked')}` shows them."
                 )
             raise
-        if messages and args.ack:
+        if not messages:
+            print("No messages waiting.", file=sys.stderr)
+            return EXIT_NOTHING
+        again = _again(args, "inbox --unacked")
+        shown = _out(
+            json.dumps(messages, ensure_ascii=False)
+            if args.json
+            else render_messages(messages, budget=10**9, how_to_reread=f"run `{again}`")
+        )
+        if not shown:  # acked only once printed: what the reader never got stays unacked, not lost
+            print(
+                f"switchboard: the output was closed early; {len(messages)} message(s) stay unacked: "
+                f"`{again}` shows them again.",
+                file=sys.stderr,
+            )
+        elif args.ack:
             client.ack([m["id"] for m in messages])
-    if args.json:
-        print(json.dumps(messages, ensure_ascii=False))
-    elif messages:
-        print(render_messages(messages, budget=10**9, how_to_reread="run `switchboard inbox --unacked`"))
-    else:
-        print("No messages waiting.", file=sys.stderr)
-    return EXIT_OK if messages else EXIT_NOTHING
+    return EXIT_OK
 
 
 def cmd_ack(args: argparse.Namespace) -> int:
@@ -170,6 +211,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_deregister(args: argparse.Namespace) -> int:
     with _client(args) as client:
         me = client.deregister()
+    if args.session:  # its token no longer works: keep no file that looks like a usable session
+        from console.agent.config import session_forget
+
+        session_forget(args.session)
     _emit(args, me, f"{me['name']} [{me['ref']}] has exited.")
     return EXIT_OK
 
@@ -274,14 +319,22 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
     return run
 
 
-def add_agent_commands(sub: Any) -> None:
-    """Add the agent-side subcommands to the `switchboard` parser's subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    common.add_argument("--url", help="the hub (default: $SWITCHBOARD_URL or http://127.0.0.1:8765)")
-    common.add_argument(
-        "--session", metavar="KEY", help="act as a saved session instead of $SWITCHBOARD_TOKEN"
+def add_common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """`--json`, `--url`, `--session` on `parser`. The top-level parser sets the defaults; each
+    subcommand's copy sets none (SUPPRESS), so an option given before the subcommand is kept."""
+    keep = {} if defaults else {"default": argparse.SUPPRESS}
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts", **keep)
+    parser.add_argument("--url", help="the hub (default: $SWITCHBOARD_URL or http://127.0.0.1:8765)", **keep)
+    parser.add_argument(
+        "--session", metavar="KEY", help="act as a saved session instead of $SWITCHBOARD_TOKEN", **keep
     )
+
+
+def add_agent_commands(sub: Any) -> None:
+    """Add the agent-side subcommands to the `switchboard` parser's subparsers (whose parser has
+    `add_common_options(..., defaults=True)`)."""
+    common = argparse.ArgumentParser(add_help=False)
+    add_common_options(common, defaults=False)
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
         parser = sub.add_parser(name, parents=[common], help=help, description=help)

@@ -7,17 +7,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from console.agent.client import HubClient
+from console.agent.client import HubClient, HubError
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def _team_id(client: HubClient) -> str:
-    from console.agent.commands import UsageError
-
     team = client.my_team().get("team")
-    if not team:
-        raise UsageError("This session is on no team (a lead creates one and adds you).")
+    if not team:  # the hub found no team for this session: its not_found (exit 3), not a usage error
+        raise HubError(
+            "not_found", "This session is on no team (a lead creates one and adds you).", status=404
+        )
     return team["id"]
 
 

@@ -162,3 +162,38 @@ def test_install_hooks_creates_settings_files_owner_only_and_keeps_an_existing_f
     assert [stat.S_IMODE(f.stat().st_mode) for f in created] == [0o600, 0o600]
     assert stat.S_IMODE(theirs.stat().st_mode) == 0o644  # the user's file, the user's mode
     assert "hooks" in json.loads(theirs.read_text())
+
+
+def test_common_options_work_before_the_subcommand_too(inprocess_hub: str, register, capsys) -> None:
+    register("bob")
+    code, _, _ = run(capsys, "register", "--name", "ci-bot", "--save", "ci")
+    assert code == 0
+
+    code, out, err = run(capsys, "--session", "ci", "--json", "agents")
+    assert code == 0, err
+    assert {a["name"] for a in json.loads(out)} == {"bob", "ci-bot"}
+    code, out, _ = run(capsys, "--json", "agents", "--session", "ci")  # mixed: both places count
+    assert code == 0 and json.loads(out)
+
+
+def test_register_prints_only_what_a_script_consumes_on_stdout(inprocess_hub: str, capsys) -> None:
+    code, out, err = run(capsys, "register", "--name", "ci-bot")
+
+    assert code == 0
+    assert out.splitlines() == [f"export SWITCHBOARD_TOKEN={out.split('=', 1)[1].strip()}"]
+    assert err.startswith("Registered ci-bot [")
+    code, out, err = run(capsys, "register", "--name", "ci-bot-2", "--save", "two")
+    assert (code, out) == (0, "") and "Saved as session 'two'" in err
+
+
+def test_deregister_removes_the_saved_session(inprocess_hub: str, capsys) -> None:
+    run(capsys, "register", "--name", "ci-bot", "--save", "ci")
+    saved = Path(os.environ["SWITCHBOARD_HOME"]) / "sessions" / "ci.json"
+    assert saved.exists()
+
+    code, out, _ = run(capsys, "deregister", "--session", "ci")
+
+    assert code == 0 and "has exited" in out
+    assert not saved.exists()
+    code, _, err = run(capsys, "agents", "--session", "ci")
+    assert code == 2 and "No saved session 'ci'" in err
