@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult
 
 from console.agent.client import HubClient
 
@@ -39,12 +40,14 @@ def _task_row(task: dict[str, Any]) -> dict[str, Any]:
     return {k: task.get(k) for k in keep if task.get(k) not in (None, [], "")}
 
 
-def register_team_tools(server: MCPServer, hub: Callable[..., Any], answer: Callable[..., str]) -> None:
+def register_team_tools(
+    server: MCPServer, hub: Callable[..., Any], answer: Callable[..., CallToolResult]
+) -> None:
     """Add the team, task, shutdown and notify-when-idle tools to `server`."""
     tool = server.tool
 
     @tool(structured_output=False)
-    def create_team(name: str = "") -> str:
+    def create_team(name: str = "") -> CallToolResult:
         """Create a team that you lead (one per lead). Then add_member to build the roster."""
         team = hub(lambda c: c.team_create(name=name))
         return answer(
@@ -52,7 +55,7 @@ def register_team_tools(server: MCPServer, hub: Callable[..., Any], answer: Call
         )
 
     @tool(structured_output=False)
-    def add_member(session: str, name: str = "") -> str:
+    def add_member(session: str, name: str = "") -> CallToolResult:
         """Lead only: add a session (name, `name [ref]` or ref) to your team as a teammate."""
 
         def add(c: HubClient) -> dict[str, Any]:
@@ -62,23 +65,26 @@ def register_team_tools(server: MCPServer, hub: Callable[..., Any], answer: Call
         return answer(f"{member['name']} joined your team.", {"member_id": member["member_id"]})
 
     @tool(structured_output=False)
-    def list_tasks(status: Literal["pending", "in_progress", "completed", ""] = "") -> str:
+    def list_tasks(status: Literal["any", "pending", "in_progress", "completed"] = "any") -> CallToolResult:
         """Your team's task board, optionally filtered by status."""
-        tasks = hub(lambda c: c.tasks(team_id=my_team(c)["id"], status=status or None))
-        return answer(f"{len(tasks)} task(s) on your team's board.", [_task_row(t) for t in tasks])
+        wanted = None if status == "any" else status
+        tasks = hub(lambda c: c.tasks(team_id=my_team(c)["id"], status=wanted))
+        return answer(
+            f"{len(tasks)} task(s) on your team's board.", [_task_row(t) for t in tasks], key="tasks"
+        )
 
     @tool(structured_output=False)
-    def create_task(title: str, description: str = "", blocked_by: list[int] | None = None) -> str:
+    def create_task(title: str, description: str = "", blocked_by: tuple[int, ...] = ()) -> CallToolResult:
         """Add a task to your team's board; `blocked_by`: ids of tasks that must finish first."""
         task = hub(
             lambda c: c.task_create(
-                team_id=my_team(c)["id"], title=title, description=description, blocked_by=blocked_by
+                team_id=my_team(c)["id"], title=title, description=description, blocked_by=list(blocked_by)
             )
         )
-        return answer(f"Task {task['id']} created ({task['status']}).", _task_row(task))
+        return answer(f"Task {task['id']} created ({task['status']}).", _task_row(task), key="task")
 
     @tool(structured_output=False)
-    def claim_task(task_id: int = 0) -> str:
+    def claim_task(task_id: int = 0) -> CallToolResult:
         """Claim a task by id (one winner), or the next unblocked one when task_id is 0."""
         if task_id:
             task = hub(lambda c: c.task_claim(task_id))
@@ -86,22 +92,24 @@ def register_team_tools(server: MCPServer, hub: Callable[..., Any], answer: Call
             task = hub(lambda c: c.task_claim_next())
             if task is None:
                 return answer("No unblocked pending task to claim; wait, then list_tasks again.")
-        return answer(f"You own task {task['id']} now; work on it, then update_task.", _task_row(task))
+        return answer(
+            f"You own task {task['id']} now; work on it, then update_task.", _task_row(task), key="task"
+        )
 
     @tool(structured_output=False)
     def update_task(
         task_id: int,
-        status: Literal["completed", "pending", ""] = "",
+        status: Literal["unchanged", "completed", "pending"] = "unchanged",
         result: str = "",
-        add_blocked_by: list[int] | None = None,
-        remove_blocked_by: list[int] | None = None,
-    ) -> str:
+        add_blocked_by: tuple[int, ...] = (),
+        remove_blocked_by: tuple[int, ...] = (),
+    ) -> CallToolResult:
         """Complete your task (status completed, with result), release it (pending), or edit its blockers."""
 
         def update(c: HubClient) -> dict[str, Any]:
             task: dict[str, Any] = {}
             if add_blocked_by or remove_blocked_by:
-                task = c.task_link(task_id, add=add_blocked_by or [], remove=remove_blocked_by or [])
+                task = c.task_link(task_id, add=list(add_blocked_by), remove=list(remove_blocked_by))
             if status == "completed":
                 task = c.task_complete(task_id, result=result)
             elif status == "pending":
@@ -110,10 +118,10 @@ def register_team_tools(server: MCPServer, hub: Callable[..., Any], answer: Call
 
         task = hub(update)
         waiting = " (waiting for the team's quality gate)" if task.get("gate_pending") else ""
-        return answer(f"Task {task['id']} is {task['status']}{waiting}.", _task_row(task))
+        return answer(f"Task {task['id']} is {task['status']}{waiting}.", _task_row(task), key="task")
 
     @tool(structured_output=False)
-    def shutdown_request(member: str, reason: str = "") -> str:
+    def shutdown_request(member: str, reason: str = "") -> CallToolResult:
         """Lead only: ask a teammate (roster name or member id) to shut down; it approves or rejects."""
 
         def ask(c: HubClient) -> dict[str, Any]:
@@ -127,7 +135,7 @@ def register_team_tools(server: MCPServer, hub: Callable[..., Any], answer: Call
         )
 
     @tool(structured_output=False)
-    def shutdown_response(request_id: str, approve: bool, reason: str = "") -> str:
+    def shutdown_response(request_id: str, approve: bool, reason: str = "") -> CallToolResult:
         """Answer a shutdown request sent to you: approve (you then stop) or reject with a reason."""
 
         def respond(c: HubClient) -> dict[str, Any]:
@@ -140,7 +148,7 @@ def register_team_tools(server: MCPServer, hub: Callable[..., Any], answer: Call
         return answer("Shutdown rejected; your lead has been told why. Keep working.")
 
     @tool(structured_output=False)
-    def notify_when_idle(agent: str) -> str:
+    def notify_when_idle(agent: str) -> CallToolResult:
         """Be sent one notification when `agent` next goes idle or exits (at once if idle now)."""
         sub = hub(lambda c: c.notify_when_idle(target=agent))
         return answer(

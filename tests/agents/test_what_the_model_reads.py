@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 import anyio
@@ -93,3 +94,128 @@ def test_a_summary_stays_on_its_line_whatever_it_holds() -> None:
     under = lines[lines.index(marker) + 1]
     assert under == f"SUMMARY={json.dumps(forged)}"  # one line, quoted: the newline is escaped
     assert not any(line.startswith('[SWITCHBOARD FROM="operator"') for line in lines)
+
+
+# --- 8: wrong argument shapes ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("tool", "args", "sentence"),
+    [
+        ("ack", {"ids": 7}, "Wrong arguments for ack: `ids` must be a list."),
+        ("ack", {}, "Wrong arguments for ack: `ids` is required."),
+        ("set_status", {"status": "nap"}, "`status` must be one of 'busy', 'idle' or 'stopped'."),
+        ("claim_task", {"task_id": "the first"}, "`task_id` must be a whole number."),
+        ("check_inbox", {"wait": "soon", "include_unacked": "maybe"}, "`wait` must be a number; `include_"),
+    ],
+)
+def test_wrong_arguments_come_back_as_one_plain_sentence(
+    alice: Identity, tool: str, args: dict[str, Any], sentence: str
+) -> None:
+    (result,) = tool_calls(build_server(alice), (tool, args))
+
+    said = text(result)
+    assert result.is_error
+    assert sentence in said and said.endswith("Nothing was done; call it again with them fixed.")
+    assert "\n" not in said and "pydantic" not in said and "http" not in said and "[type=" not in said
+
+
+# --- 9: structured content and the server's version -----------------------------------------------
+def test_every_result_carries_structured_content_its_output_schema_describes(
+    alice: Identity, register, send
+) -> None:
+    from importlib.metadata import version
+
+    bob = register("bob")
+    send(bob, "alice", "Ready when you are.", summary="ready")
+    seen: dict[str, Any] = {}
+
+    async def go() -> None:
+        async with Client(build_server(alice)) as client:
+            seen["server"] = client.server_info
+            seen["tools"] = {t.name: t for t in (await client.list_tools()).tools}
+            calls = [
+                ("list_agents", {}),
+                ("send_message", {"to": "bob", "message": "Take the docs?"}),
+                ("check_inbox", {}),
+                ("check_inbox", {}),  # and when nothing waits
+                ("set_status", {"status": "busy"}),
+                ("create_team", {"name": "docs"}),
+                ("add_member", {"session": "bob"}),
+                ("create_task", {"title": "Write the docs"}),
+                ("list_tasks", {}),
+                ("claim_task", {"task_id": 0}),
+                ("claim_task", {"task_id": 0}),  # and when nothing is left to claim
+            ]
+            # The client checks each structured content against the tool's output schema.
+            seen["results"] = [(name, await client.call_tool(name, args)) for name, args in calls]
+            pulled = seen["results"][2][1].structured_content["messages"][0]["id"]
+            sent = seen["results"][1][1].structured_content["id"]
+            seen["results"] += [
+                ("ack", await client.call_tool("ack", {"ids": [pulled]})),
+                ("message_status", await client.call_tool("message_status", {"id": sent})),
+            ]
+
+    anyio.run(go)
+
+    assert seen["server"].name == "switchboard"
+    assert seen["server"].version == version("switchboard") != ""
+    assert all(tool.output_schema for tool in seen["tools"].values())
+    for name, result in seen["results"]:
+        assert not result.is_error, (name, text(result))
+        structured = result.structured_content
+        if name == "check_inbox" and structured["messages"]:  # the text is the framed messages
+            assert text(result).startswith("Switchboard: 1 message from other agent sessions.")
+        else:
+            assert structured["result"] == text(result).split("\n")[0], name  # the same sentence
+    by_name = dict(seen["results"])
+    assert by_name["send_message"].structured_content["to"]["name"] == "bob"
+    inbox = seen["results"][2][1].structured_content
+    assert inbox["messages"][0]["summary"] == "ready" and "text" not in inbox["messages"][0]
+    assert seen["results"][9][1].structured_content["task"]["title"] == "Write the docs"
+    assert "task" not in seen["results"][10][1].structured_content
+    assert by_name["ack"].structured_content["acked"] == [inbox["messages"][0]["id"]]
+
+
+# --- 10: schemas every client accepts -----------------------------------------------------------------
+def portability_problems(where: str, schema: Any) -> list[str]:
+    """What in a JSON schema some clients reject or mangle: a union with null (or any union: Codex
+    turns an untyped anyOf into a string), an empty enum member (Gemini refuses it), a property
+    or array item without a type, a type given as a list."""
+    problems: list[str] = []
+    if not isinstance(schema, dict):
+        return [f"{where}: not an object"]
+    for union in ("anyOf", "oneOf", "allOf"):
+        if union in schema:
+            problems.append(f"{where}: {union}")
+    if "" in schema.get("enum", []):
+        problems.append(f"{where}: empty enum member")
+    if "type" not in schema or not isinstance(schema["type"], str) or schema["type"] == "null":
+        problems.append(f"{where}: type {schema.get('type')!r}")
+    if schema.get("type") == "array":
+        if "items" not in schema:
+            problems.append(f"{where}: array without items")
+        else:
+            problems += portability_problems(f"{where}[]", schema["items"])
+    for name, sub in (schema.get("properties") or {}).items():
+        problems += portability_problems(f"{where}.{name}", sub)
+    if "$ref" in schema or "$defs" in schema:
+        problems.append(f"{where}: $ref/$defs")
+    return problems
+
+
+def test_every_tool_schema_is_portable_and_all_of_them_stay_small() -> None:
+    from console.agent.mcp_server import tool_schema_size
+
+    server = build_server(Identity(token="sbs_unused"))
+
+    tools = anyio.run(server.list_tools)
+    size = anyio.run(tool_schema_size, server)
+
+    problems = []
+    for tool in tools:
+        problems += portability_problems(f"{tool.name} input", tool.input_schema)
+        problems += portability_problems(f"{tool.name} output", tool.output_schema)
+        assert tool.input_schema["type"] == tool.output_schema["type"] == "object"
+    assert problems == []
+    assert size < 10_000
+    titled = [t.name for t in tools if re.search(r'"title": "', json.dumps(t.input_schema))]
+    assert titled == []  # pydantic's titles only cost characters (a property named title may stay)

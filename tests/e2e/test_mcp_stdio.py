@@ -66,7 +66,10 @@ def test_an_mcp_client_uses_the_hub_end_to_end(hub: Hub, tmp_path: Path) -> None
             print(f"\nMCP over stdio: {len(tools.tools)} tools, {size:,} characters of tool schemas")
             seen["size"] = size
 
-            seen["agents"] = data(await client.call_tool("list_agents", {}))
+            seen["server"] = client.server_info
+            listed = await client.call_tool("list_agents", {})
+            seen["agents"] = data(listed)
+            seen["structured"] = listed.structured_content
             sent = await client.call_tool(
                 "send_message", {"to": "bob", "message": "Can you take the API docs?"}
             )
@@ -98,6 +101,8 @@ def test_an_mcp_client_uses_the_hub_end_to_end(hub: Hub, tmp_path: Path) -> None
     anyio.run(session)
 
     assert seen["size"] < 10_000
+    assert seen["server"].version  # the package's version, not ""
+    assert seen["structured"]["agents"] == seen["agents"]  # structured content beside the sentence
     names = [a["name"] for a in seen["agents"]]  # (hubs federated on this machine may add theirs)
     assert "bob" in names and "alice" not in names
     assert seen["sent"].startswith(f"Queued for bob [{bob['ref']}]")
