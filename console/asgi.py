@@ -1,5 +1,6 @@
-"""ASGI entry point: the REST API through its lean handler, other HTTP through Django's,
-WebSockets through Channels (origin-checked)."""
+"""ASGI entry point: every request checked for its Host and body size (console.request_guard),
+then the REST API through its lean handler, other HTTP through Django's, WebSockets through
+Channels (origin-checked)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,23 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
-from console.api_asgi import ApiHandler, is_api_request  # noqa: E402
-from console.daphne_requests import skip_form_parsing  # noqa: E402
+from console.api_asgi import ApiHandler, app_path, is_api_request  # noqa: E402
+from console.daphne_requests import bound_daphne_requests  # noqa: E402
 from console.heap import FreezeAfterWarmUp, freeze_long_lived  # noqa: E402
+from console.request_guard import RequestGuard  # noqa: E402
 from console.routing import websocket_application  # noqa: E402
 
 api_asgi_app = ApiHandler()
-skip_form_parsing()  # daphne hands the body to Django, which parses forms itself
+bound_daphne_requests()  # daphne: body limits while receiving, bodies fed as read, no form parsing
 
 
-async def http_application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
     app = api_asgi_app if is_api_request(scope) else django_asgi_app
     await app(scope, receive, send)
 
 
+# Every HTTP request, whichever handler serves it, passes the Host and body-size checks first.
+http_application = RequestGuard(dispatch, app_path)
 router = ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})
 warm_up = FreezeAfterWarmUp()
 

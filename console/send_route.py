@@ -13,7 +13,8 @@ errors with the API's `error_answer`, and adds the API's security headers.
 Everything else goes, with the body replayed, to the full handler, so every other answer still
 has one author: a request without a valid bearer token (ninja answers 401, or takes the console's
 staff login), a body that is not JSON, holds text the database cannot store or fails the schema
-(ninja's 400 with its list of problems), a body over the upload limit (413), an SSL redirect.
+(ninja's 400 with its list of problems), an SSL redirect. A body over the size limit never gets
+here: the request guard in front of both handlers answers it 413 (`console.request_guard`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any
 
 import orjson
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.core.handlers.exception import response_for_exception
 from django.core.signals import request_finished, request_started
@@ -55,12 +55,9 @@ class SendRoute:
         return scope.get("method") == "POST" and app_path(scope) == SEND_PATH
 
     async def __call__(self, scope: dict[str, Any], receive: Asgi, send: Asgi, *, fallback: Asgi) -> None:
-        received, body = await _body_within_limit(scope, receive)
+        received, body = await _body_read(receive)
         if body is None:
-            if received and received[-1]["type"] == "http.disconnect":
-                return  # the client left before sending its body, as Django's handler does
-            await fallback(scope, _replayed(received, receive), send)
-            return
+            return  # the client left before sending its body, as Django's handler does
         request = ASGIRequest(scope, io.BytesIO(body))
         response = await self._answer_on_lane(request, body)
         if response is None:
@@ -110,25 +107,15 @@ class SendRoute:
         return SendOut.model_validate(send_answer(caller, fields)).model_dump()
 
 
-async def _body_within_limit(
-    scope: dict[str, Any], receive: Asgi
-) -> tuple[list[dict[str, Any]], bytes | None]:
-    """The body's ASGI messages as received, and the body, or None when it is over the upload
-    limit (what was read so far is replayed to the full handler, which answers 413) or the
-    client disconnected."""
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    declared = dict(scope.get("headers") or []).get(b"content-length", b"")
-    if limit is not None and declared.isdigit() and int(declared) > limit:
-        return [], None
+async def _body_read(receive: Asgi) -> tuple[list[dict[str, Any]], bytes | None]:
+    """The body's ASGI messages as received, and the body, or None when the client disconnected.
+    Its size is bounded in front of this route (`console.request_guard`: a body over the limit
+    is answered 413 there, and this route sees a disconnect)."""
     received: list[dict[str, Any]] = []
-    size = 0
     while True:
         message = await receive()
         received.append(message)
         if message["type"] == "http.disconnect":
-            return received, None
-        size += len(message.get("body", b""))
-        if limit is not None and size > limit:
             return received, None
         if not message.get("more_body", False):
             return received, b"".join(m.get("body", b"") for m in received)

@@ -59,7 +59,20 @@ class AsyncBearerAuth(HttpBearer):
 
 
 class StaffLogin(SessionAuthIsStaff):
-    """A Django staff login (the console's), acting as an operator. CSRF applies."""
+    """A Django staff login (the console's), acting as an operator. CSRF applies to it, and only
+    to it: the check runs once the session cookie has authenticated a staff user, because a cookie
+    is the one credential a browser sends on its own. A call without that cookie (no token, a bad
+    token) is not cookie-authenticated, so it gets the API's 401 and its hint, whatever its method."""
+
+    def __call__(self, request: HttpRequest) -> Principal | None:
+        key = request.COOKIES.get(self.param_name)
+        if not key:
+            return None
+        caller = self.authenticate(request, key)
+        if caller is None:
+            return None
+        super()._get_key(request)  # ninja's CSRF check for cookie auth: HttpError 403 when it fails
+        return caller
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
         user = super().authenticate(request, key)

@@ -35,6 +35,11 @@ TIER_LIMITS = {
 _SAFE_EXT = re.compile(r"^\.[A-Za-z0-9]{1,10}$")
 
 
+def upload_limit() -> int:
+    """The most bytes one uploaded file may have (a file for this hub's own sessions)."""
+    return TIER_LIMITS["host"][0]
+
+
 def _root() -> Path:
     root = Path(settings.SWITCHBOARD_FILES_DIR)
     root.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -34,7 +34,8 @@ def delivery_state(message_id: str) -> str:
 
 
 def connect(token: str | None = None) -> WebsocketCommunicator:
-    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    headers = [(b"host", b"127.0.0.1:8765")]  # every WebSocket handshake names the hub's host
+    headers += [(b"authorization", f"Bearer {token}".encode())] if token else []
     return WebsocketCommunicator(websocket_application, "/ws/agent/", headers=headers)
 
 

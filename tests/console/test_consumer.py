@@ -18,6 +18,7 @@ from messaging.services.events import OPERATORS_GROUP, session_group
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 ORIGIN = (b"origin", b"http://127.0.0.1:8765")
+HOST = (b"host", b"127.0.0.1:8765")  # a browser names the hub it opened the socket on
 
 
 def _cookie_for(username: str, *, staff: bool) -> bytes:
@@ -29,7 +30,7 @@ def _cookie_for(username: str, *, staff: bool) -> bytes:
 
 
 async def _connect(*headers: tuple[bytes, bytes]) -> tuple[WebsocketCommunicator, Any]:
-    communicator = WebsocketCommunicator(websocket_application, "/ws/console/", headers=list(headers))
+    communicator = WebsocketCommunicator(websocket_application, "/ws/console/", headers=[HOST, *headers])
     connected = await communicator.connect(timeout=5)
     return communicator, connected
 

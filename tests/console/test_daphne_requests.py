@@ -25,12 +25,12 @@ def _request() -> Any:
 
 def test_the_asgi_application_makes_daphne_requests_skip_form_parsing() -> None:
     import console.asgi  # noqa: F401 - importing the application applies it
-    from console.daphne_requests import skip_form_parsing
+    from console.daphne_requests import bound_daphne_requests
 
     request = _request()
 
     assert request._parsePOSTFormSubmission is False
-    assert skip_form_parsing() is True  # applied once; asking again changes nothing
+    assert bound_daphne_requests() is True  # applied once; asking again changes nothing
     assert type(_request()) is type(request)
 
 

@@ -187,19 +187,19 @@ async def test_repeated_sends_answer_alike_duplicate_idempotent_and_rate_limited
 
 
 @pytest.mark.asyncio
-async def test_a_body_over_the_upload_limit_gets_the_full_handlers_413(
+async def test_a_body_over_the_upload_limit_is_refused_413_before_either_handler(
     settings: Any, handlers_seen: list[str]
 ) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     pair = await pair_for("fast")
     declared = await post(pair.sender_token, json_body(to="bob-fast", message="x" * 2000))
     assert declared.status_code == 413 and declared.json()["error"] == "too_large"
-    assert handlers_seen == ["ApiHandler"]
+    assert handlers_seen == []  # the request guard in front answered (console.request_guard)
 
 
 @pytest.mark.asyncio
-async def test_a_body_sent_in_parts_over_the_limit_is_handed_over_whole() -> None:
-    """Without a Content-Length, the route reads until the limit, then replays what it read."""
+async def test_a_body_sent_in_parts_over_the_limit_is_refused_413() -> None:
+    """Without a Content-Length, the body is counted as it arrives and refused past the limit."""
     from django.test import override_settings
 
     pair = await pair_for("fast")
@@ -233,6 +233,8 @@ async def test_a_body_sent_in_parts_over_the_limit_is_handed_over_whole() -> Non
     with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=300):
         await console.asgi.application(scope, receive, send)
     assert sent[0]["status"] == 413
+    assert len(inbox) == 1  # reading stopped at the limit: the last part was never taken
+    inbox.clear()
     inbox.extend(
         {"type": "http.request", "body": b, "more_body": i < len(parts) - 1} for i, b in enumerate(parts)
     )

@@ -1,0 +1,299 @@
+"""Attacks on the hub's HTTP surface (issue 30, items 6 to 10), each reproduced against the hub's
+ASGI application (or a real server process) and refused:
+
+- a DNS-rebinding page reaching the API under a foreign Host name;
+- bodies that would have been read whole before any check (chunked, or declared too large),
+  uploads read into memory, uploads without bound, files nobody uses kept for ever;
+- a POST without a token answered as a CSRF failure instead of a 401; a cookie POST without CSRF;
+- a page on another local port opening the operator's or an agent's WebSocket;
+- the API docs loading scripts from a CDN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from console.asgi import application
+from messaging.models import Message
+from messaging.services.sessions import session_register
+
+HUB = "127.0.0.1:8765"
+UNAUTHORIZED_HINT = "Send a valid token as `Authorization: Bearer <token>`."
+
+
+def hub_client(host: str = HUB) -> httpx.AsyncClient:
+    """An HTTP client talking to the hub's ASGI application (the same one daphne serves)."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url=f"http://{host}")
+
+
+@sync_to_async
+def new_token(name: str) -> str:
+    return session_register(name=name).token
+
+
+@sync_to_async
+def message_count() -> int:
+    return Message.objects.count()
+
+
+# --- item 6: ALLOWED_HOSTS on every path --------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_foreign_host_name_is_refused_on_the_api() -> None:
+    """A DNS-rebinding page talks to 127.0.0.1 under its own name: the API must not answer it."""
+    token = await new_token("alice")
+    async with hub_client() as http:
+        ours = await http.get("/api/v1/ping", headers={"Authorization": f"Bearer {token}"})
+        theirs = await http.get(
+            "/api/v1/ping", headers={"Authorization": f"Bearer {token}", "Host": "evil.example"}
+        )
+        docs = await http.get("/api/docs", headers={"Host": "evil.example"})
+    assert ours.status_code == 200
+    assert theirs.status_code == 400 and theirs.json()["reason"] == "host"
+    assert docs.status_code == 400
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_foreign_host_name_is_refused_on_the_direct_send_route() -> None:
+    token = await new_token("alice")
+    await new_token("bob")
+    async with hub_client() as http:
+        sent = await http.post(
+            "/api/v1/messages",
+            json={"to": "bob", "message": "rebound"},
+            headers={"Authorization": f"Bearer {token}", "Host": "evil.example:8765"},
+        )
+    assert sent.status_code == 400
+    assert await message_count() == 0
+
+
+# --- item 8: 401 without a token, CSRF only for cookies -------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("authorization", [None, "Bearer not-a-token"])
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("POST", "/api/v1/messages", {"to": "bob", "message": "hi"}),
+        ("POST", "/api/v1/holds/decide", {"ids": [1], "approve": True}),
+        ("PATCH", "/api/v1/sessions/me", {"status": "idle"}),
+        ("GET", "/api/v1/inbox", None),
+    ],
+)
+async def test_without_a_valid_token_every_method_gets_401_with_the_hint(
+    authorization: str | None, method: str, path: str, body: Any
+) -> None:
+    headers = {"Authorization": authorization} if authorization else {}
+    async with hub_client() as http:
+        answer = await http.request(method, path, json=body, headers=headers)
+    assert answer.status_code == 401, answer.text
+    assert answer.json() == {"error": "unauthorized", "detail": UNAUTHORIZED_HINT}
+
+
+@pytest.mark.django_db
+def test_a_cookie_authenticated_post_without_its_csrf_token_is_refused() -> None:
+    """The operator's browser sends its session cookie on its own: CSRF still guards it."""
+    user = get_user_model().objects.create_user("ops", password="pw-for-tests-only", is_staff=True)
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(user)
+    refused = browser.post(
+        "/api/v1/holds/decide", data={"ids": [1], "approve": True}, content_type="application/json"
+    )
+    browser.get("/login/")  # sets the CSRF cookie, as the console's pages do
+    allowed = browser.post(
+        "/api/v1/holds/decide",
+        data={"ids": [1], "approve": True},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=browser.cookies["csrftoken"].value,
+    )
+    assert refused.status_code == 403
+    assert allowed.status_code == 200, allowed.content
+
+
+# --- item 9: WebSocket origins compared by scheme, host and port ------------------------------------
+
+
+def _staff_cookie() -> bytes:
+    user = get_user_model().objects.create_user("ops-ws", password="pw-for-tests-only", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()
+
+
+async def _opens(path: str, *headers: tuple[bytes, bytes], host: str = HUB) -> bool:
+    communicator = WebsocketCommunicator(application, path, headers=[(b"host", host.encode()), *headers])
+    accepted, _ = await communicator.connect(timeout=5)
+    await communicator.disconnect()
+    return bool(accepted)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_console_socket_refuses_a_page_on_another_local_port() -> None:
+    cookie = (b"cookie", await sync_to_async(_staff_cookie)())
+    assert await _opens("/ws/console/", (b"origin", f"http://{HUB}".encode()), cookie)
+    assert not await _opens("/ws/console/", (b"origin", b"http://127.0.0.1:5173"), cookie)
+    assert not await _opens("/ws/console/", (b"origin", f"https://{HUB}".encode()), cookie)
+    assert not await _opens("/ws/console/", (b"origin", b"http://localhost:8765"), cookie)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_agent_socket_refuses_a_page_on_another_local_port() -> None:
+    token = await new_token("alice")
+    bearer = (b"authorization", f"Bearer {token}".encode())
+    assert await _opens("/ws/agent/", bearer)  # an agent: no Origin at all
+    assert await _opens("/ws/agent/", (b"origin", f"http://{HUB}".encode()), bearer)
+    assert not await _opens("/ws/agent/", (b"origin", b"http://127.0.0.1:5173"), bearer)
+    assert not await _opens("/ws/agent/", bearer, host="evil.example:8765")
+
+
+# --- item 7: bodies bounded while they are read ------------------------------------------------------
+
+MB = 1024 * 1024
+
+
+class FeedingClient:
+    """An ASGI client that offers a body in 1 MB chunks and counts how many the hub took."""
+
+    def __init__(self, chunks: int, *, chunked: bool = True) -> None:
+        self.offered = chunks
+        self.taken = 0
+        self.chunked = chunked
+        self.sent: list[dict[str, Any]] = []
+        self._chunk = b"x" * MB  # one buffer, offered again and again: the test holds 1 MB
+
+    async def receive(self) -> dict[str, Any]:
+        if self.taken >= self.offered:
+            import asyncio
+
+            await asyncio.sleep(3600)  # a client that keeps its connection open
+        self.taken += 1
+        return {"type": "http.request", "body": self._chunk, "more_body": self.taken < self.offered}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    def scope(self, path: str, *headers: tuple[bytes, bytes]) -> dict[str, Any]:
+        length = [] if self.chunked else [(b"content-length", str(self.offered * MB).encode())]
+        return {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "root_path": "",
+            "query_string": b"",
+            "server": ("127.0.0.1", 8765),
+            "client": ("127.0.0.1", 50000),
+            "headers": [(b"host", HUB.encode()), (b"content-type", b"application/json"), *length, *headers],
+        }
+
+    @property
+    def status(self) -> int:
+        return self.sent[0]["status"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/federation/messages",  # the original attack: 1.2 GB, unauthenticated
+        "/api/v1/messages",  # the direct send route
+        "/api/v1/holds/decide",  # ninja through the API handler
+        "/login/",  # the console, through Django's full handler
+    ],
+)
+async def test_a_chunked_body_is_cut_off_at_its_routes_limit_while_it_is_read(path: str) -> None:
+    from console.request_guard import body_limit
+
+    client = FeedingClient(1200)  # 1.2 GB offered
+    await application(client.scope(path), client.receive, client.send)
+    assert client.status == 413
+    assert client.taken * MB <= body_limit(path) + MB  # stopped within a chunk of the limit
+    assert client.taken < client.offered
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["/api/v1/federation/messages", "/api/v1/messages", "/login/"])
+async def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(path: str) -> None:
+    client = FeedingClient(300, chunked=False)  # Content-Length: 300 MB
+    await application(client.scope(path), client.receive, client.send)
+    assert client.status == 413
+    assert client.taken == 0
+
+
+def test_the_hub_to_hub_routes_take_larger_bodies_than_ordinary_calls() -> None:
+    from console.request_guard import body_limit
+
+    assert body_limit("/api/v1/federation/messages") > body_limit("/api/v1/files")
+    assert (
+        body_limit("/api/v1/files") > body_limit("/api/v1/messages") == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    )
+
+
+def _daphne_connection() -> tuple[Any, Any]:
+    """Daphne's HTTP protocol for one connection, on an in-memory transport."""
+    from daphne.http_protocol import HTTPFactory
+    from twisted.internet.testing import StringTransport
+
+    class Server:
+        root_path = ""
+
+        def protocol_connected(self, protocol: Any) -> None:
+            pass
+
+        def protocol_disconnected(self, protocol: Any) -> None:
+            pass
+
+    transport = StringTransport()
+    protocol = HTTPFactory(Server()).buildProtocol(("127.0.0.1", 1))
+    protocol.makeConnection(transport)
+    return protocol, transport
+
+
+@pytest.mark.parametrize("path", [b"/api/v1/messages", b"/api/v1/federation/messages"])
+def test_daphne_refuses_a_declared_length_over_the_limit_before_reading_the_body(path: bytes) -> None:
+    protocol, transport = _daphne_connection()
+    protocol.dataReceived(
+        b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n"
+        % (path, 2 * 1024 * MB)
+    )
+    assert transport.value().startswith(b"HTTP/1.1 413 ")
+    assert b"100 Continue" not in transport.value()
+    assert transport.disconnecting
+
+
+def test_daphne_cuts_a_chunked_body_off_at_the_limit_while_receiving_it() -> None:
+    from console.request_guard import body_limit
+
+    protocol, transport = _daphne_connection()
+    protocol.dataReceived(
+        b"POST /api/v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    request = protocol._channel.requests[-1]
+    chunk = b"%x\r\n%s\r\n" % (MB, b"x" * MB)
+    fed = 0
+    while not transport.disconnecting and fed < 100:
+        protocol.dataReceived(chunk)
+        fed += 1
+    assert transport.value().startswith(b"HTTP/1.1 413 ")
+    assert fed * MB <= body_limit("/api/v1/messages") + MB
+    assert request.content.tell() <= body_limit("/api/v1/messages")
