@@ -118,11 +118,19 @@ def _publish_on_server_loop(layer: Any, batch: list[tuple[list[str], dict[str, A
     thread does not wait for it: the loop is busy serving, and a wait there held the request (and
     its thread) for as long as the loop took to get round to it. Code with no server loop behind
     its thread (a task on the embedded pool, a command, a test) publishes and waits as before.
-    Batches start in the order they are handed over, so events keep commit order."""
+    Batches start in the order they are handed over, so events keep commit order.
+
+    A thread whose server loop has stopped but is not closed (the hub is shutting down) drops the
+    batch: no socket of this process is left to tell, and `async_to_sync` would hand the work to
+    that loop and wait for it forever, so the process, which joins its request threads on exit,
+    would never exit."""
     # asgiref notes the loop behind each `sync_to_async` call on its thread and never clears it,
     # so a thread outside such a call may find a loop that has since stopped.
     loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
     behind = getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) == os.getpid()
+    if loop is not None and behind and not loop.is_running() and not loop.is_closed():
+        log.debug("the server is stopping: %d live events not pushed", len(batch))
+        return
     if loop is None or not behind or not loop.is_running():
         async_to_sync(_publish)(layer, batch)
         return
