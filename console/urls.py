@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.staticfiles.views import serve as static_serve
 from django.urls import include, path
 
-from console import views
+from console import health, views
 from console.api import api
 
 console_patterns = [
@@ -28,6 +28,8 @@ console_patterns = [
 ]
 
 urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     # One process serves its own CSS and script (and the admin's): there is no front proxy in the

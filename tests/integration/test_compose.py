@@ -41,6 +41,13 @@ def test_every_long_running_service_has_a_health_check(compose):
         assert check["test"] and check["interval"] and check["retries"] >= 1, name
 
 
+def test_web_processes_are_checked_by_their_readiness_and_the_proxy_by_its_liveness(compose):
+    # /readyz fails while the web process cannot reach PostgreSQL or Redis, so compose holds the
+    # proxy back until the hub can work, not merely until daphne listens.
+    assert "/readyz" in " ".join(compose["services"]["web"]["healthcheck"]["test"])
+    assert "/healthz" in " ".join(compose["services"]["proxy"]["healthcheck"]["test"])
+
+
 def test_app_services_run_the_same_commands_the_suite_runs(compose):
     services = compose["services"]
     assert services["web"]["command"][:2] == ["switchboard", "web"]
