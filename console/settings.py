@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from console.home import home_dir, read_or_create_secret
 
@@ -289,12 +290,20 @@ SWITCHBOARD_FILES_DIR = Path(
 )
 
 _task_log_level = os.environ.get("SWITCHBOARD_TASK_LOG_LEVEL", "WARNING").strip().upper() or "WARNING"
+# `plain` (one readable line per event, the default) or `json` (one JSON object per line, for log
+# collectors; see console.logs.JsonLines).
+SWITCHBOARD_LOG_FORMAT = os.environ.get("SWITCHBOARD_LOG_FORMAT", "plain").strip().lower() or "plain"
+if SWITCHBOARD_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"SWITCHBOARD_LOG_FORMAT is plain or json, not {SWITCHBOARD_LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"beat_sends": {"()": "console.logs.BeatSendsBelow", "level": _task_log_level}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "console.logs.JsonLines"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": SWITCHBOARD_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("SWITCHBOARD_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
