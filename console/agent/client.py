@@ -7,6 +7,7 @@ reached at all is `HubUnreachable` (code `unreachable`), which callers treat as 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -54,6 +55,10 @@ class HubClient:
     ) -> None:
         self.url = (url or hub_url()).rstrip("/")
         self.token = token
+        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        # A monotonic time by which every request must have ended (the hooks set one per call):
+        # each request's timeouts are cut to what is left, and none starts after it.
+        self.deadline: float | None = None
         self.requests = 0  # round trips made (the hooks report how many each event cost)
         # A pull that failed on the hub's side or on the way back may still have handed messages
         # over (marked delivered); the next pull then asks for those too (see `inbox`).
@@ -87,7 +92,13 @@ class HubClient:
         headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
         extra: dict[str, Any] = {}
         if timeout is not None:
-            extra["timeout"] = httpx.Timeout(timeout, connect=2.0)
+            extra["timeout"] = httpx.Timeout(timeout, connect=self.timeout.connect)
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0.05:
+                raise HubUnreachable(f"No time was left to reach the hub at {self.url} (deadline passed).")
+            read = min(timeout if timeout is not None else (self.timeout.read or left), left)
+            extra["timeout"] = httpx.Timeout(read, connect=min(self.timeout.connect or left, left))
         self.requests += 1
         try:
             response = self._http.request(

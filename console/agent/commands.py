@@ -271,24 +271,25 @@ def _deregister_quietly(client: HubClient, attempts: int = 3) -> None:
 def cmd_hook(args: argparse.Namespace) -> int:
     from console.agent.hooks import main
 
-    return main()
+    if args.url:  # the hub the installed hook line names (the same one as its MCP server's)
+        os.environ["SWITCHBOARD_URL"] = args.url
+    return main(client_name=args.client, payload=args.payload)
 
 
 def cmd_install_hooks(args: argparse.Namespace) -> int:
-    from console.agent.install import install
+    from console.agent.install import install, show
 
-    report = install(scope=args.scope, project_dir=Path(args.project_dir).resolve(), write=args.write)
+    report = install(
+        client=args.client,
+        scope=args.scope,
+        project_dir=Path(args.project_dir).resolve(),
+        write=args.write,
+        url=args.url,
+    )
     if args.json:
         print(json.dumps(report, indent=2))
         return EXIT_OK
-    verb = "Wrote" if args.write else "Add"
-    print(f"{verb} these hooks to {report['settings_file']}:\n{json.dumps(report['hooks'], indent=2)}\n")
-    if "mcp_file" in report:
-        print(f"{verb} this MCP server to {report['mcp_file']}:\n{json.dumps(report['mcp'], indent=2)}")
-    else:
-        print(f"Add the MCP server with:\n  {report['mcp_command']}")
-    if not args.write:
-        print("\n(Nothing was written; pass --write to merge these into the files.)")
+    print(show(report, written=args.write))
     return EXIT_OK
 
 
@@ -385,10 +386,16 @@ def add_agent_commands(sub: Any) -> None:
     p.add_argument("--count", type=int, help="stop after this many messages")
     p.add_argument("--seconds", type=float, help="stop after this many seconds")
 
-    p = sub.add_parser("hook", help="handle one Claude Code hook event (JSON on stdin); always exits 0")
+    p = sub.add_parser(
+        "hook", help="handle one agent client hook event (JSON on stdin, or Codex's as an argument); exits 0"
+    )
+    p.add_argument("--client", choices=["claude", "gemini", "codex"], default="claude")
+    p.add_argument("--url", help="the hub (default: $SWITCHBOARD_URL or http://127.0.0.1:8765)")
+    p.add_argument("payload", nargs="?", help="the event's JSON (Codex's notify passes it here)")
     p.set_defaults(func=cmd_hook)
 
-    p = add("install-hooks", cmd_install_hooks, "print (or --write) the Claude Code hooks and MCP config")
+    p = add("install-hooks", cmd_install_hooks, "print (or --write) an agent client's hooks and MCP config")
+    p.add_argument("--client", choices=["claude", "codex", "gemini"], default="claude")
     p.add_argument("--scope", choices=["project", "local", "user"], default="project")
     p.add_argument("--project-dir", default=".")
     p.add_argument("--write", action="store_true", help="merge into the settings files instead of printing")

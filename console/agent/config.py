@@ -8,16 +8,21 @@ an MCP server can run on a machine with no hub at all:
 - `SWITCHBOARD_NAME`, else the working folder's name: the session's name;
 - `SWITCHBOARD_TOKEN`: act as an already registered session instead of registering one.
 
-Saved sessions (one per Claude Code session id) live in `$SWITCHBOARD_HOME/sessions/`, mode 0600.
+Saved sessions (one per agent session: a Claude Code or Gemini CLI session id, or a Codex process)
+live in `$SWITCHBOARD_HOME/sessions/`, mode 0600, beside their lock files and the hooks' breaker.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import re
 import time
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +72,7 @@ def sessions_dir() -> Path:
 class SavedSession:
     """What a hook or MCP server keeps between calls: who it is on the hub, and its token."""
 
-    key: str  # the Claude Code session id (or another caller-chosen key)
+    key: str  # the agent client's current session id (or another caller-chosen key)
     hub: str
     token: str
     id: str
@@ -80,6 +85,13 @@ class SavedSession:
     # process runs next, also asks for messages handed over but not acked (see HubClient.inbox).
     pull_unsettled: bool = False
     saved_at: float = field(default_factory=time.time)
+    # Every session id this hub session has served: Claude Code's /clear and /resume start a new
+    # session id in the same process, and the hub session (the ref peers address) carries over.
+    keys: list[str] = field(default_factory=list)
+    # The agent client process that registered it ("pid:start time", see identity.client_anchor):
+    # the tie by which its MCP server, its later session ids and Codex's notify find it.
+    anchor: str = ""
+    client: str = "claude"
 
 
 def _session_path(key: str) -> Path:
@@ -106,17 +118,71 @@ def session_forget(key: str) -> None:
     _session_path(key).unlink(missing_ok=True)
 
 
-def session_for_cwd(cwd: str, hub: str) -> SavedSession | None:
-    """The newest live saved session for this folder and hub (how an MCP server finds the session
-    its Claude Code hooks registered), or None."""
-    best: SavedSession | None = None
+def live_sessions(hub: str) -> Iterator[SavedSession]:
+    """Every saved session on `hub` that has not ended."""
     for path in sessions_dir().glob("*.json"):
         saved = session_load(path.stem)
-        if saved is None or saved.ended or saved.cwd != cwd or saved.hub != hub:
-            continue
-        if best is None or saved.saved_at > best.saved_at:
-            best = saved
-    return best
+        if saved is not None and not saved.ended and saved.hub == hub:
+            yield saved
+
+
+def session_find(key: str, hub: str) -> SavedSession | None:
+    """The live saved session that serves (or once served) the session id `key` on `hub`."""
+    saved = session_load(key) if SESSION_ID_CHARS.match(key) else None
+    if saved is not None and not saved.ended and saved.hub == hub:
+        return saved
+    return next((s for s in live_sessions(hub) if key in s.keys), None)
+
+
+def sessions_of_process(anchor: str, hub: str) -> list[SavedSession]:
+    """The live saved sessions on `hub` registered from the agent client process `anchor`."""
+    return [s for s in live_sessions(hub) if anchor and s.anchor == anchor] if anchor else []
+
+
+@contextlib.contextmanager
+def session_lock(name: str) -> Iterator[None]:
+    """Hold an exclusive lock (a 0600 file in the sessions folder) while registering a session for
+    `name`, so hooks that start together register one session, not one each. The kernel releases
+    it when the process dies, so a killed hook never leaves it held."""
+    safe = name if SESSION_ID_CHARS.match(name) else hashlib.sha256(name.encode()).hexdigest()[:32]
+    fd = os.open(sessions_dir() / f".{safe}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
+
+
+class Breaker:
+    """A small per-hub circuit breaker for the hooks (`$SWITCHBOARD_HOME/sessions/.breaker-*.json`,
+    0600): after a hub failure, hooks skip the hub until `until` instead of each paying the
+    timeout; each further failure doubles the pause up to `longest` seconds."""
+
+    def __init__(self, hub: str, *, first: float = 15.0, longest: float = 120.0) -> None:
+        self.path = sessions_dir() / f".breaker-{hashlib.sha256(hub.encode()).hexdigest()[:16]}.json"
+        self.first, self.longest = first, longest
+
+    def _state(self) -> dict[str, float]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return {"until": float(data["until"]), "pause": float(data["pause"])}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+
+    def open_until(self) -> float | None:
+        """When the hub may next be tried (wall clock), or None when it may be tried now."""
+        until = self._state().get("until")
+        return until if until is not None and until > time.time() else None
+
+    def trip(self) -> float:
+        """Record a failure; returns the pause in seconds."""
+        last = self._state().get("pause")
+        pause = min(self.longest, last * 2) if last else self.first
+        write_private(self.path, json.dumps({"until": time.time() + pause, "pause": pause}))
+        return pause
+
+    def reset(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def log_path() -> Path:

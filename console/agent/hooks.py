@@ -1,20 +1,36 @@
-"""`switchboard hook`: the Claude Code hook handler. Claude Code runs it with the event's JSON on
-stdin; it answers with JSON on stdout (or nothing) and always exits 0.
+"""`switchboard hook`: the agent clients' hook handler. Claude Code and Gemini CLI run it with the
+event's JSON on stdin and read its answer (JSON on stdout, or nothing); Codex CLI runs it as its
+`notify` program with the event's JSON as the last argument. It always exits 0.
 
-Contract used (Claude Code hooks reference, checked 2026-11): every event carries `session_id`,
-`transcript_path`, `cwd`, `permission_mode` and `hook_event_name`.
-- SessionStart (`source`: startup | resume | clear | compact): register (or resume) this session;
-  the answer's `hookSpecificOutput.additionalContext` tells the model who it is on the hub.
+Claude Code (hooks reference, checked 2026-12): every event carries `session_id`, `transcript_path`,
+`cwd`, `permission_mode` and `hook_event_name`; hooks get `CLAUDE_CODE_SESSION_ID` too.
+- SessionStart (`source`: startup | resume | clear | compact): register this session, or carry on
+  the hub session its Claude Code process already has (after /clear or /resume the session id
+  changes, the hub session and its ref do not); `hookSpecificOutput.additionalContext` tells the
+  model who it is on the hub.
 - UserPromptSubmit, PostToolUse: pull waiting messages and inject them as
   `hookSpecificOutput.additionalContext` (the pull marks them delivered; a prompt after an idle
   reports busy in the same request).
 - Stop (`stop_hook_active`, `last_assistant_message`): one request ends the turn on the hub:
   messages waiting → `{"decision": "block", "reason": ...}` keeps the agent working on them;
   none → the hub reports it idle with the final answer.
-- SessionEnd (`reason`): deregister (the session exits on the hub).
+- SessionEnd (`reason`): deregister (the session exits on the hub), except for `clear` (and
+  `resume`), after which the same process goes on as a new session id.
 
-A hub that is down, slow or misconfigured must never break the agent: every failure is logged to
-`$SWITCHBOARD_HOME/agent.log` and the hook prints nothing and exits 0 (fail open).
+Gemini CLI (docs/hooks/reference.md, checked 2026-12) sends the same base fields (no
+`permission_mode`); its events map onto the same steps: SessionStart, BeforeAgent (as
+UserPromptSubmit), AfterTool (as PostToolUse), AfterAgent (as Stop: `prompt_response` is the final
+answer; `{"decision": "deny", "reason": ...}` makes the agent go on with the messages), SessionEnd.
+
+Codex CLI (codex-rs hooks, legacy notify, checked 2026-12): after each turn it runs the notify
+program with `{"type": "agent-turn-complete", "thread-id", "turn-id", "cwd", "input-messages",
+"last-assistant-message"}`; the hook reports the session its MCP server registered idle with that
+final answer (Codex reads nothing back; its agent reads messages with the MCP tools).
+
+A hub that is down, slow or misconfigured must never break the agent: each call has one deadline
+(`HOOK_DEADLINE` seconds in all, whatever the hub does), every failure is logged to
+`$SWITCHBOARD_HOME/agent.log`, the hook prints nothing and exits 0 (fail open), and after a failure
+later hooks skip the hub for a short while (`config.Breaker`) instead of each paying the timeout.
 """
 
 from __future__ import annotations
@@ -23,28 +39,37 @@ import json
 import logging
 import logging.handlers
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import IO, Any, TypeVar
 
 import httpx
 
-from console.agent.client import HubClient, HubError
+from console.agent.client import HubClient, HubError, HubUnreachable
 from console.agent.config import (
+    Breaker,
     SavedSession,
     hub_url,
     log_path,
+    session_find,
     session_forget,
-    session_load,
+    session_lock,
     session_name,
     session_save,
+    sessions_of_process,
 )
 from console.agent.delivery_text import render_messages
+from console.agent.identity import SESSION_ENV, client_anchor
 
 log = logging.getLogger("switchboard.hook")
 T = TypeVar("T")
-HOOK_TIMEOUT = httpx.Timeout(5.0, connect=1.0)
+# One hook call, start to answer, whatever the hub does (Claude Code waits for it between tool calls).
+HOOK_DEADLINE = 3.0
+HOOK_TIMEOUT = httpx.Timeout(HOOK_DEADLINE, connect=1.0)
 MAX_FINAL_ANSWER = 20_000
 INBOX_LIMIT = 20
 REREAD = (
@@ -52,6 +77,28 @@ REREAD = (
 )
 # Claude Code's permission modes; the hub only distinguishes "bypass" from everything else.
 BYPASS_MODES = frozenset({"bypassPermissions", "dontAsk"})
+
+# SessionEnd reasons after which the same client process goes on as a new session id.
+HANDOVER_REASONS = frozenset({"clear", "resume"})
+# Each client's event names, as the step they stand for.
+EVENTS = {
+    "claude": {
+        "SessionStart": "start",
+        "UserPromptSubmit": "prompt",
+        "PostToolUse": "tool",
+        "Stop": "stop",
+        "SessionEnd": "end",
+    },
+    "gemini": {
+        "SessionStart": "start",
+        "BeforeAgent": "prompt",
+        "AfterTool": "tool",
+        "AfterAgent": "stop",
+        "SessionEnd": "end",
+    },
+    "codex": {"agent-turn-complete": "turn-complete"},
+}
+KINDS = {"claude": "claude-code", "gemini": "gemini-cli", "codex": "codex"}
 
 ClientFactory = Callable[[str, str | None], HubClient]
 
@@ -61,18 +108,42 @@ def default_client(url: str, token: str | None) -> HubClient:
 
 
 class Hook:
-    """One hook call: the event, the saved session for it, and a counter of HTTP round trips."""
+    """One hook call: the event, the saved session for it, and a counter of HTTP round trips.
+    Every request it makes ends by `deadline` (a monotonic time)."""
 
-    def __init__(self, event: dict[str, Any], make_client: ClientFactory = default_client) -> None:
+    def __init__(
+        self,
+        event: dict[str, Any],
+        make_client: ClientFactory = default_client,
+        *,
+        client_name: str = "claude",
+        deadline: float | None = None,
+    ) -> None:
         self.event = event
-        self.key = str(event.get("session_id") or "")
+        self.client_name = client_name
+        self.key = str(event.get("session_id") or os.environ.get(SESSION_ENV) or "")
         self.cwd = str(event.get("cwd") or os.getcwd())
         self.url = hub_url()
+        self.deadline = deadline if deadline is not None else time.monotonic() + HOOK_DEADLINE
         self._make_client = make_client
         self._clients: list[HubClient] = []
+        self._anchor: str | None = None
+
+    @property
+    def step(self) -> str | None:
+        name = self.event.get("hook_event_name") or self.event.get("type")
+        return EVENTS.get(self.client_name, {}).get(str(name))
+
+    @property
+    def anchor(self) -> str:
+        """The agent client process running this hook (see identity.client_anchor)."""
+        if self._anchor is None:
+            self._anchor = client_anchor()
+        return self._anchor
 
     def client(self, token: str | None) -> HubClient:
         client = self._make_client(self.url, token)
+        client.deadline = self.deadline
         self._clients.append(client)
         return client
 
@@ -83,41 +154,72 @@ class Hook:
 
     # --- sessions ------------------------------------------------------------------------------
     def saved(self) -> SavedSession | None:
-        saved = session_load(self.key) if self.key else None
-        if saved is None or saved.ended or saved.hub != self.url:
-            return None
+        """The live saved session for this session id (also one it served before a /clear)."""
+        return session_find(self.key, self.url) if self.key else None
+
+    def adopt(self) -> SavedSession | None:
+        """The hub session this client process already has under an earlier session id (Claude
+        Code's /clear and /resume change the id, not the process): it now serves this id too."""
+        mine = sessions_of_process(self.anchor, self.url)
+        if len(mine) != 1:
+            return None  # none, or more than one: never guess
+        saved = mine[0]
+        old_key = saved.key
+        saved.key = self.key
+        saved.keys = [*saved.keys, self.key] if self.key not in saved.keys else saved.keys
+        session_save(saved)
+        if old_key != self.key:
+            session_forget(old_key)
         return saved
 
-    def register(self) -> SavedSession:
-        mode = "bypass" if self.event.get("permission_mode") in BYPASS_MODES else "default"
-        with self.client(None) as client:
-            body = client.register(
-                name=session_name(self.cwd),
+    def register(self, *, stale_token: str | None = None) -> SavedSession:
+        """Register this session once: hooks of one session that start together (three tool calls
+        at once, with no saved session) take the lock in turn, and the later ones find the first's.
+        `stale_token`: the saved token the hub refused (then a fresh registration replaces it)."""
+        if not self.key:
+            raise ValueError("The hook input has no session_id.")
+        with session_lock(self.key):
+            found = self.saved()
+            if found is not None and found.token != stale_token:
+                return found
+            if found is None and stale_token is None and (adopted := self.adopt()) is not None:
+                return adopted
+            mode = "bypass" if self.event.get("permission_mode") in BYPASS_MODES else "default"
+            with self.client(None) as client:
+                body = client.register(
+                    name=session_name(self.cwd),
+                    cwd=self.cwd,
+                    kind=KINDS.get(self.client_name, "claude-code"),
+                    permission_mode=mode,
+                    status="busy",
+                )
+            keys = found.keys if found is not None else [self.key]
+            saved = SavedSession(
+                key=self.key,
+                hub=self.url,
+                token=body["token"],
+                id=body["id"],
+                name=body["name"],
+                ref=body["ref"],
                 cwd=self.cwd,
-                kind="claude-code",
-                permission_mode=mode,
                 status="busy",
+                keys=keys,
+                anchor=self.anchor,
+                client=self.client_name,
             )
-        saved = SavedSession(
-            key=self.key,
-            hub=self.url,
-            token=body["token"],
-            id=body["id"],
-            name=body["name"],
-            ref=body["ref"],
-            cwd=self.cwd,
-            status="busy",
-        )
-        session_save(saved)
-        return saved
+            session_save(saved)
+            return saved
 
     def session(self) -> SavedSession:
-        """The saved session, registering one if SessionStart never managed to."""
+        """The saved session (or this process's, carried over), registering one if none."""
         return self.saved() or self.register()
 
     # --- events --------------------------------------------------------------------------------
     def on_session_start(self) -> dict[str, Any] | None:
         saved = self.saved()
+        if saved is None:
+            with session_lock(self.key):
+                saved = self.saved() or self.adopt()
         if saved is not None:
             try:
                 with self.client(saved.token) as client:
@@ -127,8 +229,8 @@ class Hook:
             except HubError as exc:
                 if exc.status != 401:
                     raise
-                saved = None  # the hub no longer knows that token: register afresh
-        if saved is None:
+                saved = self.register(stale_token=saved.token)  # the hub no longer knows it
+        else:
             saved = self.register()
         context = (
             f"You are registered on the Switchboard hub as {saved.name} [{saved.ref}]. Other agent "
@@ -147,7 +249,7 @@ class Hook:
         except HubError as exc:
             if exc.status != 401:
                 raise
-        saved = self.register()
+        saved = self.register(stale_token=saved.token)
         return saved, call(saved)
 
     def pulling(self, saved: SavedSession, pull: Callable[[HubClient], T]) -> T:
@@ -165,7 +267,7 @@ class Hook:
     def on_inject(self, event_name: str) -> dict[str, Any] | None:
         def pull(saved: SavedSession) -> list[dict[str, Any]]:
             # A prompt after an idle starts a turn: the same request reports busy.
-            starting = event_name == "UserPromptSubmit" and saved.status != "busy"
+            starting = self.step == "prompt" and saved.status != "busy"
             messages = self.pulling(
                 saved, lambda client: client.inbox(limit=INBOX_LIMIT, status="busy" if starting else None)
             )
@@ -194,15 +296,35 @@ class Hook:
         saved, messages = self.with_session(end_turn)
         if messages:
             reason = render_messages(messages, how_to_reread=REREAD)
-            return {"decision": "block", "reason": reason + "\n\nHandle these messages before you stop."}
+            decision = "deny" if self.client_name == "gemini" else "block"  # Gemini's word for it
+            return {"decision": decision, "reason": reason + "\n\nHandle these messages before you stop."}
         saved.status = "idle"
         session_save(saved)
         return None
+
+    def on_turn_complete(self) -> None:
+        """Codex's notify after a turn: report the session its MCP server registered (found by
+        the Codex process both run under) idle with the turn's final answer. Codex reads nothing
+        back, so nothing is pulled: waiting messages stay queued for its check_inbox tool."""
+        mine = sessions_of_process(self.anchor, self.url)
+        if len(mine) != 1:
+            raise LookupError(
+                f"{len(mine)} hub sessions belong to this Codex process (by its MCP server); "
+                "reporting idle needs exactly one."
+            )
+        saved = mine[0]
+        answer = str(self.event.get("last-assistant-message") or "")[:MAX_FINAL_ANSWER]
+        with self.client(saved.token) as client:
+            client.set_status("idle", final_answer=answer)
+        saved.status = "idle"
+        session_save(saved)
 
     def on_session_end(self) -> dict[str, Any] | None:
         saved = self.saved()
         if saved is None:
             return None
+        if self.event.get("reason") in HANDOVER_REASONS:
+            return None  # the same process goes on under a new session id, as the same hub session
         saved.ended = True
         session_save(saved)  # even if the hub is down, the next SessionStart registers afresh
         with self.client(saved.token) as client:
@@ -211,15 +333,18 @@ class Hook:
         return None
 
     def run(self) -> dict[str, Any] | None:
-        name = self.event.get("hook_event_name")
-        if name == "SessionStart":
+        step = self.step
+        name = str(self.event.get("hook_event_name") or "")
+        if step == "start":
             return self.on_session_start()
-        if name in ("UserPromptSubmit", "PostToolUse"):
-            return self.on_inject(str(name))
-        if name == "Stop":
+        if step in ("prompt", "tool"):
+            return self.on_inject(name)
+        if step == "stop":
             return self.on_stop()
-        if name == "SessionEnd":
+        if step == "end":
             return self.on_session_end()
+        if step == "turn-complete":
+            self.on_turn_complete()
         return None
 
 
@@ -228,9 +353,9 @@ def _context(event_name: str, text: str) -> dict[str, Any]:
 
 
 def final_answer(event: dict[str, Any]) -> str:
-    """The turn's final answer: `last_assistant_message` when Claude Code sends it, else the last
-    assistant text in the transcript (older versions)."""
-    text = event.get("last_assistant_message")
+    """The turn's final answer: `last_assistant_message` (Claude Code) or `prompt_response`
+    (Gemini CLI) when sent, else the last assistant text in a Claude Code transcript."""
+    text = event.get("last_assistant_message") or event.get("prompt_response")
     if isinstance(text, str) and text:
         return text[:MAX_FINAL_ANSWER]
     path = event.get("transcript_path")
@@ -282,28 +407,76 @@ def _setup_log() -> None:
     log.propagate = False
 
 
-def run_hook(stdin: IO[str], stdout: IO[str], *, make_client: ClientFactory = default_client) -> int:
-    """Read one event, handle it, print the answer. Never raises, always returns 0."""
+class HookDeadline(HubUnreachable):
+    def __init__(self) -> None:
+        super().__init__(f"The hook's {HOOK_DEADLINE:.0f} s deadline passed before the hub answered.")
+
+
+@contextmanager
+def watchdog(seconds: float) -> Iterator[None]:
+    """Raise HookDeadline in this (main) thread once `seconds` have passed: the last guard of the
+    deadline, for whatever a per-request timeout cannot bound (a hub that drips its answer)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise HookDeadline()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_hook(
+    stdin: IO[str] | None,
+    stdout: IO[str],
+    *,
+    make_client: ClientFactory = default_client,
+    client_name: str = "claude",
+    payload: str | None = None,
+    guard: bool = False,
+) -> int:
+    """Read one event (`payload`, else stdin), handle it, print the answer. Never raises, always
+    returns 0. `guard`: also arm the SIGALRM watchdog (the `switchboard hook` process does)."""
     started = time.perf_counter()
+    deadline = time.monotonic() + HOOK_DEADLINE
     hook: Hook | None = None
+    breaker: Breaker | None = None
     try:
         _setup_log()
-        event = json.loads(stdin.read() or "{}")
+        raw = payload if payload is not None else (stdin.read() if stdin is not None else "")
+        event = json.loads(raw or "{}")
         if not isinstance(event, dict):
             raise ValueError("the hook input is not a JSON object")
-        hook = Hook(event, make_client)
-        answer = hook.run()
-        if answer is not None:
-            stdout.write(json.dumps(answer))
-            stdout.flush()
-        status = "ok"
+        hook = Hook(event, make_client, client_name=client_name, deadline=deadline)
+        breaker = Breaker(hook.url)
+        until = breaker.open_until() if hook.step != "end" else None
+        if until is not None:
+            status = f"skipped: the hub failed recently; next try in {until - time.time():.0f} s"
+        else:
+            with watchdog(HOOK_DEADLINE + 0.5) if guard else nullcontext():
+                answer = hook.run()
+            if answer is not None:
+                stdout.write(json.dumps(answer))
+                stdout.flush()
+            status = "ok"
+            if hook.requests:
+                breaker.reset()
     except HubError as exc:
         status = f"hub error {exc.code} ({exc.status}): {exc.detail}"
+        # Only a hub that could not be reached (or not in time) costs the agent a wait.
+        if breaker is not None and exc.status == 0:
+            status += f"; skipping the hub for {breaker.trip():.0f} s"
     except Exception as exc:  # fail open: the agent must keep working whatever happens here
         status = f"failed: {type(exc).__name__}: {exc}"
     try:
         elapsed = (time.perf_counter() - started) * 1000
-        event_name = hook.event.get("hook_event_name") if hook else "?"
+        event_name = (hook.event.get("hook_event_name") or hook.event.get("type")) if hook else "?"
         requests = hook.requests if hook else 0
         level = logging.INFO if status == "ok" else logging.WARNING
         log.log(level, "hook %s: %s; %d request(s), %.1f ms", event_name, status, requests, elapsed)
@@ -312,5 +485,6 @@ def run_hook(stdin: IO[str], stdout: IO[str], *, make_client: ClientFactory = de
     return 0
 
 
-def main() -> int:
-    return run_hook(sys.stdin, sys.stdout)
+def main(*, client_name: str = "claude", payload: str | None = None) -> int:
+    stdin = None if payload is not None else sys.stdin
+    return run_hook(stdin, sys.stdout, client_name=client_name, payload=payload, guard=True)

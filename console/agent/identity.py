@@ -1,21 +1,89 @@
-"""Which hub session a long-running agent process (the MCP server) acts as.
+"""Which hub session a long-running agent process (the MCP server) acts as, and the process tie
+that lets hooks and MCP servers of one agent client find each other.
 
 In order: `SWITCHBOARD_TOKEN` (a session registered elsewhere); with `SWITCHBOARD_ATTACH=hooks`,
-the session the Claude Code hooks registered for this folder; otherwise a session of its own,
-registered on start and deregistered on exit. Only a session it registered itself is deregistered.
+the session its own client's hooks registered; otherwise a session of its own, registered on start
+and deregistered on exit. Only a session it registered itself is deregistered.
+
+How an attached MCP server knows its own client's session (never "the newest in this folder"):
+1. `CLAUDE_CODE_SESSION_ID` in its environment (Claude Code passes it to stdio MCP servers, and to
+   hooks as `session_id`): the saved session that serves (or, after /clear, served) that id. If the
+   hooks have not registered it yet, the server registers it under the same lock and key, so the
+   hooks then find it.
+2. Otherwise the client process: hooks and MCP servers are both children of the agent client
+   (hooks through a shell), so the saved session whose `anchor` is this server's own client process
+   (pid and start time) is its session.
+3. Neither: it refuses (`no_agent_session`) rather than guess. Two candidates: `ambiguous_session`.
+
+With `SWITCHBOARD_CLIENT=codex` the server owns the session (Codex has no start hook): it registers
+on start, saves it under its client process so Codex's `notify` program finds it, and deregisters
+on exit.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from console.agent.client import HubClient, HubError
-from console.agent.config import hub_url, session_for_cwd, session_name
+from console.agent.config import (
+    SavedSession,
+    hub_url,
+    session_find,
+    session_forget,
+    session_lock,
+    session_name,
+    session_save,
+    sessions_of_process,
+)
 
 T = TypeVar("T")
+# Interpreters an agent client runs hook commands through; the client is the first other ancestor.
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox", "env", "timeout"})
+SESSION_ENV = "CLAUDE_CODE_SESSION_ID"
+
+
+def _process(pid: int) -> tuple[int, str, str] | None:
+    """(parent pid, start time, command name) of a process, or None when it cannot be read.
+    The start time makes the pair unique for the machine's uptime (pids are reused)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return int(fields[1]), fields[19], name
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # no /proc (macOS): ps gives the same three facts
+        out = subprocess.run(
+            ["ps", "-o", "ppid=,lstart=,comm=", "-p", str(pid)], capture_output=True, text=True, timeout=2
+        ).stdout.split()
+        return int(out[0]), "-".join(out[1:6]), os.path.basename(" ".join(out[6:]))
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def client_anchor(pid: int | None = None) -> str:
+    """The agent client process this process runs under, as "pid:start time": the first ancestor
+    that is not a shell. "" when it cannot be determined (then nothing is tied by process)."""
+    current = os.getppid() if pid is None else pid
+    for _ in range(8):
+        found = _process(current)
+        if found is None or current <= 1:
+            return ""
+        parent, started, name = found
+        if name.removeprefix("-") not in SHELLS:
+            return f"{current}:{started}"
+        current = parent
+    return ""
+
+
+class NoAgentSession(HubError):
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(code, detail, status=409)
 
 
 class Identity:
@@ -26,6 +94,8 @@ class Identity:
         cwd: str | None = None,
         token: str | None = None,
         attach_to_hooks: bool = False,
+        client_key: str | None = None,
+        owns_client_session: bool = False,
         kind: str = "mcp",
         make_client: Callable[[str, str | None], HubClient] | None = None,
     ) -> None:
@@ -33,17 +103,24 @@ class Identity:
         self.cwd = cwd or os.getcwd()
         self.kind = kind
         self.attach_to_hooks = attach_to_hooks
+        self.client_key = client_key  # the agent client's session id, when it passes one
+        self.owns_client_session = owns_client_session
         self._make_client = make_client or (lambda u, t: HubClient(u, t))
         self._client: HubClient | None = self._make_client(self.url, token) if token else None
         self.owned = False  # True when this process registered the session and must deregister it
         self.session: dict[str, Any] = {}
+        self._saved_key: str | None = None
         self._lock = threading.Lock()
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> Identity:
+        client = os.environ.get("SWITCHBOARD_CLIENT", "").strip().lower()
         return cls(
             token=os.environ.get("SWITCHBOARD_TOKEN", "").strip() or None,
             attach_to_hooks=os.environ.get("SWITCHBOARD_ATTACH", "").strip().lower() == "hooks",
+            client_key=os.environ.get(SESSION_ENV, "").strip() or None,
+            owns_client_session=client == "codex",
+            kind="codex" if client == "codex" else "mcp",
             **kwargs,
         )
 
@@ -53,7 +130,26 @@ class Identity:
             name=session_name(self.cwd), cwd=self.cwd, kind=self.kind, status="busy"
         )
         self._client, self.owned = client, True
+        if self.owns_client_session:  # so the client's notify program finds this session
+            anchor = client_anchor()
+            key = f"{self.kind}-{anchor.replace(':', '-')}" if anchor else f"{self.kind}-{os.getpid()}"
+            self._saved_key = key
+            session_save(self._saved(key, anchor, self.session, client="codex"))
         return client
+
+    def _saved(self, key: str, anchor: str, body: dict[str, Any], *, client: str) -> SavedSession:
+        return SavedSession(
+            key=key,
+            hub=self.url,
+            token=body["token"],
+            id=body["id"],
+            name=body["name"],
+            ref=body["ref"],
+            cwd=self.cwd,
+            keys=[key],
+            anchor=anchor,
+            client=client,
+        )
 
     def client(self) -> HubClient:
         """The client acting as this process's session, resolved on first use."""
@@ -62,18 +158,57 @@ class Identity:
                 return self._client
             return self._resolve(stale_token=None)
 
+    def _use(self, saved: SavedSession) -> HubClient:
+        self._client = self._make_client(self.url, saved.token)
+        self.session = {"id": saved.id, "name": saved.name, "ref": saved.ref}
+        return self._client
+
     def _resolve(self, *, stale_token: str | None) -> HubClient:
-        if self.attach_to_hooks:
-            saved = session_for_cwd(self.cwd, self.url)
+        if not self.attach_to_hooks or self.owns_client_session:
+            return self.register()
+        if self.client_key:
+            return self._resolve_by_key(self.client_key, stale_token)
+        anchor = client_anchor()
+        found = [s for s in sessions_of_process(anchor, self.url) if s.token != stale_token]
+        if len(found) == 1:
+            return self._use(found[0])
+        if found:
+            raise NoAgentSession(
+                "ambiguous_session",
+                f"{len(found)} hub sessions were registered from this MCP server's client process; "
+                "it will not guess which one is its own. End the others (`switchboard deregister "
+                "--session KEY`) or set SWITCHBOARD_TOKEN.",
+            )
+        raise NoAgentSession(
+            "no_agent_session",
+            "This MCP server has no hub session yet: its client passes no session id, and its "
+            "hooks have not registered one from its client process (they do on the next prompt or "
+            "tool call once the hub answers). Retry after that; check that the hooks are installed "
+            "(`switchboard install-hooks`).",
+        )
+
+    def _resolve_by_key(self, key: str, stale_token: str | None) -> HubClient:
+        """The session the client's hooks keep for session id `key`, registered here (under the
+        hooks' lock and key, so they find it) when they have not."""
+        saved = session_find(key, self.url)
+        if saved is not None and saved.token != stale_token:
+            return self._use(saved)
+        with session_lock(key):
+            saved = session_find(key, self.url)
             if saved is not None and saved.token != stale_token:
-                self._client = self._make_client(self.url, saved.token)
-                self.session = {"id": saved.id, "name": saved.name, "ref": saved.ref}
-                return self._client
-        return self.register()
+                return self._use(saved)
+            client = self._make_client(self.url, None)
+            body = client.register(
+                name=session_name(self.cwd), cwd=self.cwd, kind="claude-code", status="busy"
+            )
+            session_save(self._saved(key, client_anchor(), body, client="claude"))
+        self.session = {"id": body["id"], "name": body["name"], "ref": body["ref"]}
+        self._client = client
+        return client
 
     def call(self, fn: Callable[[HubClient], T]) -> T:
         """Run `fn` with the session's client. When the hub no longer knows that session (a
-        restarted hub, or Claude Code's /clear started a new one), resolve it again once and retry."""
+        restarted hub, or the hooks registered afresh), resolve it again once and retry."""
         client = self.client()
         try:
             return fn(client)
@@ -87,7 +222,7 @@ class Identity:
 
     def start(self) -> None:
         """Register now unless attaching to a hooks session (those appear a moment later)."""
-        if not self.attach_to_hooks:
+        if not self.attach_to_hooks or self.owns_client_session:
             self.client()
 
     def close(self) -> None:
@@ -99,3 +234,5 @@ class Identity:
                 client.deregister()
         finally:
             client.close()
+            if self._saved_key:
+                session_forget(self._saved_key)

@@ -1,9 +1,27 @@
-"""`switchboard install-hooks`: the Claude Code settings that run `switchboard hook` on each event,
-and the MCP server config, printed or merged into the settings files."""
+"""`switchboard install-hooks --client claude|codex|gemini`: each agent client's own config that runs
+`switchboard hook` on its events and `switchboard mcp` as its MCP server, printed or merged into the
+client's files (everything the user had there is kept).
+
+Every hook line names the hub (`--url`), the same one as the MCP server's `SWITCHBOARD_URL`, so the
+hooks and the tools of one agent always reach the same hub.
+
+- Claude Code: `.claude/settings.json` `hooks` (SessionStart, UserPromptSubmit, PostToolUse, Stop,
+  SessionEnd; `timeout` in seconds) and `.mcp.json` `mcpServers` (or `claude mcp add` outside a
+  project).
+- Gemini CLI (docs/hooks/reference.md, docs/reference/configuration.md): `.gemini/settings.json`
+  (`~/.gemini/settings.json` for the user) `hooks` (SessionStart, BeforeAgent, AfterTool,
+  AfterAgent, SessionEnd; `timeout` in milliseconds) and `mcpServers`.
+- Codex CLI (codex-rs config): `config.toml` (`$CODEX_HOME`, default `~/.codex`, for the user;
+  `.codex/config.toml` in a trusted project) `[mcp_servers.switchboard]` and `notify`, the program
+  Codex runs after each turn with the turn's JSON as its last argument. Codex runs one notify
+  program: one the user already has is kept, and the report says so.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -12,8 +30,10 @@ from typing import Any
 from console.agent.config import hub_url
 from console.home import write_private
 
+CLIENTS = ("claude", "codex", "gemini")
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
-HOOK_TIMEOUT_SECONDS = 10
+GEMINI_EVENTS = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd")
+HOOK_TIMEOUT_SECONDS = 10  # the client's own limit; the hook itself ends within hooks.HOOK_DEADLINE
 
 
 def switchboard_command() -> list[str]:
@@ -25,10 +45,21 @@ def switchboard_command() -> list[str]:
     return [sys.executable, "-m", "console.cli"]
 
 
-def hooks_settings(command: list[str] | None = None) -> dict[str, Any]:
+def hook_argv(client: str = "claude", command: list[str] | None = None, url: str | None = None) -> list[str]:
+    """The hook's command line as words: `switchboard hook [--client X] --url URL`."""
+    words = [*(command or switchboard_command()), "hook"]
+    if client != "claude":
+        words += ["--client", client]
+    return [*words, "--url", url or hub_url()]
+
+
+def hook_line(client: str = "claude", command: list[str] | None = None, url: str | None = None) -> str:
+    return shlex.join(hook_argv(client, command, url))
+
+
+def hooks_settings(command: list[str] | None = None, url: str | None = None) -> dict[str, Any]:
     """The `hooks` block for .claude/settings.json."""
-    line = " ".join(_quote(part) for part in (command or switchboard_command())) + " hook"
-    entry = {"type": "command", "command": line, "timeout": HOOK_TIMEOUT_SECONDS}
+    entry = {"type": "command", "command": hook_line("claude", command, url), "timeout": HOOK_TIMEOUT_SECONDS}
     hooks: dict[str, Any] = {}
     for event in HOOK_EVENTS:
         group: dict[str, Any] = {"hooks": [entry]}
@@ -38,39 +69,62 @@ def hooks_settings(command: list[str] | None = None) -> dict[str, Any]:
     return {"hooks": hooks}
 
 
-def mcp_config(command: list[str] | None = None, url: str | None = None) -> dict[str, Any]:
-    """The `mcpServers` entry (project `.mcp.json`, or any MCP client's config). With the hooks
-    installed, the server attaches to the session the hooks registered (SWITCHBOARD_ATTACH=hooks)."""
-    parts = command or switchboard_command()
-    return {
-        "mcpServers": {
-            "switchboard": {
-                "command": parts[0],
-                "args": [*parts[1:], "mcp"],
-                "env": {"SWITCHBOARD_URL": url or hub_url(), "SWITCHBOARD_ATTACH": "hooks"},
-            }
-        }
+def gemini_hooks(command: list[str] | None = None, url: str | None = None) -> dict[str, Any]:
+    """The `hooks` block for Gemini CLI's settings.json (no matcher: every tool, every source)."""
+    entry = {
+        "name": "switchboard",
+        "type": "command",
+        "command": hook_line("gemini", command, url),
+        "timeout": HOOK_TIMEOUT_SECONDS * 1000,
     }
+    return {"hooks": {event: [{"hooks": [entry]}] for event in GEMINI_EVENTS}}
+
+
+def mcp_config(
+    command: list[str] | None = None, url: str | None = None, client: str = "claude"
+) -> dict[str, Any]:
+    """The `mcpServers` entry (project `.mcp.json`, Gemini's settings.json, or any MCP client's
+    config). With the hooks installed, the server acts as the session its own client's hooks
+    registered (SWITCHBOARD_ATTACH=hooks); for Codex it registers that session itself."""
+    parts = command or switchboard_command()
+    env = {"SWITCHBOARD_URL": url or hub_url(), "SWITCHBOARD_ATTACH": "hooks"}
+    if client == "codex":
+        env["SWITCHBOARD_CLIENT"] = "codex"
+    return {"mcpServers": {"switchboard": {"command": parts[0], "args": [*parts[1:], "mcp"], "env": env}}}
+
+
+def _is_ours(command: str, prefix: str) -> bool:
+    return command == prefix or command.startswith(prefix + " ")
 
 
 def merge_hooks(existing: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
-    """`existing` settings with our hook entries added once per event; everything else kept."""
+    """`existing` settings with our hook entry once per event (an earlier Switchboard entry, for
+    another hub or an older line, is replaced); everything else kept."""
     merged = dict(existing)
     hooks = dict(merged.get("hooks") or {})
     for event, groups in wanted["hooks"].items():
-        current = list(hooks.get(event) or [])
         command = groups[0]["hooks"][0]["command"]
-        present = any(h.get("command") == command for g in current for h in g.get("hooks", []))
-        if not present:
-            current.extend(groups)
-        hooks[event] = current
+        prefix = command[: command.index(" hook") + len(" hook")]
+        current = []
+        for group in hooks.get(event) or []:
+            kept = [h for h in group.get("hooks", []) if not _is_ours(str(h.get("command", "")), prefix)]
+            if kept or not group.get("hooks"):
+                current.append({**group, "hooks": kept})
+        hooks[event] = [*current, *groups]
     merged["hooks"] = hooks
     return merged
 
 
-def settings_path(scope: str, project_dir: Path) -> Path:
-    """Claude Code's settings file for a scope: user (all projects), project (shared through version
-    control), local (this project, this machine only: the commands hold absolute paths)."""
+def settings_path(scope: str, project_dir: Path, client: str = "claude") -> Path:
+    """The client's settings file for a scope: user (all projects), project (shared through version
+    control), local (Claude Code only: this project, this machine)."""
+    if client == "gemini":
+        base = Path.home() if scope == "user" else project_dir
+        return base / ".gemini" / "settings.json"
+    if client == "codex":
+        if scope == "user":
+            return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex").expanduser() / "config.toml"
+        return project_dir / ".codex" / "config.toml"
     if scope == "user":
         return Path.home() / ".claude" / "settings.json"
     if scope == "local":
@@ -78,15 +132,18 @@ def settings_path(scope: str, project_dir: Path) -> Path:
     return project_dir / ".claude" / "settings.json"
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write a Claude Code settings file: one this creates is its owner's alone (0600), like every
-    file the hub writes; one that exists keeps the mode its user gave it."""
+def write_text(path: Path, text: str) -> None:
+    """Write a client's config file: one this creates is its owner's alone (0600), like every file
+    the hub writes; one that exists keeps the mode its user gave it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2) + "\n"
     if path.exists():
         path.write_text(text, encoding="utf-8")
     else:
         write_private(path, text)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -99,12 +156,78 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def install(*, scope: str, project_dir: Path, write: bool) -> dict[str, Any]:
-    """What to install where; with `write`, merge it into the files. Returns a report."""
-    settings_file = settings_path(scope, project_dir)
-    hooks = hooks_settings()
-    mcp = mcp_config()
-    report: dict[str, Any] = {"scope": scope, "settings_file": str(settings_file), "hooks": hooks, "mcp": mcp}
+def merge_codex(text: str, *, mcp: dict[str, Any], notify: list[str]) -> tuple[str, str | None]:
+    """Codex's config.toml text with `[mcp_servers.switchboard]` and `notify` set, comments and
+    everything else kept (tomlkit round-trips the file). Returns the text and, when the user has a
+    notify program of their own (Codex runs only one), a sentence saying it was kept."""
+    import tomlkit
+
+    doc = tomlkit.parse(text)
+    warning = None
+    current = doc.get("notify")
+    theirs = current is not None and not (
+        isinstance(current, list) and "hook" in current and "codex" in current
+    )
+    if theirs:
+        warning = (
+            f"Codex already runs notify = {json.dumps(list(current))}; it was kept (Codex runs one "
+            f"notify program). To report idle with the final answer, make it also run: {shlex.join(notify)} "
+            "'<the JSON argument>'."
+        )
+    else:
+        doc["notify"] = notify
+    servers = doc.get("mcp_servers")
+    if servers is None:
+        servers = tomlkit.table(is_super_table=True)
+        doc["mcp_servers"] = servers
+    server = tomlkit.table()
+    server["command"] = mcp["command"]
+    server["args"] = mcp["args"]
+    env = tomlkit.inline_table()
+    env.update(mcp["env"])
+    server["env"] = env
+    servers["switchboard"] = server
+    return tomlkit.dumps(doc), warning
+
+
+def install(
+    *, scope: str, project_dir: Path, write: bool, client: str = "claude", url: str | None = None
+) -> dict[str, Any]:
+    """What to install where for `client`; with `write`, merge it into the files. Returns a report."""
+    if client not in CLIENTS:
+        raise ValueError(f"Unknown client {client!r}: one of {', '.join(CLIENTS)}.")
+    if client != "claude" and scope == "local":
+        raise ValueError(f"{client} has no local scope: use --scope project or --scope user.")
+    url = url or hub_url()
+    settings_file = settings_path(scope, project_dir, client)
+    mcp = mcp_config(url=url, client=client)
+    report: dict[str, Any] = {
+        "client": client,
+        "scope": scope,
+        "settings_file": str(settings_file),
+        "mcp": mcp,
+    }
+    if client == "codex":
+        notify = hook_argv("codex", url=url)
+        report["notify"] = notify
+        current = settings_file.read_text(encoding="utf-8") if settings_file.exists() else ""
+        text, warning = merge_codex(current, mcp=mcp["mcpServers"]["switchboard"], notify=notify)
+        report["config_toml"] = text
+        if warning:
+            report["warning"] = warning
+        if write:
+            write_text(settings_file, text)
+        return report
+    if client == "gemini":
+        hooks = gemini_hooks(url=url)
+        report["hooks"] = hooks
+        if write:
+            current = merge_hooks(read_json(settings_file), hooks)
+            current.setdefault("mcpServers", {}).update(mcp["mcpServers"])
+            write_json(settings_file, current)
+        return report
+    hooks = hooks_settings(url=url)
+    report["hooks"] = hooks
     if scope == "project":
         report["mcp_file"] = str(project_dir / ".mcp.json")
     else:
@@ -123,7 +246,26 @@ def install(*, scope: str, project_dir: Path, write: bool) -> dict[str, Any]:
     return report
 
 
-def _quote(part: str) -> str:
-    import shlex
-
-    return shlex.quote(part)
+def show(report: dict[str, Any], *, written: bool) -> str:
+    """The report as the human reads it."""
+    verb = "Wrote" if written else "Add"
+    lines: list[str] = []
+    if report["client"] == "codex":
+        lines.append(f"{verb} this to {report['settings_file']}:\n{report['config_toml']}")
+        if report.get("warning"):
+            lines.append(f"Note: {report['warning']}")
+    else:
+        lines.append(
+            f"{verb} these hooks to {report['settings_file']}:\n{json.dumps(report['hooks'], indent=2)}\n"
+        )
+        if report["client"] == "gemini":
+            lines.append(f"{verb} this MCP server to it:\n{json.dumps(report['mcp'], indent=2)}")
+        elif "mcp_file" in report:
+            lines.append(
+                f"{verb} this MCP server to {report['mcp_file']}:\n{json.dumps(report['mcp'], indent=2)}"
+            )
+        else:
+            lines.append(f"Add the MCP server with:\n  {report['mcp_command']}")
+    if not written:
+        lines.append("\n(Nothing was written; pass --write to merge these into the files.)")
+    return "\n".join(lines)

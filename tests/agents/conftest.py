@@ -42,3 +42,17 @@ def inprocess_hub(db: None, settings: Any, monkeypatch: pytest.MonkeyPatch) -> I
     monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", settings.SWITCHBOARD_ENROLL_KEY)
     monkeypatch.setattr(HubClient, "default_transport", httpx.WSGITransport(app=app))
     yield HUB_URL
+
+
+@pytest.fixture
+def hub_process(tmp_path: Any) -> Iterator[Any]:
+    """A real `switchboard serve` process (embedded defaults), for tests of real agent processes."""
+    import tempfile
+    from pathlib import Path
+
+    from tests.e2e.conftest import start_hub
+
+    home = Path(tempfile.mkdtemp(prefix="hub-home-", dir=tmp_path))
+    running = start_hub(home)
+    yield running
+    running.stop()

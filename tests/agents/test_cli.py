@@ -136,7 +136,7 @@ def test_install_hooks_prints_then_merges_without_clobbering(tmp_path: Path, cap
     assert merged["model"] == "x"
     assert set(merged["hooks"]) == {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd"}
     assert [h["command"] for g in merged["hooks"]["Stop"] for h in g["hooks"]][0] == "say done"
-    assert sum(h["command"].endswith(" hook") for g in merged["hooks"]["Stop"] for h in g["hooks"]) == 1
+    assert sum(" hook --url " in h["command"] for g in merged["hooks"]["Stop"] for h in g["hooks"]) == 1
     mcp = json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["switchboard"]
     assert mcp["args"][-1] == "mcp" and mcp["env"]["SWITCHBOARD_ATTACH"] == "hooks"
     assert merge_hooks(merged, hooks_settings()) == merged

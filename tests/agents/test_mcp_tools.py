@@ -127,16 +127,16 @@ def test_with_hooks_installed_the_mcp_server_acts_as_the_hooks_session(
         assert run_hook(io.StringIO(json.dumps(payload)), io.StringIO()) == 0
 
     fire("first-session", "SessionStart", source="startup")
-    identity = Identity(cwd="/work/billing", attach_to_hooks=True)
+    identity = Identity(cwd="/work/billing", attach_to_hooks=True)  # tied by process (no session id)
 
     me = identity.call(lambda c: c.me())
     assert me["name"] == "billing" and AgentSession.objects.count() == 1  # no second registration
     fire("first-session", "SessionEnd", reason="clear")  # /clear: a new Claude Code session follows
     fire("second-session", "SessionStart", source="clear")
 
-    again = identity.call(lambda c: c.me())  # the old token is refused; it finds the new session
+    again = identity.call(lambda c: c.me())  # /clear keeps the hub session (and the ref peers pinned)
 
-    assert again["id"] != me["id"] and again["status"] == "busy"
-    assert AgentSession.objects.count() == 2 and not identity.owned
+    assert again["id"] == me["id"] and again["ref"] == me["ref"] and again["status"] == "busy"
+    assert AgentSession.objects.count() == 1 and not identity.owned
     identity.close()
     assert AgentSession.objects.get(pk=again["id"]).status == "busy"  # not ours to deregister

@@ -1,0 +1,239 @@
+"""One hub identity per agent session: two Claude Code sessions in one folder, each with its real
+`switchboard mcp` server (stdio) and hook processes, against a real `switchboard serve`; parallel
+first hooks register one session; /clear and /resume keep the hub session."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from console.agent.client import HubClient
+from console.agent.hooks import run_hook
+from messaging.models import AgentSession
+from tests.agents.client_stub import Stub
+from tests.e2e.conftest import REPO, Hub
+
+HOOK = f"{sys.executable} -m console.cli hook"
+MCP = [sys.executable, "-m", "console.cli", "mcp"]
+SID_A = "0d9a7c2e-aaaa-4b8a-9c3e-5a1b2c3d4e5f"
+SID_B = "0d9a7c2e-bbbb-4b8a-9c3e-5a1b2c3d4e5f"
+REGISTERED = re.compile(r"registered on the Switchboard hub as (.+) \[(\w+)\]")
+
+
+def event(name: str, session_id: str, cwd: str = "/work/shop", **fields: Any) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "transcript_path": f"/tmp/{session_id}.jsonl",
+        "cwd": cwd,
+        "permission_mode": "default",
+        "hook_event_name": name,
+        **fields,
+    }
+
+
+def agent_env(hub: Hub, home: Path) -> dict[str, str]:
+    """The environment an agent client passes on: this hub, this home, and none of the caller's
+    Switchboard or Claude Code variables (the tests may themselves run inside Claude Code)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SWITCHBOARD_", "CLAUDE_CODE_", "CLAUDECODE", "DATABASE_URL", "REDIS_URL"))
+    }
+    return env | {
+        "SWITCHBOARD_URL": hub.url,
+        "SWITCHBOARD_ENROLL_KEY": hub.enroll_key,
+        "SWITCHBOARD_HOME": str(home),
+    }
+
+
+def enroll(hub: Hub, name: str) -> dict[str, Any]:
+    r = httpx.post(
+        f"{hub.url}/api/v1/sessions",
+        json={"name": name},
+        headers={"Authorization": f"Bearer {hub.enroll_key}"},
+    )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("tie", ["session id", "process"])
+def test_two_claude_code_sessions_in_one_folder_each_send_as_their_own_session(
+    hub_process: Hub, tmp_path: Path, tie: str
+) -> None:
+    """`session id`: Claude Code passes CLAUDE_CODE_SESSION_ID to the MCP server (2.1.154 on);
+    `process`: it does not (older versions, other clients): the tie is the client process."""
+    hub = hub_process
+    home = tmp_path / "agent-home"
+    home.mkdir(mode=0o700)
+    bob = enroll(hub, "bob")
+    env = agent_env(hub, home)
+    stubs = {sid: Stub(env, str(REPO)) for sid in (SID_A, SID_B)}
+    try:
+        me: dict[str, tuple[str, str]] = {}
+        for sid, stub in stubs.items():  # A starts, then B in the same folder (B saves last)
+            out = stub.hook(HOOK, event("SessionStart", sid, source="startup"), CLAUDE_CODE_SESSION_ID=sid)
+            found = REGISTERED.search(out["answer"]["hookSpecificOutput"]["additionalContext"])
+            assert found, out
+            me[sid] = (found[1], found[2])
+        assert me[SID_A][1] != me[SID_B][1]
+
+        for sid, stub in stubs.items():
+            mcp_env = {"SWITCHBOARD_ATTACH": "hooks"} | (
+                {"CLAUDE_CODE_SESSION_ID": sid} if tie == "session id" else {}
+            )
+            assert stub.send(op="mcp_start", argv=MCP, env=mcp_env) == {"ok": True}
+        for sid, stub in stubs.items():
+            sent = stub.send(op="mcp_call", tool="send_message", args={"to": "bob", "message": f"from {sid}"})
+            assert not sent["is_error"], sent
+
+        bob_api = httpx.Client(
+            base_url=f"{hub.url}/api/v1", headers={"Authorization": f"Bearer {bob['token']}"}
+        )
+        pulled = bob_api.get("inbox").json()["messages"]
+        senders = {m["text"]: m["from"]["ref"] for m in pulled}
+        assert senders == {f"from {SID_A}": me[SID_A][1], f"from {SID_B}": me[SID_B][1]}
+        agents = bob_api.get("agents").json()["agents"]
+        assert len(agents) == 3  # bob and the two sessions: the MCP servers registered none of their own
+    finally:
+        for stub in stubs.values():
+            stub.close()
+
+
+def test_an_mcp_server_that_cannot_tell_its_session_refuses_rather_than_guesses(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console.agent.config import SavedSession, session_save
+    from console.agent.identity import Identity
+
+    # A session registered from another client process in this folder: not ours.
+    session_save(
+        SavedSession(key="other", hub=inprocess_hub, token="t", id="i", name="shop", ref="r", anchor="1:1")
+    )
+    identity = Identity(cwd="/work/shop", attach_to_hooks=True)
+
+    with pytest.raises(Exception) as refused:
+        identity.call(lambda c: c.me())
+
+    assert getattr(refused.value, "code", "") == "no_agent_session"
+    assert AgentSession.objects.count() == 0  # and it registered nothing of its own
+
+
+@pytest.mark.e2e
+def test_three_parallel_first_hooks_register_one_session(hub_process: Hub, tmp_path: Path) -> None:
+    """No saved session (the hub was down at SessionStart): three PostToolUse hooks at once."""
+    hub = hub_process
+    home = tmp_path / "agent-home"
+    home.mkdir(mode=0o700)
+    env = agent_env(hub, home)
+    payload = json.dumps(event("PostToolUse", SID_A, tool_name="Bash", tool_input={}, tool_use_id="toolu_1"))
+    hooks = [
+        subprocess.Popen(
+            [sys.executable, "-m", "console.cli", "hook"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
+        for _ in range(3)
+    ]
+    for process in hooks:  # all three read their event at once
+        assert process.stdin is not None
+        process.stdin.write(payload)
+        process.stdin.close()
+    for process in hooks:
+        process.wait(timeout=30)
+        assert process.stdout is not None and process.returncode == 0
+        process.stdout.close()
+
+    everyone = httpx.get(
+        f"{hub.url}/api/v1/agents",
+        params={"include_exited": "true"},
+        headers={"Authorization": f"Bearer {enroll(hub, 'watcher')['token']}"},
+    ).json()["agents"]
+    assert sorted(a["name"] for a in everyone) == ["shop", "watcher"]
+    saved = json.loads((home / "sessions" / f"{SID_A}.json").read_text())
+    assert saved["name"] == "shop"
+
+
+def fire(name: str, session_id: str, **fields: Any) -> dict[str, Any] | None:
+    out = io.StringIO()
+    assert run_hook(io.StringIO(json.dumps(event(name, session_id, **fields))), out) == 0
+    return json.loads(out.getvalue()) if out.getvalue() else None
+
+
+def _registered(answer: dict[str, Any] | None) -> tuple[str, str]:
+    assert answer is not None
+    found = REGISTERED.search(answer["hookSpecificOutput"]["additionalContext"])
+    assert found
+    return found[1], found[2]
+
+
+@pytest.mark.parametrize("next_start", ["SessionStart", "none"])
+def test_clear_keeps_the_hub_session_and_a_peer_s_pinned_send_still_arrives(
+    inprocess_hub: str, register, monkeypatch: pytest.MonkeyPatch, next_start: str
+) -> None:
+    """SessionEnd(clear) then SessionStart(clear) under a new session id; `none`: the SessionStart
+    after /clear never comes (as some Claude Code versions do), the next prompt carries it over."""
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    alice = register("alice")
+    name, ref = _registered(fire("SessionStart", SID_A, source="startup"))
+
+    fire("SessionEnd", SID_A, reason="clear")
+    if next_start == "SessionStart":
+        assert _registered(fire("SessionStart", SID_B, source="clear")) == (name, ref)
+
+    with HubClient(inprocess_hub, alice.token) as peer:
+        sent = peer.send(to=f"{name} [{ref}]", message="Still there after the clear?")
+    out = fire("UserPromptSubmit", SID_B, prompt="go on")
+
+    assert (
+        out is not None and "Still there after the clear?" in out["hookSpecificOutput"]["additionalContext"]
+    )
+    assert sent["status"] == "queued"
+    assert AgentSession.objects.count() == 2  # no second session for the cleared conversation
+
+    fire("SessionEnd", SID_B, reason="prompt_input_exit")  # a real exit ends it
+    assert AgentSession.objects.get(name=name).status == "exited"
+
+
+def test_resume_in_the_same_process_keeps_the_hub_session(inprocess_hub: str, monkeypatch) -> None:
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    first = _registered(fire("SessionStart", SID_A, source="startup"))
+    fire("SessionEnd", SID_A, reason="resume")
+    assert _registered(fire("SessionStart", SID_B, source="resume")) == first
+    assert AgentSession.objects.count() == 1
+
+
+def test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id(
+    inprocess_hub: str, monkeypatch
+) -> None:
+    """The MCP server keeps the CLAUDE_CODE_SESSION_ID it started with; after /clear the hooks
+    serve a new id, and the server still finds the same hub session."""
+    from console.agent.identity import Identity
+
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    fire("SessionStart", SID_A, source="startup")
+    fire("SessionEnd", SID_A, reason="clear")
+    fire("SessionStart", SID_B, source="clear")
+    started = time.monotonic()
+    identity = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+
+    me = identity.call(lambda c: c.me())
+
+    assert me["name"] == "shop" and AgentSession.objects.count() == 1
+    assert time.monotonic() - started < 5
