@@ -18,12 +18,13 @@ returned to the pool at the end of every request) never leaks into another reque
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import import_module
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext, markcoroutinefunction
+from asgiref.sync import ThreadSensitiveContext, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user
 from django.core.handlers.asgi import ASGIHandler
@@ -31,9 +32,11 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
+from django.utils.datastructures import CaseInsensitiveMapping
 from django.utils.functional import SimpleLazyObject
 
 API_PREFIX = "/api/"
+HUB_PATHS = ("/api/v1/federation/", "/api/v1/relay/")  # other hubs' calls, signed (federation.api)
 IDLE_LANES_KEPT = 16  # threads kept for the next requests; more are made when more run at once
 
 Respond = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
@@ -99,6 +102,8 @@ class ApiHandler(ASGIHandler):
         lane = self._idle_lanes.pop() if self._idle_lanes else ThreadPoolExecutor(1, "api-lane")
         try:
             async with ThreadSensitiveContext(executor=lane):
+                if await self._hub_request_refused(scope, send):
+                    return
                 if self._send_route.takes(scope):
                     await self._send_route(scope, receive, send, fallback=self.handle)
                 else:
@@ -108,6 +113,35 @@ class ApiHandler(ASGIHandler):
                 self._idle_lanes.append(lane)
             else:
                 lane.shutdown(wait=False)
+
+    async def _hub_request_refused(self, scope: dict[str, Any], send: Any) -> bool:
+        """Answer a hub-to-hub request whose signature headers fail before a byte of its body is
+        read (`federation.api.hub_request_early_answer`); True when it was answered."""
+        from federation.api import hub_request_early_answer
+
+        path = app_path(scope)
+        if not path.startswith(HUB_PATHS):
+            return False
+        headers = CaseInsensitiveMapping(
+            {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        )
+        answer = await sync_to_async(hub_request_early_answer)(path, headers)
+        if answer is None:
+            return False
+        body = json.dumps(answer[1]).encode("utf-8")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": answer[0],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode("ascii")),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        return True
 
     def load_middleware(self, is_async: bool = False) -> None:
         self._view_middleware: list[Any] = []

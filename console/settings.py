@@ -271,10 +271,23 @@ SWITCHBOARD_REGISTRY_DIR: Path | None = (
     else (None if os.environ.get("SWITCHBOARD_HOME") else Path.home() / ".switchboard-registry")
 )
 SWITCHBOARD_REGISTRY_STALE_SECONDS = _env_int("SWITCHBOARD_REGISTRY_STALE_SECONDS", 4 * 3600)
-SWITCHBOARD_LAN_PEERS = [
-    u.strip().rstrip("/") for u in os.environ.get("SWITCHBOARD_LAN_PEERS", "").split(",") if u.strip()
-]
-SWITCHBOARD_RELAY_URL = os.environ.get("SWITCHBOARD_RELAY_URL", "").strip().rstrip("/")
+
+
+def _url_and_key(entry: str) -> tuple[str, str]:
+    """`url` or `url#key` (the hub's base64 Ed25519 public key, which an operator copied from that
+    hub's `GET /api/v1/federation/hub`): the URL without a trailing slash, and the key or ""."""
+    url, _, key = entry.strip().partition("#")
+    return url.strip().rstrip("/"), key.strip()
+
+
+# LAN peers to ask, `url` or `url#key`. Messages are sealed to a LAN peer's key, so a peer is used
+# only with a key this hub got from a verified source: given here, or pinned by an operator.
+_lan_peers = [_url_and_key(u) for u in os.environ.get("SWITCHBOARD_LAN_PEERS", "").split(",") if u.strip()]
+SWITCHBOARD_LAN_PEERS = [url for url, _ in _lan_peers]
+SWITCHBOARD_LAN_PEER_KEYS = {url: key for url, key in _lan_peers if key}
+# The relay, `url` or `url#key`; its key (or SWITCHBOARD_RELAY_KEY) binds this hub's requests to it.
+SWITCHBOARD_RELAY_URL, _relay_key = _url_and_key(os.environ.get("SWITCHBOARD_RELAY_URL", ""))
+SWITCHBOARD_RELAY_KEY = os.environ.get("SWITCHBOARD_RELAY_KEY", "").strip() or _relay_key
 SWITCHBOARD_LAN_DISCOVERY = _env_bool("SWITCHBOARD_LAN_DISCOVERY", False)  # mDNS, needs `zeroconf`
 SWITCHBOARD_PEER_TOFU = _env_bool("SWITCHBOARD_PEER_TOFU", True)
 SWITCHBOARD_ISOLATED = _env_bool("SWITCHBOARD_ISOLATED", False)

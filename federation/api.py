@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import HttpRequest
@@ -14,8 +15,14 @@ from ninja.files import UploadedFile
 
 from federation.models import FederationTier
 from federation.services.files import file_store
-from federation.services.forwarding import hosts_answer, inbound_accept, local_agents_public
+from federation.services.forwarding import (
+    envelope_open,
+    hosts_answer,
+    inbound_accept,
+    local_agents_public,
+)
 from federation.services.identity import hub_identity
+from federation.services.keys import hub_key_refusal
 from federation.services.peers import peer_pin, peer_restore, peer_revoke, peer_seen, peers_list
 from federation.services.receipts import receipts_from_hub
 from federation.services.relay import (
@@ -30,32 +37,98 @@ from federation.services.relay import (
     relay_store,
     require_relay,
 )
-from federation.services.signatures import NAME_HEADER, URL_HEADER, request_verify
+from federation.services.signatures import (
+    NAME_HEADER,
+    URL_HEADER,
+    RequestClaim,
+    request_accept,
+    request_precheck,
+)
 from messaging.auth import AUTH, operator, principal
-from messaging.errors import Invalid, TooLarge, Unauthorized
+from messaging.errors import Invalid, SwitchboardError, TooLarge
 
 router = Router(tags=["federation"])
 MAX_HUB_BODY = 280 * 1024 * 1024  # 200 MB of files as base64, plus the envelope
+READ_CHUNK = 1024 * 1024
+# The endpoints other hubs call, authenticated by a request signature (never a session token).
+HUB_SIGNED_PATHS = (
+    "/api/v1/federation/agents",
+    "/api/v1/federation/messages",
+    "/api/v1/federation/receipts",
+    "/api/v1/relay/",
+)
+
+
+def hub_request_precheck(headers: Mapping[str, str]) -> RequestClaim:
+    """What can be refused before a hub request's body is read: its signature headers (key, time,
+    nonce, destination: `request_precheck`), and a key this hub's policy refuses (revoked with
+    mode `refuse`; unknown while trust on first use is off and the registry does not vouch)."""
+    claim = request_precheck(headers=headers)
+    refusal = hub_key_refusal(claim.hub_key)
+    if refusal is not None:
+        raise refusal
+    return claim
+
+
+def hub_request_early_answer(path: str, headers: Mapping[str, str]) -> tuple[int, dict[str, Any]] | None:
+    """For the ASGI layer, before it reads a request's body: the error answer for a request to a
+    hub-signed endpoint that `hub_request_precheck` refuses, else None (the view checks again)."""
+    from django.db import close_old_connections
+
+    if not path.startswith(HUB_SIGNED_PATHS):
+        return None
+    try:
+        hub_request_precheck(headers)
+    except SwitchboardError as exc:
+        return exc.status, exc.as_dict()
+    finally:
+        close_old_connections()  # outside a request's lifecycle: leave no connection behind
+    return None
+
+
+def _body_read(request: HttpRequest) -> bytes:
+    """The body, read in chunks with the cap enforced while reading (chunked bodies have no
+    Content-Length to check first)."""
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > MAX_HUB_BODY:
+        raise TooLarge(_TOO_LARGE, limit=MAX_HUB_BODY)
+    if request.method in ("GET", "HEAD"):
+        return b""
+    parts: list[bytes] = []
+    size = 0
+    while chunk := request.read(READ_CHUNK):
+        size += len(chunk)
+        if size > MAX_HUB_BODY:
+            raise TooLarge(_TOO_LARGE, limit=MAX_HUB_BODY)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+_TOO_LARGE = "A hub-to-hub request carries at most 200 MB of files (base64) and the text."
+
+
+def _signed_raw(request: HttpRequest) -> tuple[str, bytes]:
+    """The calling hub's key and the raw body. The headers are checked before a byte of the body
+    is read; the signature over the body after; the nonce is then recorded as used."""
+    claim = hub_request_precheck(request.headers)
+    raw = _body_read(request)
+    hub_key = request_accept(
+        method=request.method or "GET", path=request.get_full_path(), body=raw, claim=claim
+    )
+    return hub_key, raw
 
 
 def _signed(request: HttpRequest) -> tuple[str, Any]:
-    """The calling hub's key and the parsed JSON body, or Unauthorized."""
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
-    if length > MAX_HUB_BODY:
-        raise TooLarge(
-            "A hub-to-hub request carries at most 200 MB of files (base64) and the text.", limit=MAX_HUB_BODY
-        )
-    raw = request.read() if request.method not in ("GET", "HEAD") else b""
-    hub_key = request_verify(
-        method=request.method or "GET", path=request.get_full_path(), body=raw, headers=request.headers
-    )
-    if hub_key is None:
-        raise Unauthorized("Hub calls carry a fresh request signature by the calling hub's key.")
+    """The calling hub's key and the parsed JSON body (see `_signed_raw`)."""
+    hub_key, raw = _signed_raw(request)
+    return hub_key, _json(raw)
+
+
+def _json(raw: bytes) -> Any:
     try:
-        body = json.loads(raw) if raw else {}
+        return json.loads(raw) if raw else {}
     except ValueError as exc:
         raise Invalid("bad_json", "The body is not JSON.") from exc
-    return hub_key, body
 
 
 def _caller_name(request: HttpRequest) -> tuple[str, str]:
@@ -90,8 +163,9 @@ def agents(request: HttpRequest, to: str | None = None) -> dict[str, Any]:
 
 @router.post("/federation/messages", auth=None, response={200: dict, 201: dict})
 def receive(request: HttpRequest) -> Status:
-    """Another hub forwards a signed message for one of this hub's agents."""
-    hub_key, body = _signed(request)
+    """Another hub forwards a signed message for one of this hub's agents, sealed to this hub."""
+    hub_key, raw = _signed_raw(request)
+    body = _json(envelope_open(raw, content_type=request.content_type or ""))
     tier = (
         body.get("tier")
         if body.get("tier") in (FederationTier.CHANNEL, FederationTier.LAN)

@@ -30,6 +30,7 @@ def federation_jobs() -> list[PeriodicJob]:
         PeriodicJob("federation.tasks.retry_forwards", every),
         PeriodicJob("federation.tasks.send_receipts", every),
         PeriodicJob("federation.tasks.registry_refresh", 60),
+        PeriodicJob("federation.tasks.nonces_prune", 300),
     ]
     if settings.SWITCHBOARD_RELAY_URL and not relay:
         jobs.append(PeriodicJob("federation.tasks.relay_pull", every))

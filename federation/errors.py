@@ -40,3 +40,18 @@ class PermanentError(Exception):
         super().__init__(f"HTTP {status}: {body!r}"[:400])
         self.status = status
         self.body = body
+
+
+class BadRequestSignature(SwitchboardError):
+    """A hub request whose signature headers are missing, malformed, stale, for another hub, or
+    do not verify."""
+
+    code = "bad_request_signature"
+    status = 401
+
+
+class ReplayedRequest(SwitchboardError):
+    """A hub request whose nonce this hub has already seen inside the time window."""
+
+    code = "replayed_request"
+    status = 401

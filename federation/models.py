@@ -182,3 +182,20 @@ class MessageAttachment(models.Model):
 
     def __str__(self) -> str:
         return f"file {self.position} of {self.message_id}"
+
+
+class RequestNonce(models.Model):
+    """A hub request's nonce, kept until the request's time could no longer be fresh: the record
+    every web process of a hub shares, so the same signed request is accepted once."""
+
+    hub_key = models.CharField(max_length=64)
+    nonce = models.CharField(max_length=64)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["hub_key", "nonce"], name="request_nonce_once_per_hub")
+        ]
+
+    def __str__(self) -> str:
+        return f"nonce {self.nonce[:8]} from {self.hub_key[:12]}"

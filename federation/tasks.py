@@ -55,6 +55,14 @@ def relay_cleanup() -> int:
     return relay_expire()
 
 
+@shared_task(name="federation.tasks.nonces_prune")
+def prune_nonces() -> int:
+    """Forget request nonces too old to matter (their requests would be refused as stale)."""
+    from federation.services.signatures import nonces_prune
+
+    return nonces_prune()
+
+
 @shared_task(name="federation.tasks.relay_lease_drop")
 def relay_lease_drop_task(name: str) -> None:
     from federation.services.relay import relay_lease_drop

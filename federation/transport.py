@@ -16,18 +16,38 @@ from federation.errors import PermanentError, TransientError, Unreachable
 from federation.services.signatures import request_headers
 
 API_PREFIX = "/api/v1"
+SEALED_TYPE = "application/x-switchboard-sealed"  # a body sealed to the receiving hub's key
 
 
-def hub_call(method: str, base_url: str, path: str, body: Any = None, *, timeout: float | None = None) -> Any:
-    """Call `base_url` + /api/v1 + `path` as this hub. Returns the JSON answer of a 2xx."""
+def hub_call(
+    method: str,
+    base_url: str,
+    path: str,
+    body: Any = None,
+    *,
+    dest_key: str,
+    sealed: bytes | None = None,
+    timeout: float | None = None,
+) -> Any:
+    """Call `base_url` + /api/v1 + `path` as this hub, signed once for the hub holding `dest_key`
+    (it refuses a request signed for another). The body is `body` as JSON, or `sealed` (bytes
+    sealed to `dest_key`) as is. Returns the JSON answer of a 2xx."""
     url = base_url.rstrip("/") + API_PREFIX + path
-    data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
+    if sealed is not None:
+        data, content_type = sealed, SEALED_TYPE
+    else:
+        data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
+        content_type = "application/json"
     split = urlsplit(url)
     signed_path = split.path + (f"?{split.query}" if split.query else "")
     headers = request_headers(
-        method=method, path=signed_path, body=data, public_url=settings.SWITCHBOARD_PUBLIC_URL
+        method=method,
+        path=signed_path,
+        body=data,
+        dest_key=dest_key,
+        public_url=settings.SWITCHBOARD_PUBLIC_URL,
     )
-    headers["Content-Type"] = "application/json"
+    headers["Content-Type"] = content_type
     try:
         response = httpx.request(
             method,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 
 from federation.errors import PermanentError, TransientError
+from federation.services.keys import lan_peer_key, relay_key
 from federation.services.registry import registry_entries
 from federation.transport import hub_call
 from messaging.names import normalize_name
@@ -33,13 +35,14 @@ def _remote_row(*, tier: str, hub: str, id: str, name: str, ref: str, cwd: str =
     }
 
 
-def _cached_call(key: str, url: str, path: str) -> list[dict[str, Any]]:
+def _cached_call(key: str, url: str, path: str, dest_key: Callable[[], str | None]) -> list[dict[str, Any]]:
     now = time.monotonic()
     hit = _list_cache.get(key)
     if hit and hit[0] > now:
         return hit[1]
     try:
-        answer = hub_call("GET", url, path, timeout=1.5) or {}
+        dest = dest_key()
+        answer = (hub_call("GET", url, path, dest_key=dest, timeout=1.5) or {}) if dest else {}
         rows = answer.get("agents") or []
         hub_name = answer.get("hub_name", "")
         rows = [dict(r, hub=r.get("hub", hub_name)) for r in rows if isinstance(r, dict)]
@@ -58,7 +61,7 @@ def remote_agents_list(*, name: str | None = None) -> list[dict[str, Any]]:
         for e in registry_entries()
     ]
     for url in lan_peer_urls():
-        for r in _cached_call(f"lan:{url}", url, "/federation/agents"):
+        for r in _cached_call(f"lan:{url}", url, "/federation/agents", lambda u=url: lan_peer_key(u)):
             rows.append(
                 _remote_row(
                     tier="lan",
@@ -69,7 +72,7 @@ def remote_agents_list(*, name: str | None = None) -> list[dict[str, Any]]:
                 )
             )
     if settings.SWITCHBOARD_RELAY_URL:
-        for r in _cached_call("relay", settings.SWITCHBOARD_RELAY_URL, "/relay/agents"):
+        for r in _cached_call("relay", settings.SWITCHBOARD_RELAY_URL, "/relay/agents", relay_key):
             rows.append(_remote_row(tier="relay", hub="", id="", name=str(r.get("name", "")), ref=""))
     if name:
         key = normalize_name(name)

@@ -34,10 +34,11 @@ from federation.errors import HopLimit, PermanentError, TransientError, Unreacha
 from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
 from federation.services.files import files_for_envelope, files_limits_check
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
+from federation.services.keys import hub_key_pinned, lan_peer_key, relay_key
 from federation.services.peers import peer_seen
 from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
-from federation.services.signatures import envelope_sign, envelope_verify
-from federation.transport import hub_call
+from federation.services.signatures import MESSAGE_SIGNATURE_VERSION, envelope_sign, envelope_verify
+from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
 from messaging.errors import Invalid, NotFound, TooLarge, Unavailable
@@ -191,12 +192,24 @@ def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
         return cached[1]
     from urllib.parse import quote
 
-    try:
-        answer = hub_call("GET", url, f"/federation/agents?to={quote(target)}", timeout=1.5)
-    except (TransientError, PermanentError) as exc:
-        log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
-        answer = None
-    found = answer if isinstance(answer, dict) and answer.get("hosted") else None
+    # Only a peer whose key this hub holds from a verified source is asked: what is forwarded to
+    # it is sealed to that key, and an answer naming another key is not a route.
+    dest_key = lan_peer_key(url)
+    answer = None
+    if dest_key is None:
+        log.info("LAN peer %s skipped: no configured (url#key) or pinned key for it", url)
+    else:
+        try:
+            answer = hub_call(
+                "GET", url, f"/federation/agents?to={quote(target)}", dest_key=dest_key, timeout=1.5
+            )
+        except (TransientError, PermanentError) as exc:
+            log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
+    found = (
+        answer
+        if isinstance(answer, dict) and answer.get("hosted") and answer.get("hub_key") == dest_key
+        else None
+    )
     _hosts_cache[key] = (now + settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, found)
     return found
 
@@ -273,7 +286,9 @@ def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
     if cached and cached[0] > time.monotonic():
         return cached[1]
     try:
-        answer = hub_call("GET", relay, f"/relay/agents?to={quote(target)}", timeout=1.5)
+        answer = hub_call(
+            "GET", relay, f"/relay/agents?to={quote(target)}", dest_key=relay_key(), timeout=1.5
+        )
     except (TransientError, PermanentError) as exc:
         log.info("relay %s did not answer for %r: %s", relay, target, exc)
         return None
@@ -406,7 +421,7 @@ def envelope_build(*, message: Message, target: str, hops: int = 1) -> dict[str,
     me = hub_identity()
     sender = message.sender
     envelope = {
-        "v": 1,
+        "v": MESSAGE_SIGNATURE_VERSION,
         "id": str(message.id),
         "from": {
             "hub": me.public_key,
@@ -437,6 +452,73 @@ def seal_for_hub(*, hub_key: str, payload: bytes) -> bytes:
 def unseal(sealed: bytes) -> bytes:
     """Open a sealed box addressed to this hub (nacl CryptoError when it was not)."""
     return SealedBox(hub_identity().signing_key.to_curve25519_private_key()).decrypt(sealed)
+
+
+def envelope_open(raw: bytes, *, content_type: str) -> bytes:
+    """The forwarded body a hub sealed to this hub (channel, LAN). A body in clear is refused:
+    messages and files never cross between hubs readable on the wire."""
+    if content_type != SEALED_TYPE:
+        raise Invalid(
+            "unsealed",
+            f"Hubs seal what they forward to this hub's key (Content-Type {SEALED_TYPE}); "
+            "a message in clear is refused.",
+        )
+    try:
+        return unseal(raw)
+    except (CryptoError, ValueError, TypeError) as exc:
+        raise Invalid("bad_seal", "The forwarded message is not sealed to this hub's key.") from exc
+
+
+class UnverifiedKey(Exception):
+    """The key a forward would be sealed to is not one this hub holds from a verified source."""
+
+
+def route_key_verified(*, tier: str, url: str, hub_key: str) -> str:
+    """`hub_key` when this hub may seal to it on `tier` (see `federation.services.keys`); raises
+    UnverifiedKey with the reason, in words an operator can act on, when it may not."""
+    if tier == FederationTier.CHANNEL:
+        if hub_key in registry_hub_keys().values():
+            return hub_key
+        raise UnverifiedKey("the hub is no longer in this machine's registry")
+    if tier == FederationTier.LAN:
+        if lan_peer_key(url) == hub_key:
+            return hub_key
+        raise UnverifiedKey(
+            f"this hub holds no verified key for the LAN peer at {url} that matches it (configure "
+            "SWITCHBOARD_LAN_PEERS=url#key or pin the peer's key); nothing was sent"
+        )
+    if hub_key_pinned(hub_key):
+        return hub_key
+    raise UnverifiedKey(
+        f"the relay says the agent is at hub key {hub_key[:16]}…, which no operator of this hub pinned; "
+        "pin that hub's key (after checking it with its operator) to send there; nothing was sent"
+    )
+
+
+def envelope_send(
+    *, tier: str, url: str, hub_key: str, envelope: dict[str, Any], agent: str
+) -> dict[str, Any]:
+    """Carry a signed envelope to the hub holding `hub_key`, sealed to that key (verified first:
+    `route_key_verified`): straight to its URL (channel, LAN) or into the relay at `url` for the
+    agent's leased name. Raises UnverifiedKey, TransientError or PermanentError."""
+    route_key_verified(tier=tier, url=url, hub_key=hub_key)
+    if tier == FederationTier.RELAY:
+        sealed = seal_for_hub(hub_key=hub_key, payload=_json_bytes(envelope))
+        hub_call(
+            "POST",
+            url,
+            "/relay/messages",
+            {
+                "message_id": envelope["id"],
+                "dest_hub": hub_key,
+                "agent": agent,
+                "sealed": base64.b64encode(sealed).decode("ascii"),
+            },
+            dest_key=relay_key(),
+        )
+        return {"status": "at_relay"}
+    sealed = seal_for_hub(hub_key=hub_key, payload=_json_bytes({"tier": tier, "envelope": envelope}))
+    return hub_call("POST", url, "/federation/messages", sealed=sealed, dest_key=hub_key) or {}
 
 
 def _backoff(attempts: int) -> timedelta:
@@ -470,28 +552,10 @@ def forward_attempt(*, delivery_id: int) -> str:
         to = delivery.recipient.name if rd.tier == FederationTier.RELAY else rd.target
         envelope = envelope_build(message=delivery.message, target=to)
         try:
-            if rd.tier == FederationTier.RELAY:
-                try:
-                    sealed = seal_for_hub(hub_key=rd.hub_key, payload=_json_bytes(envelope))
-                except (ValueError, CryptoError) as exc:
-                    _fail(rd, delivery, reason=f"the relay named an unusable hub key ({exc})")
-                    return "failed"
-                hub_call(
-                    "POST",
-                    rd.url,
-                    "/relay/messages",
-                    {
-                        "message_id": envelope["id"],
-                        "dest_hub": rd.hub_key,
-                        "agent": to,
-                        "sealed": base64.b64encode(sealed).decode("ascii"),
-                    },
-                )
-                answer: dict[str, Any] = {"status": "at_relay"}
-            else:
-                answer = hub_call(
-                    "POST", rd.url, "/federation/messages", {"tier": rd.tier, "envelope": envelope}
-                )
+            answer = envelope_send(tier=rd.tier, url=rd.url, hub_key=rd.hub_key, envelope=envelope, agent=to)
+        except UnverifiedKey as exc:
+            _unverified_key(rd, delivery, reason=str(exc))
+            return "failed"
         except TransientError as exc:
             if rd.tier == FederationTier.CHANNEL and isinstance(exc, Unreachable):
                 registry_drop_hub(hub_key=rd.hub_key)  # its entry said live; nothing answers there
@@ -519,6 +583,20 @@ def forward_attempt(*, delivery_id: int) -> str:
         return remote_state
     _fail(rd, delivery, reason="no hub took it after re-routing")
     return "failed"
+
+
+def _unverified_key(rd: RemoteDelivery, delivery: Delivery, *, reason: str) -> None:
+    """Fail a forward whose destination key this hub never verified, and tell the operators:
+    a relay naming a new key for an agent (a lapsed lease taken by another hub) shows here."""
+    _fail(rd, delivery, reason=reason)
+    audit_event(
+        "federation.key_unverified",
+        actor="hub",
+        target=rd.hub_key,
+        message=delivery.message,
+        delivery_id=delivery.pk,
+        detail={"tier": rd.tier, "url": rd.url[:200], "agent": rd.target[:200]},
+    )
 
 
 def _detail(body: Any) -> str:
@@ -752,7 +830,11 @@ def _forward_onward(*, envelope: dict[str, Any], hops: int, exclude: set[str]) -
         return None
     onward = dict(envelope, hops=hops + 1)
     try:
-        answer = hub_call("POST", route.url, "/federation/messages", {"tier": route.tier, "envelope": onward})
+        answer = envelope_send(
+            tier=route.tier, url=route.url, hub_key=route.hub_key, envelope=onward, agent=route.name
+        )
+    except UnverifiedKey:
+        return None
     except TransientError as exc:
         raise Unavailable(f"The hub that hosts {envelope['to']!r} did not answer; retry.") from exc
     except PermanentError as exc:

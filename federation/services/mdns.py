@@ -36,6 +36,13 @@ def mdns_peer_urls() -> list[str]:
         return [url for url, seen in _found.values() if now - seen < FORGET_AFTER_SECONDS]
 
 
+def mdns_peer_keys() -> dict[str, str]:
+    """URL → the key a hub discovered on the LAN announced there (a claim: see `lan_peer_key`)."""
+    now = time.monotonic()
+    with _lock:
+        return {url: key for key, (url, seen) in _found.items() if now - seen < FORGET_AFTER_SECONDS}
+
+
 def _on_change(zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
     from zeroconf import ServiceStateChange
 

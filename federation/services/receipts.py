@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from federation.errors import PermanentError, TransientError
 from federation.models import FederationTier, InboundMessage, RemoteDelivery
+from federation.services.keys import relay_key
 from federation.services.signatures import sign_bytes, verify_bytes
 from federation.transport import hub_call
 from messaging.models import Delivery
@@ -165,10 +166,12 @@ def receipts_flush() -> int:
                             ).decode("ascii"),
                             "replace": True,
                         },
+                        dest_key=relay_key(),
                     )
                     break  # one sealed batch carries every receipt for this origin
             else:
-                hub_call("POST", route, "/federation/receipts", {"receipts": body})
+                # `route` is a URL only the origin hub itself proved (it called from its key).
+                hub_call("POST", route, "/federation/receipts", {"receipts": body}, dest_key=origin_hub)
         except (TransientError, PermanentError) as exc:
             log.info("receipts to %s not sent yet: %s", route, exc)
             continue

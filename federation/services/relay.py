@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from federation.errors import LeaseHeld, NotRelay, PermanentError, TransientError
 from federation.models import FederationTier, RelayLease, RelayMessage
+from federation.services.keys import relay_key
 from federation.transport import hub_call
 from messaging.errors import Invalid, NotFound, SwitchboardError
 from messaging.names import normalize_name
@@ -54,12 +55,22 @@ def relay_lease_take(*, hub_key: str, agent: str, now: Any = None) -> RelayLease
     now = now or timezone.now()
     until = now + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS)
     with transaction.atomic():
+        before = RelayLease.objects.filter(agent_key=key).values_list("hub_key", flat=True).first()
         taken = (
             RelayLease.objects.filter(agent_key=key)
             .filter(Q(hub_key=hub_key) | Q(expires_at__lte=now))
             .update(hub_key=hub_key, expires_at=until, agent_name=agent[:64])
         )
         if taken:
+            if before is not None and before != hub_key:
+                # A lapsed lease went to another hub key: senders that pinned the old one keep
+                # failing rather than sealing to the new one; the relay's operators see why.
+                audit_event(
+                    "relay.lease_moved",
+                    actor="hub",
+                    target=hub_key,
+                    detail={"agent": key, "from_hub": before},
+                )
             return RelayLease.objects.get(agent_key=key)
         try:
             with transaction.atomic():
@@ -256,7 +267,14 @@ def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str
         sessions = live_session_names()
     try:
         answer = (
-            hub_call("POST", relay, "/relay/pull", {"agents": sorted({s["name"] for s in sessions})}) or {}
+            hub_call(
+                "POST",
+                relay,
+                "/relay/pull",
+                {"agents": sorted({s["name"] for s in sessions})},
+                dest_key=relay_key(),
+            )
+            or {}
         )
     except (TransientError, PermanentError) as exc:
         log.info("relay pull failed: %s", exc)
@@ -291,7 +309,13 @@ def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str
         done.append(item["id"])
     if done or release:
         try:
-            hub_call("POST", relay, "/relay/claims/finish", {"done": done, "release": release})
+            hub_call(
+                "POST",
+                relay,
+                "/relay/claims/finish",
+                {"done": done, "release": release},
+                dest_key=relay_key(),
+            )
         except (TransientError, PermanentError) as exc:
             log.info("relay: claims not finished (they lapse and come back): %s", exc)
     counts["delivered"] = len(done) - len(answer.get("receipts") or [])
@@ -307,7 +331,7 @@ def relay_lease_drop(*, name: str) -> None:
     from urllib.parse import quote
 
     try:
-        hub_call("DELETE", relay, f"/relay/leases/{quote(name)}")
+        hub_call("DELETE", relay, f"/relay/leases/{quote(name)}", dest_key=relay_key())
     except (TransientError, PermanentError) as exc:
         log.info("relay lease on %r not released: %s", name, exc)
 

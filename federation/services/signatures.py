@@ -1,9 +1,19 @@
 """Signatures between hubs: over a forwarded message's facts, and over each hub-to-hub request.
 
-A message signature covers the message id, the sending hub, the sender (id, name), the recipient
-as addressed, the SHA-256 of the text and the SHA-256 of every file, so a hub on the way can't
-change any of them without the check failing. A request signature covers method, path, time and
-the body's SHA-256, and proves which hub key is calling.
+A message signature (version 2) covers every field of the envelope that changes what a recipient
+sees or where the message goes: the message id, the sending hub (key, name, URL), the sender (id,
+name, ref), the recipient as addressed, the text's SHA-256, summary, priority, kind, creation time,
+and each file's SHA-256 and name. Only `hops` is left out, because a hub that forwards a message
+onward raises it; it is covered instead by the carrying hub's request signature (over the whole
+body) and bounded by SWITCHBOARD_MAX_HOPS, and a message id is accepted once per origin hub, so a
+carrying hub that lowers it gains no second delivery.
+
+A request signature covers method, path (with query), time, a random nonce, the destination hub's
+public key, the caller's name and URL headers and the body's SHA-256. The receiver checks the
+headers before it reads the body (`request_precheck`): well-formed key, fresh time, addressed to
+this hub, nonce never seen; after the signature checks out the nonce is recorded (`nonce_record`),
+so the same request inside the time window is refused. Nonces live in the database (one table
+shared by every web process of a hub) until their request could no longer be fresh.
 """
 
 from __future__ import annotations
@@ -11,49 +21,66 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
+import secrets
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from nacl.encoding import Base64Encoder
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey
 
+from federation.errors import BadRequestSignature, ReplayedRequest
 from federation.services.identity import hub_identity, verify_key_from
 
+MESSAGE_SIGNATURE_VERSION = 2
+REQUEST_SIGNATURE_VERSION = "switchboard-request-2"
 REQUEST_SKEW_SECONDS = 300
 HUB_HEADER = "X-Switchboard-Hub"
 TIME_HEADER = "X-Switchboard-Time"
+NONCE_HEADER = "X-Switchboard-Nonce"
+DEST_HEADER = "X-Switchboard-Dest"
 SIGNATURE_HEADER = "X-Switchboard-Signature"
 NAME_HEADER = "X-Switchboard-Hub-Name"
 URL_HEADER = "X-Switchboard-Hub-Url"
+_NONCE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+
+
+def _canonical(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
 
 def message_digest_input(
     *,
     message_id: str,
-    hub_key: str,
-    sender_id: str,
-    sender_name: str,
+    origin: Mapping[str, Any],
     to: str,
     text_sha256: str,
-    file_sha256s: Sequence[str],
+    summary: Any,
+    priority: Any,
+    kind: Any,
+    created_at: Any,
+    files: Sequence[tuple[Any, Any]],
 ) -> bytes:
-    """The exact bytes a message signature covers (canonical JSON)."""
-    return json.dumps(
+    """The exact bytes a message signature covers (canonical JSON, version 2)."""
+    return _canonical(
         {
-            "v": 1,
+            "v": MESSAGE_SIGNATURE_VERSION,
             "id": message_id,
-            "hub": hub_key,
-            "sender": [sender_id, sender_name],
+            "from": {k: origin.get(k) for k in ("hub", "hub_name", "url", "id", "name", "ref")},
             "to": to,
             "sha256": text_sha256,
-            "files": list(file_sha256s),
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=True,
-    ).encode("ascii")
+            "summary": summary,
+            "priority": priority,
+            "kind": kind,
+            "created_at": created_at,
+            "files": [list(f) for f in files],
+        }
+    )
 
 
 def sign_bytes(data: bytes, *, key: SigningKey | None = None) -> str:
@@ -73,35 +100,71 @@ def verify_bytes(*, public_key: str, data: bytes, signature: str) -> bool:
 
 
 def envelope_signed_fields(envelope: Mapping[str, Any]) -> bytes:
-    sender = envelope.get("from") or {}
+    sender = envelope.get("from")
+    files = envelope.get("files")
     return message_digest_input(
         message_id=str(envelope.get("id", "")),
-        hub_key=str(sender.get("hub", "")),
-        sender_id=str(sender.get("id", "")),
-        sender_name=str(sender.get("name", "")),
+        origin=sender if isinstance(sender, Mapping) else {},
         to=str(envelope.get("to", "")),
         text_sha256=hashlib.sha256(str(envelope.get("text", "")).encode("utf-8")).hexdigest(),
-        file_sha256s=[str(f.get("sha256", "")) for f in envelope.get("files") or []],
+        summary=envelope.get("summary"),
+        priority=envelope.get("priority"),
+        kind=envelope.get("kind"),
+        created_at=envelope.get("created_at"),
+        files=[
+            (f.get("sha256"), f.get("name")) if isinstance(f, Mapping) else (None, None)
+            for f in (files if isinstance(files, list) else [])
+        ],
     )
 
 
 def envelope_sign(envelope: dict[str, Any], *, key: SigningKey | None = None) -> dict[str, Any]:
     """Add this hub's signature to a message envelope (its `from.hub` must be this hub)."""
+    envelope["v"] = MESSAGE_SIGNATURE_VERSION
     envelope["signature"] = sign_bytes(envelope_signed_fields(envelope), key=key)
     return envelope
 
 
 def envelope_verify(envelope: Mapping[str, Any]) -> bool:
-    """True when the envelope carries a valid signature by the hub it names as sender."""
+    """True when the envelope carries a valid version-2 signature by the hub it names as sender.
+    An envelope of an older version does not verify: its signature leaves fields out."""
     hub_key = str((envelope.get("from") or {}).get("hub", ""))
     signature = envelope.get("signature")
-    if not hub_key or not isinstance(signature, str):
+    if not hub_key or not isinstance(signature, str) or envelope.get("v") != MESSAGE_SIGNATURE_VERSION:
         return False
     return verify_bytes(public_key=hub_key, data=envelope_signed_fields(envelope), signature=signature)
 
 
-def _request_input(method: str, path: str, stamp: str, body: bytes) -> bytes:
-    return "\n".join([method.upper(), path, stamp, hashlib.sha256(body).hexdigest()]).encode("utf-8")
+# --- requests -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestClaim:
+    """What a request's headers say about who sent it; trusted only once `request_verify` passed."""
+
+    hub_key: str
+    stamp: str
+    nonce: str
+    dest: str
+    signature: str
+    name: str
+    url: str
+
+
+def _request_input(method: str, path: str, claim: RequestClaim, body: bytes) -> bytes:
+    return "\n".join(
+        [
+            REQUEST_SIGNATURE_VERSION,
+            method.upper(),
+            path,
+            claim.stamp,
+            claim.nonce,
+            claim.dest,
+            claim.name,
+            claim.url,
+            hashlib.sha256(body).hexdigest(),
+        ]
+    ).encode("utf-8")
 
 
 def request_headers(
@@ -109,38 +172,115 @@ def request_headers(
     method: str,
     path: str,
     body: bytes,
+    dest_key: str,
     public_url: str = "",
     key: SigningKey | None = None,
     name: str = "",
 ) -> dict[str, str]:
-    """Headers that prove this hub (or the holder of `key`) made the request (path includes the query)."""
-    me = hub_identity()
-    key = key or me.signing_key
-    stamp = str(int(time.time()))
+    """Headers that prove this hub (or the holder of `key`) made this request, once, for the hub
+    holding `dest_key` (path includes the query)."""
+    key = key or hub_identity().signing_key
+    claim = RequestClaim(
+        hub_key=key.verify_key.encode(Base64Encoder).decode("ascii"),
+        stamp=str(int(time.time())),
+        nonce=secrets.token_urlsafe(18),
+        dest=dest_key,
+        signature="",
+        name=(name or hub_identity().name)[:128],
+        url=public_url[:512],
+    )
     headers = {
-        HUB_HEADER: key.verify_key.encode(Base64Encoder).decode("ascii"),
-        NAME_HEADER: name or me.name,
-        TIME_HEADER: stamp,
-        SIGNATURE_HEADER: sign_bytes(_request_input(method, path, stamp, body), key=key),
+        HUB_HEADER: claim.hub_key,
+        NAME_HEADER: claim.name,
+        TIME_HEADER: claim.stamp,
+        NONCE_HEADER: claim.nonce,
+        DEST_HEADER: claim.dest,
+        SIGNATURE_HEADER: sign_bytes(_request_input(method, path, claim, body), key=key),
     }
-    if public_url:
-        headers[URL_HEADER] = public_url
+    if claim.url:
+        headers[URL_HEADER] = claim.url
     return headers
 
 
-def request_verify(
-    *, method: str, path: str, body: bytes, headers: Mapping[str, str], now: float | None = None
-) -> str | None:
-    """The calling hub's public key when the request's signature checks out and is fresh, else None."""
-    hub_key = headers.get(HUB_HEADER, "")
-    stamp = headers.get(TIME_HEADER, "")
-    signature = headers.get(SIGNATURE_HEADER, "")
-    if not (hub_key and stamp and signature) or not stamp.isdigit():
-        return None
-    if abs((now or time.time()) - int(stamp)) > REQUEST_SKEW_SECONDS:
-        return None
-    if not verify_bytes(
-        public_key=hub_key, data=_request_input(method, path, stamp, body), signature=signature
-    ):
-        return None
-    return hub_key
+def request_precheck(*, headers: Mapping[str, str], now: float | None = None) -> RequestClaim:
+    """Everything about a hub request that can be checked before its body is read: a well-formed
+    key, a fresh time, a well-formed nonce not seen before, and this hub as its destination.
+    Raises BadRequestSignature or ReplayedRequest; reads no body and writes nothing."""
+    claim = RequestClaim(
+        hub_key=headers.get(HUB_HEADER, ""),
+        stamp=headers.get(TIME_HEADER, ""),
+        nonce=headers.get(NONCE_HEADER, ""),
+        dest=headers.get(DEST_HEADER, ""),
+        signature=headers.get(SIGNATURE_HEADER, ""),
+        name=headers.get(NAME_HEADER, "")[:128],
+        url=headers.get(URL_HEADER, "")[:512],
+    )
+    if not (claim.hub_key and claim.stamp and claim.signature and claim.nonce and claim.dest):
+        raise BadRequestSignature(
+            "Hub calls carry the calling hub's key, a time, a nonce, the destination hub's key and "
+            "a signature (X-Switchboard-* headers)."
+        )
+    try:
+        verify_key_from(claim.hub_key)
+    except ValueError:
+        raise BadRequestSignature("X-Switchboard-Hub is not a base64 Ed25519 public key.") from None
+    if not claim.stamp.isdigit() or abs((now or time.time()) - int(claim.stamp)) > REQUEST_SKEW_SECONDS:
+        raise BadRequestSignature(
+            f"The request's time is more than {REQUEST_SKEW_SECONDS} s from this hub's clock; sign it afresh."
+        )
+    if not _NONCE.match(claim.nonce):
+        raise BadRequestSignature("X-Switchboard-Nonce is 16 to 64 URL-safe characters.")
+    if claim.dest != hub_identity().public_key:
+        raise BadRequestSignature(
+            "This request was signed for another hub (X-Switchboard-Dest is not this hub's key)."
+        )
+    if nonce_seen(hub_key=claim.hub_key, nonce=claim.nonce):
+        raise ReplayedRequest("This request was already received once; a hub signs each request afresh.")
+    return claim
+
+
+def request_verify(*, method: str, path: str, body: bytes, claim: RequestClaim) -> bool:
+    """True when the claim's signature covers this method, path and body."""
+    return verify_bytes(
+        public_key=claim.hub_key, data=_request_input(method, path, claim, body), signature=claim.signature
+    )
+
+
+def request_accept(*, method: str, path: str, body: bytes, claim: RequestClaim) -> str:
+    """The calling hub's key, once the signature checks out and the nonce is recorded as used
+    (BadRequestSignature or ReplayedRequest otherwise)."""
+    if not request_verify(method=method, path=path, body=body, claim=claim):
+        raise BadRequestSignature("Hub calls carry a fresh request signature by the calling hub's key.")
+    nonce_record(hub_key=claim.hub_key, nonce=claim.nonce, stamp=int(claim.stamp))
+    return claim.hub_key
+
+
+def nonce_seen(*, hub_key: str, nonce: str) -> bool:
+    from federation.models import RequestNonce
+
+    return RequestNonce.objects.filter(hub_key=hub_key, nonce=nonce).exists()
+
+
+def nonce_record(*, hub_key: str, nonce: str, stamp: int) -> None:
+    """Record a request's nonce as used until its time can no longer be fresh; ReplayedRequest when
+    another process recorded it first (two copies of one request raced)."""
+    from federation.models import RequestNonce
+
+    keep_until = datetime.fromtimestamp(stamp + REQUEST_SKEW_SECONDS + 1, tz=UTC)
+    try:
+        with transaction.atomic():
+            RequestNonce.objects.create(hub_key=hub_key, nonce=nonce, expires_at=keep_until)
+    except IntegrityError:
+        raise ReplayedRequest(
+            "This request was already received once; a hub signs each request afresh."
+        ) from None
+
+
+def nonces_prune(*, now: datetime | None = None) -> int:
+    """Forget nonces whose requests are too old to be accepted anyway. Returns how many went."""
+    from django.utils import timezone
+
+    from federation.models import RequestNonce
+
+    deleted, _ = RequestNonce.objects.filter(expires_at__lt=now or timezone.now()).delete()
+    return deleted

@@ -49,7 +49,7 @@ class OtherHub:
         from federation.services.signatures import envelope_sign
 
         envelope = {
-            "v": 1,
+            "v": 2,
             "id": str(uuid.uuid4()),
             "from": {
                 "hub": self.public_key,
@@ -69,17 +69,29 @@ class OtherHub:
         }
         return envelope_sign(envelope, key=self.key)
 
-    def call(self, client: Client, method: str, path: str, body: Any = None) -> Any:
+    def call(self, client: Client, method: str, path: str, body: Any = None, *, sealed: bool = True) -> Any:
+        """A signed call to this hub as the other hub would make it (a forward sealed to this hub)."""
+        from federation.services.forwarding import seal_for_hub
+        from federation.services.identity import hub_identity
         from federation.services.signatures import request_headers
+        from federation.transport import SEALED_TYPE
 
+        me = hub_identity().public_key
         raw = b"" if body is None else json.dumps(body).encode()
-        headers = request_headers(method=method, path=path, body=raw, key=self.key, name=self.name)
+        content_type = "application/json"
+        if path.endswith("/federation/messages") and sealed:
+            raw, content_type = seal_for_hub(hub_key=me, payload=raw), SEALED_TYPE
+        headers = request_headers(
+            method=method, path=path, body=raw, dest_key=me, key=self.key, name=self.name
+        )
         meta = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
         fn = getattr(client, method.lower())
         if method == "GET":
             response = fn(path, **meta)
         else:
-            response = fn(path, data=raw, content_type="application/json", **meta)
+            response = fn(path, data=raw, content_type=content_type, **meta)
+        response.sent_headers = meta
+        response.sent_body = raw
         response.json_body = response.json() if response.content else None
         return response
 

@@ -3,8 +3,11 @@ isolation. The other hubs are stood in for by replacing `hub_call` (the HTTP tra
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from nacl.encoding import Base64Encoder
+from nacl.public import SealedBox
 from nacl.signing import SigningKey
 
 from federation.errors import PermanentError, TransientError, Unreachable
@@ -17,8 +20,10 @@ from messaging.models import Delivery
 # in a hub), which a wrapping test transaction on PostgreSQL would not survive.
 pytestmark = pytest.mark.django_db(transaction=True)
 
-HUB_B = SigningKey.generate().verify_key.encode(Base64Encoder).decode()
-HUB_C = SigningKey.generate().verify_key.encode(Base64Encoder).decode()
+_KEYS = {}
+for _key in (SigningKey.generate(), SigningKey.generate()):
+    _KEYS[_key.verify_key.encode(Base64Encoder).decode()] = _key
+HUB_B, HUB_C = list(_KEYS)
 
 
 class FakeHubs:
@@ -29,11 +34,23 @@ class FakeHubs:
         self.answers: list[object] = []
 
     def __call__(self, method, base_url, path, body=None, **kw):
+        if kw.get("sealed") is not None:  # forwarded to a hub: sealed to its key
+            key = _KEYS[kw["dest_key"]].to_curve25519_private_key()
+            body = json.loads(SealedBox(key).decrypt(kw["sealed"]))
         self.calls.append((method, base_url, path, body))
         answer = self.answers.pop(0) if self.answers else {"status": "queued"}
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+
+@pytest.fixture(autouse=True)
+def _verified_keys(monkeypatch):
+    """Hubs B and C's keys come from verified sources: the registry, a configured LAN peer, an
+    operator's pin (for the relay tier)."""
+    monkeypatch.setattr("federation.services.forwarding.registry_hub_keys", lambda: {"b": HUB_B, "c": HUB_C})
+    monkeypatch.setattr("federation.services.forwarding.hub_key_pinned", lambda key: key in _KEYS)
+    monkeypatch.setattr("federation.services.forwarding.relay_key", lambda: "relay-key")
 
 
 @pytest.fixture
@@ -55,6 +72,11 @@ def routes(monkeypatch):
         return None
 
     monkeypatch.setattr("federation.services.forwarding.route_find", find)
+    # A LAN peer's key is the one configured (or pinned) for its URL: here, its route's.
+    monkeypatch.setattr(
+        "federation.services.forwarding.lan_peer_key",
+        lambda url: next((r.hub_key for r in table if r.url == url and r.tier == "lan"), None),
+    )
     return table
 
 

@@ -6,6 +6,7 @@ import base64
 import hashlib
 
 from federation.models import InboundMessage, Peer
+from federation.services.signatures import envelope_sign
 
 URL = "/api/v1/federation/messages"
 
@@ -51,7 +52,8 @@ def test_a_message_carried_by_another_hub_is_verified_by_its_origin_but_gets_no_
     register("bob")
     carrier = make_hub("carrier")
     envelope = other_hub.envelope(to="bob", text="carried by someone else", hops=2)
-    envelope["from"]["url"] = "http://evil.invalid"  # not signed: never trusted as a receipt address
+    envelope["from"]["url"] = "http://evil.invalid"  # signed by the origin, but carried by another hub:
+    envelope_sign(envelope, key=other_hub.key)  # never trusted as a receipt address
     sent = _forward(hub_client, carrier, envelope)
     assert sent.json_body["trust"] == "channel-verified"
     assert InboundMessage.objects.get().reply_url == ""
@@ -59,16 +61,26 @@ def test_a_message_carried_by_another_hub_is_verified_by_its_origin_but_gets_no_
 
 
 def test_a_message_for_an_agent_on_another_hub_is_forwarded_onward_one_hop_further(
-    hub_client, register, other_hub, monkeypatch, settings
+    hub_client, register, other_hub, monkeypatch, settings, make_hub
 ):
+    import json
+
+    from nacl.public import SealedBox
+
     from federation.services.forwarding import RemoteRoute
 
     calls = []
-    route = RemoteRoute("channel", "k" * 43 + "=", "sibling", "http://sibling.invalid", "id", "carol", "")
+    sibling = make_hub("sibling")
+    route = RemoteRoute("channel", sibling.public_key, "sibling", "http://sibling.invalid", "id", "carol", "")
     monkeypatch.setattr("federation.services.forwarding.route_find", lambda **kw: route)
+    monkeypatch.setattr(
+        "federation.services.forwarding.registry_hub_keys", lambda: {"sibling": sibling.public_key}
+    )
 
     def fake_call(method, url, path, body=None, **kw):
-        calls.append(body)
+        opened = SealedBox(sibling.key.to_curve25519_private_key()).decrypt(kw["sealed"])
+        assert kw["dest_key"] == sibling.public_key
+        calls.append(json.loads(opened))
         return {"status": "queued", "trust": "channel-verified"}
 
     monkeypatch.setattr("federation.services.forwarding.hub_call", fake_call)

@@ -16,6 +16,7 @@ ALWAYS = {
     "federation.tasks.retry_forwards",
     "federation.tasks.send_receipts",
     "federation.tasks.registry_refresh",
+    "federation.tasks.nonces_prune",
 }
 
 

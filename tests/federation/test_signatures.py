@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import stat
 
+import pytest
+
+from federation.errors import BadRequestSignature, ReplayedRequest
 from federation.services.identity import hub_identity
 from federation.services.signatures import (
+    REQUEST_SKEW_SECONDS,
     envelope_sign,
     envelope_verify,
+    nonces_prune,
+    request_accept,
     request_headers,
+    request_precheck,
     request_verify,
 )
 
@@ -53,17 +60,44 @@ def test_a_signature_by_another_key_does_not_verify(other_hub):
     assert not envelope_verify(envelope)
 
 
-def test_request_signature_covers_method_path_and_body():
-    headers = request_headers(method="POST", path="/api/v1/x?a=1", body=b"{}")
+def _claim(headers, **kw):
+    return request_precheck(headers=headers, **kw)
+
+
+def test_request_signature_covers_method_path_and_body(db):
     me = hub_identity().public_key
-    assert request_verify(method="POST", path="/api/v1/x?a=1", body=b"{}", headers=headers) == me
-    assert request_verify(method="POST", path="/api/v1/x?a=2", body=b"{}", headers=headers) is None
-    assert request_verify(method="POST", path="/api/v1/x?a=1", body=b"{1}", headers=headers) is None
-    assert request_verify(method="GET", path="/api/v1/x?a=1", body=b"{}", headers=headers) is None
+    headers = request_headers(method="POST", path="/api/v1/x?a=1", body=b"{}", dest_key=me)
+    claim = _claim(headers)
+    assert request_verify(method="POST", path="/api/v1/x?a=1", body=b"{}", claim=claim)
+    assert not request_verify(method="POST", path="/api/v1/x?a=2", body=b"{}", claim=claim)
+    assert not request_verify(method="POST", path="/api/v1/x?a=1", body=b"{1}", claim=claim)
+    assert not request_verify(method="GET", path="/api/v1/x?a=1", body=b"{}", claim=claim)
 
 
-def test_a_stale_request_signature_is_refused():
+def test_a_stale_request_signature_is_refused(db):
     import time
 
-    headers = request_headers(method="GET", path="/p", body=b"")
-    assert request_verify(method="GET", path="/p", body=b"", headers=headers, now=time.time() + 3600) is None
+    headers = request_headers(method="GET", path="/p", body=b"", dest_key=hub_identity().public_key)
+    with pytest.raises(BadRequestSignature):
+        _claim(headers, now=time.time() + 3600)
+
+
+def test_a_request_is_accepted_once(db):
+    headers = request_headers(method="GET", path="/p", body=b"", dest_key=hub_identity().public_key)
+    assert request_accept(method="GET", path="/p", body=b"", claim=_claim(headers))
+    with pytest.raises(ReplayedRequest):
+        _claim(headers)
+
+
+def test_old_nonces_are_pruned(db):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from federation.models import RequestNonce
+
+    headers = request_headers(method="GET", path="/p", body=b"", dest_key=hub_identity().public_key)
+    request_accept(method="GET", path="/p", body=b"", claim=_claim(headers))
+    assert nonces_prune(now=timezone.now()) == 0
+    assert nonces_prune(now=timezone.now() + timedelta(seconds=REQUEST_SKEW_SECONDS + 2)) == 1
+    assert not RequestNonce.objects.exists()

@@ -7,7 +7,9 @@ import base64
 import hashlib
 import json
 import os
+import secrets
 import sqlite3
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ import httpx
 from nacl.encoding import Base64Encoder
 from nacl.signing import SigningKey
 
-from tests.integration.harness import VENV_BIN, Proc, free_port, wait_until
+from tests.integration.harness import REPO, VENV_BIN, Proc, free_port, wait_until
 
 ENROLL = "fed-enroll-key-" + "f" * 24
 
@@ -55,8 +57,52 @@ class FedHub:
     def public_key(self) -> str:
         return self.call("GET", "federation/hub").json()["public_key"]
 
+    def operator_token(self) -> str:
+        """An operator token for this hub (minted once, with its own home's database)."""
+        if not getattr(self, "_operator", None):
+            self._operator = operator_token_mint(self.home, f"op-{self.name}")
+        return self._operator
+
+    def pin(self, public_key: str, *, name: str = "", url: str = "", tier: str = "lan") -> dict[str, Any]:
+        """This hub's operator pins another hub's key (with a URL it becomes a LAN peer)."""
+        response = self.call(
+            "POST",
+            "federation/peers",
+            self.operator_token(),
+            {"public_key": public_key, "name": name, "url": url, "tier": tier},
+        )
+        assert response.status_code in (200, 201), response.text
+        return response.json()
+
     def db(self) -> sqlite3.Connection:
         return sqlite3.connect(self.home / "switchboard.sqlite3", timeout=10)
+
+
+def operator_token_mint(home: Path, name: str) -> str:
+    """An operator token for the embedded hub whose home is `home` (`manage.py operator_token`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "DATABASE_URL"))}
+    env["SWITCHBOARD_HOME"] = str(home)
+    out = subprocess.run(
+        [str(VENV_BIN / "python"), "manage.py", "operator_token", name],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def hub_key_precreate(home: Path) -> str:
+    """Give a hub its key before it starts (as an operator may), so another hub can be configured
+    with it (`SWITCHBOARD_LAN_PEERS=url#key`). Returns the public key."""
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key = SigningKey.generate()
+    path = home / "hub.key"
+    path.write_text(base64.b64encode(bytes(key)).decode() + "\n", encoding="ascii")
+    path.chmod(0o600)
+    return key.verify_key.encode(Base64Encoder).decode()
 
 
 def start_hub(
@@ -132,29 +178,58 @@ class HubKey:
         self.name = name
         self.public_key = self.key.verify_key.encode(Base64Encoder).decode()
 
-    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
+    def headers(self, method: str, path: str, body: bytes, dest_key: str) -> dict[str, str]:
+        """Request signature headers (version 2: nonce and destination, see federation.services.signatures)."""
         stamp = str(int(time.time()))
-        data = "\n".join([method, path, stamp, hashlib.sha256(body).hexdigest()]).encode()
+        nonce = secrets.token_urlsafe(18)
+        data = "\n".join(
+            [
+                "switchboard-request-2",
+                method,
+                path,
+                stamp,
+                nonce,
+                dest_key,
+                self.name,
+                "",
+                hashlib.sha256(body).hexdigest(),
+            ]
+        ).encode()
         return {
             "X-Switchboard-Hub": self.public_key,
             "X-Switchboard-Hub-Name": self.name,
             "X-Switchboard-Time": stamp,
+            "X-Switchboard-Nonce": nonce,
+            "X-Switchboard-Dest": dest_key,
             "X-Switchboard-Signature": base64.b64encode(self.key.sign(data).signature).decode(),
             "Content-Type": "application/json",
         }
 
-    def call(self, hub: FedHub, method: str, path: str, body: Any = None) -> httpx.Response:
+    def signed(
+        self, hub: FedHub, method: str, path: str, body: Any = None
+    ) -> tuple[str, bytes, dict[str, str]]:
+        """URL, body and headers of a call to `hub` (a forward sealed to its key, as hubs send them)."""
+        dest = hub.public_key()
         raw = b"" if body is None else json.dumps(body).encode()
         full = f"/api/v1/{path}"
-        return httpx.request(
-            method, hub.url + full, content=raw, headers=self.headers(method, full, raw), timeout=10
-        )
+        sealed = path == "federation/messages"
+        if sealed:
+            raw = seal_to(dest, raw)
+        headers = self.headers(method, full, raw, dest)
+        if sealed:
+            headers["Content-Type"] = "application/x-switchboard-sealed"
+        return hub.url + full, raw, headers
+
+    def call(self, hub: FedHub, method: str, path: str, body: Any = None) -> httpx.Response:
+        url, raw, headers = self.signed(hub, method, path, body)
+        return httpx.request(method, url, content=raw, headers=headers, timeout=10)
 
     def envelope(
         self, *, to: str, text: str, hops: int = 1, files: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
+        """A message envelope signed as a hub signs one (version 2: every field a recipient sees)."""
         envelope = {
-            "v": 1,
+            "v": 2,
             "id": str(uuid.uuid4()),
             "from": {
                 "hub": self.public_key,
@@ -166,21 +241,37 @@ class HubKey:
             },
             "to": to,
             "text": text,
+            "summary": "",
+            "priority": "normal",
+            "kind": "text",
+            "created_at": "2026-01-01T00:00:00+00:00",
             "hops": hops,
             "files": files or [],
         }
         signed = json.dumps(
             {
-                "v": 1,
+                "v": 2,
                 "id": envelope["id"],
-                "hub": self.public_key,
-                "sender": ["t-1", "tester"],
+                "from": envelope["from"],
                 "to": to,
                 "sha256": hashlib.sha256(text.encode()).hexdigest(),
-                "files": [f["sha256"] for f in envelope["files"]],
+                "summary": envelope["summary"],
+                "priority": envelope["priority"],
+                "kind": envelope["kind"],
+                "created_at": envelope["created_at"],
+                "files": [[f["sha256"], f["name"]] for f in envelope["files"]],
             },
             sort_keys=True,
             separators=(",", ":"),
         ).encode()
         envelope["signature"] = base64.b64encode(self.key.sign(signed).signature).decode()
         return envelope
+
+
+def seal_to(public_key: str, payload: bytes) -> bytes:
+    """`payload` sealed to the hub holding `public_key` (as hubs seal forwards and relay messages)."""
+    from nacl.public import PublicKey, SealedBox
+    from nacl.signing import VerifyKey
+
+    curve = VerifyKey(base64.b64decode(public_key)).to_curve25519_public_key()
+    return SealedBox(PublicKey(bytes(curve))).encrypt(payload)

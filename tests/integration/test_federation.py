@@ -26,7 +26,15 @@ import httpx
 import pytest
 from nacl.public import PublicKey, SealedBox
 
-from tests.integration.fedhubs import ENROLL, FedHub, HubKey, start_hub, wait_inbox, wait_state
+from tests.integration.fedhubs import (
+    ENROLL,
+    FedHub,
+    HubKey,
+    hub_key_precreate,
+    start_hub,
+    wait_inbox,
+    wait_state,
+)
 from tests.integration.harness import free_port, wait_until
 
 pytestmark = pytest.mark.integration
@@ -57,12 +65,17 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
         )
         started.append(r)
         c_port = free_port()
+        c_key = hub_key_precreate(work / "hub-c")
         c = start_hub("hub-c", work, registry=other, relay=r.url, port=c_port)
         started.append(c)
-        a = start_hub("hub-a", work, registry=shared, lan=[c.url], relay=r.url)
+        # A is configured with C's URL and key; B and C know each other's keys as their operators
+        # pinned them (B reaches C through the relay; C answers A over the LAN).
+        a = start_hub("hub-a", work, registry=shared, lan=[f"{c.url}#{c_key}"], relay=r.url)
         started.append(a)
         b = start_hub("hub-b", work, registry=shared, relay=r.url)
         started.append(b)
+        b.pin(c_key, name="hub-c", tier="relay")
+        c.pin(a.public_key(), name="hub-a", url=a.url, tier="lan")
         agents = {
             "alice": a.register("alice", cwd="/w/alice"),
             "bob": b.register("bob", cwd="/w/bob"),
@@ -119,10 +132,10 @@ def test_lan_delivery(fed):
     wait_state(fed.a, alice, sent.json()["id"], "delivered")
 
 
-def test_a_reply_goes_back_over_the_lan_to_a_hub_that_wrote_first(fed):
+def test_a_reply_goes_back_over_the_lan_to_a_pinned_peer(fed):
     alice, carol = fed.agents["alice"], fed.agents["carol"]
     fed.a.inbox(alice)  # empty it
-    reply = fed.c.send(carol, "alice", "got it, thanks")  # C has no LAN peers configured
+    reply = fed.c.send(carol, "alice", "got it, thanks")  # C's operator pinned A with its URL
     assert reply.status_code == 201, reply.text
     [frame] = wait_inbox(fed.a, alice)
     assert frame["text"] == "got it, thanks"
@@ -173,6 +186,7 @@ def test_tier_order_channel_before_lan_before_relay(fed):
 
     # Only a relay-reachable copy left: a hub (this test's key) that leases the name at the relay.
     fed.c.call("DELETE", "sessions/me", dup_c["token"])
+    fed.a.operator_token()  # minted now: it takes longer than the relay's 5 s leases here
     far = HubKey("far-hub")
     wait_until(
         lambda: far.call(fed.r, "POST", "relay/leases", {"agent": "dup"}).status_code == 200,
@@ -181,6 +195,14 @@ def test_tier_order_channel_before_lan_before_relay(fed):
         interval=0.5,
     )
     time.sleep(1.2)  # past the hosts cache
+    # A seals only to a key its operator pinned: the relay naming an unknown one gets nothing.
+    unpinned = fed.a.send(alice, "dup", "not to a key A never pinned", idempotency_key="dup-3a")
+    assert unpinned.status_code == 201, unpinned.text
+    failed = wait_state(fed.a, alice, unpinned.json()["id"], "failed")
+    assert "no operator of this hub pinned" in failed["deliveries"][0]["remote"]["last_error"]
+    assert far.call(fed.r, "POST", "relay/pull", {"agents": ["dup"]}).json()["messages"] == []
+    fed.a.pin(far.public_key, name="far-hub", tier="relay")
+    assert far.call(fed.r, "POST", "relay/leases", {"agent": "dup"}).status_code == 200  # (5 s leases)
     third = fed.a.send(alice, "dup", "and via the relay?", idempotency_key="dup-3")
     assert third.status_code == 201, third.text
     assert third.json()["status"] == "relayed"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.fedhubs import hub_key_precreate, operator_token_mint
 from tests.integration.harness import VENV_BIN, Proc, wait_until
 
 pytestmark = pytest.mark.integration
@@ -61,9 +62,10 @@ def lan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         for i in (0, 1):
             _ip("-n", ns[i], "addr", "add", f"{addr[i]}/24", "dev", veth[i])
             _ip("-n", ns[i], "link", "set", veth[i], "up")
+        # Keys made before the hubs start, so each can be told the other's (what it seals to).
+        keys = [hub_key_precreate(work / f"hub-{i}") for i in (0, 1)]
         for i in (0, 1):
             home = work / f"hub-{i}"
-            home.mkdir(mode=0o700)
             env = {
                 k: v
                 for k, v in os.environ.items()
@@ -73,8 +75,9 @@ def lan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 SWITCHBOARD_HOME=str(home),
                 SWITCHBOARD_HUB_NAME=f"lan-{i}",
                 SWITCHBOARD_ENROLL_KEY=ENROLL,
-                # With zeroconf installed the hubs find each other by mDNS; otherwise by URL.
-                SWITCHBOARD_LAN_PEERS="" if MDNS else f"http://{addr[1 - i]}:{PORT}",
+                # With zeroconf installed the hubs find each other by mDNS (and use what they find
+                # once an operator pinned its key, below); otherwise by URL and key.
+                SWITCHBOARD_LAN_PEERS="" if MDNS else f"http://{addr[1 - i]}:{PORT}#{keys[1 - i]}",
                 SWITCHBOARD_LAN_DISCOVERY="1" if MDNS else "0",
                 SWITCHBOARD_HOSTS_CACHE_SECONDS="1",
                 SWITCHBOARD_FEDERATION_POLL_SECONDS="0.5",
@@ -105,6 +108,13 @@ def lan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 )
             except TimeoutError:
                 raise AssertionError(procs[i].log()[-3000:]) from None
+        if MDNS:
+            for i in (0, 1):
+                token = operator_token_mint(work / f"hub-{i}", f"op-lan-{i}")
+                pinned = call(
+                    info, i, "POST", "federation/peers", token, {"public_key": keys[1 - i], "tier": "lan"}
+                )
+                assert pinned["status"] == 201, pinned
         yield info
     finally:
         for proc in procs:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.fedhubs import ENROLL, FedHub, start_hub, wait_inbox
+from tests.integration.fedhubs import ENROLL, FedHub, hub_key_precreate, start_hub, wait_inbox
 from tests.integration.harness import Hub, free_port, hub_start, wait_until
 
 pytestmark = pytest.mark.integration
@@ -28,7 +28,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, FedHub
     embedded = None
     prod = None
     try:
-        embedded = start_hub("embedded", work, registry=work / "registry-e", lan=[prod_url])
+        # Each hub is configured with the other's URL and key (what it seals forwards to).
+        prod_key = hub_key_precreate(work / "prod" / "home")
+        embedded_key = hub_key_precreate(work / "embedded")
+        embedded = start_hub("embedded", work, registry=work / "registry-e", lan=[f"{prod_url}#{prod_key}"])
         prod = hub_start(
             database_url=db_url,
             redis_url=redis.url(),
@@ -38,7 +41,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, FedHub
             extra_env={
                 "SWITCHBOARD_PUBLIC_URL": prod_url,
                 "SWITCHBOARD_HUB_NAME": "prod",
-                "SWITCHBOARD_LAN_PEERS": embedded.url,
+                "SWITCHBOARD_LAN_PEERS": f"{embedded.url}#{embedded_key}",
                 "SWITCHBOARD_FEDERATION_POLL_SECONDS": "0.5",
                 "SWITCHBOARD_HOSTS_CACHE_SECONDS": "1",
             },

@@ -1,0 +1,106 @@
+"""Keys this hub holds for other hubs, and where each came from.
+
+What this hub seals a message to, and which hub a request is signed for, is a key from a source
+this hub verified, never what an answer over plain HTTP claims:
+- channel tier: the machine's registry (a 0700 folder only this user can write);
+- LAN tier: the key configured with the peer's URL (`SWITCHBOARD_LAN_PEERS=url#key`) or a key an
+  operator pinned (a pinned Peer row with that URL, or a pinned key an mDNS announcement names);
+- relay tier: the destination hub's key only when an operator pinned it (`hub_key_pinned`).
+The relay's own key (which requests to the relay are bound to, never sealed to) is configured
+(`SWITCHBOARD_RELAY_URL=url#key` or SWITCHBOARD_RELAY_KEY) or, failing that, read once from the
+relay's `GET /api/v1/federation/hub`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import httpx
+from django.conf import settings
+
+from federation.errors import PeerRevoked, TransientError, Unreachable
+from federation.models import Peer
+from federation.services.identity import verify_key_from
+from messaging.errors import Forbidden, SwitchboardError
+
+log = logging.getLogger(__name__)
+_relay_keys: dict[str, tuple[float, str]] = {}
+RELAY_KEY_CACHE_SECONDS = 3600
+
+
+def _well_formed(key: str) -> bool:
+    try:
+        verify_key_from(key)
+        return True
+    except ValueError:
+        return False
+
+
+def hub_key_pinned(public_key: str) -> bool:
+    """Whether an operator pinned this hub key (and has not revoked it)."""
+    return Peer.objects.filter(public_key=public_key, pinned=True, revoked=False).exists()
+
+
+def hub_key_refusal(public_key: str) -> SwitchboardError | None:
+    """Why this hub refuses calls from `public_key` outright, as `peers.peer_seen` would (None when
+    it does not): an operator revoked it with mode `refuse`, or it is unknown while trust on first
+    use is off and the registry does not vouch for it. Checked before a request's body is read."""
+    from federation.models import RevocationMode
+    from federation.services.registry import registry_hub_keys
+
+    peer = Peer.objects.filter(public_key=public_key).values_list("revoked", "revocation_mode").first()
+    if peer is not None:
+        if peer[0] and peer[1] == RevocationMode.REFUSE:
+            return PeerRevoked("An operator of this hub revoked the calling hub.")
+        return None
+    if not settings.SWITCHBOARD_PEER_TOFU and public_key not in registry_hub_keys().values():
+        return Forbidden("This hub accepts only peers an operator pinned; ask its operator to pin your key.")
+    return None
+
+
+def lan_peer_key(url: str) -> str | None:
+    """The key this hub holds for the LAN peer at `url` from a verified source, or None."""
+    url = url.rstrip("/")
+    configured = settings.SWITCHBOARD_LAN_PEER_KEYS.get(url, "")
+    if configured:
+        return configured if _well_formed(configured) else None
+    pinned = (
+        Peer.objects.filter(url=url, pinned=True, revoked=False).values_list("public_key", flat=True).first()
+    )
+    if pinned:
+        return pinned
+    from federation.services.mdns import mdns_peer_keys
+
+    announced = mdns_peer_keys().get(url)
+    if announced and hub_key_pinned(announced):
+        return announced
+    return None
+
+
+def relay_key() -> str:
+    """The relay's key, for binding requests to it: configured, or read from the relay (cached)."""
+    relay = settings.SWITCHBOARD_RELAY_URL
+    if settings.SWITCHBOARD_RELAY_KEY:
+        return settings.SWITCHBOARD_RELAY_KEY
+    hit = _relay_keys.get(relay)
+    if hit and hit[0] > time.monotonic():
+        return hit[1]
+    try:
+        answer = httpx.get(
+            relay + "/api/v1/federation/hub", timeout=settings.SWITCHBOARD_FEDERATION_TIMEOUT
+        ).json()
+    except httpx.ConnectError as exc:
+        raise Unreachable(f"the relay did not answer: {exc}"[:300]) from exc
+    except (httpx.HTTPError, ValueError) as exc:
+        raise TransientError(f"the relay did not say its key: {exc}"[:300]) from exc
+    key = answer.get("public_key") if isinstance(answer, dict) else None
+    if not isinstance(key, str) or not _well_formed(key):
+        raise TransientError("the relay did not say its key")
+    _relay_keys[relay] = (time.monotonic() + RELAY_KEY_CACHE_SECONDS, key)
+    return key
+
+
+def relay_key_forget() -> None:
+    """Drop the cached relay key (the relay answered that a request was not signed for it)."""
+    _relay_keys.clear()

@@ -1,0 +1,362 @@
+"""Attacks on what is signed and sealed between hubs (issue 30, items 3, 4, 5 and 7's federation
+part). Each test plays the attack and checks the hub refuses it, or marks what it cannot refuse."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from nacl.encoding import Base64Encoder
+from nacl.public import SealedBox
+from nacl.signing import SigningKey
+
+from federation.models import RemoteDelivery
+from federation.services.forwarding import RemoteRoute
+from federation.services.identity import hub_identity
+from federation.services.signatures import request_headers
+from messaging.models import AuditEvent, Delivery
+from tests.federation.conftest import (
+    OtherHub,
+    _federation_dirs,  # noqa: F401  (autouse: registry, files, caches)
+)
+
+URL = "/api/v1/federation/messages"
+
+
+def _meta(headers: dict[str, str]) -> dict[str, str]:
+    return {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+
+
+class Listener:
+    """A loopback HTTP server standing in for another hub or a relay: it records every request's
+    raw bytes (what an eavesdropper on the wire sees) and answers 201 {"status": "queued"}."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                listener.requests.append(
+                    {"path": self.path, "wire": bytes(str(self.headers), "latin-1") + body, "body": body}
+                )
+                answer = b'{"status": "queued"}'
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            do_GET = do_POST  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hub_client(db: None) -> Any:
+    from django.test import Client
+
+    return Client()
+
+
+@pytest.fixture
+def sender_hub() -> OtherHub:
+    """Another hub, with its own key."""
+    return OtherHub(SigningKey.generate())
+
+
+@pytest.fixture
+def listener():
+    server = Listener()
+    yield server
+    server.close()
+
+
+def _key_pair() -> tuple[SigningKey, str]:
+    key = SigningKey.generate()
+    return key, key.verify_key.encode(Base64Encoder).decode()
+
+
+# --- item 3: signatures ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"summary": "URGENT: wire the money"},
+        {"priority": "urgent"},
+        {"kind": "notification"},
+        {"created_at": "2020-01-01T00:00:00+00:00"},
+        {"from": "hub_name"},
+        {"from": "url"},
+        {"files": "name"},
+    ],
+    ids=lambda c: next(iter(c.items()))[1] if "from" in c or "files" in c else next(iter(c)),
+)
+def test_a_field_changed_after_signing_is_marked_unverified(hub_client, register, sender_hub, change):
+    """A hub on the way changes what the recipient would see: the signature no longer holds."""
+    register("bob")
+    envelope = sender_hub.envelope(
+        to="bob",
+        text="the note as written",
+        summary="as written",
+        kind="text",
+        created_at="2026-12-04T10:00:00+00:00",
+        files=[],
+    )
+    assert envelope_is_verified(envelope)
+    if "from" in change:
+        envelope["from"][change["from"]] = "evil-hub" if change["from"] == "hub_name" else "http://evil.test"
+    elif "files" in change:
+        envelope["files"] = [{"name": "renamed.sh", "sha256": "a" * 64, "size": 1, "data": "YQ=="}]
+        other = dict(envelope, files=[dict(envelope["files"][0], name="notes.txt")])
+        from federation.services.signatures import envelope_sign
+
+        envelope["signature"] = envelope_sign(other, key=sender_hub.key)["signature"]
+    else:
+        envelope.update(change)
+    sent = sender_hub.call(hub_client, "POST", URL, {"tier": "lan", "envelope": envelope})
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["trust"] == "unverified"
+    assert sent.json_body["status"] == "held"
+
+
+def envelope_is_verified(envelope: dict[str, Any]) -> bool:
+    from federation.services.signatures import envelope_verify
+
+    return envelope_verify(envelope)
+
+
+def test_a_replayed_request_inside_the_window_is_refused(hub_client, register, api, sender_hub):
+    """Someone on the wire sends the same signed request again a moment later."""
+    register("bob")
+    first = sender_hub.call(hub_client, "POST", URL, {"envelope": sender_hub.envelope(to="bob", text="once")})
+    assert first.status_code == 201, first.json_body
+    again = hub_client.post(
+        URL, data=first.sent_body, content_type=first["Content-Type"], **first.sent_headers
+    )
+    assert again.status_code == 401
+    assert again.json()["error"] == "replayed_request"
+
+
+def test_a_request_signed_for_another_hub_is_refused(hub_client, register, sender_hub):
+    """A hub that received a signed request passes it on to a third hub as if it were the caller."""
+    register("bob")
+    _, third_hub = _key_pair()
+    headers = request_headers(
+        method="GET",
+        path="/api/v1/federation/agents?to=bob",
+        body=b"",
+        dest_key=third_hub,
+        key=sender_hub.key,
+    )
+    answer = hub_client.get("/api/v1/federation/agents?to=bob", **_meta(headers))
+    assert answer.status_code == 401, answer.content
+    assert answer.json()["error"] == "bad_request_signature"
+    assert "another hub" in answer.json()["detail"]
+
+
+# --- item 4: LAN in clear -------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lan_forward_carries_neither_text_nor_file_bytes_in_clear(
+    api, register, settings, monkeypatch, listener, django_capture_on_commit_callbacks
+):
+    """An eavesdropper on the LAN reads what one hub forwards to another."""
+    peer_key, peer_public = _key_pair()
+    settings.SWITCHBOARD_LAN_PEER_KEYS = {listener.url: peer_public}  # SWITCHBOARD_LAN_PEERS=url#key
+    route = RemoteRoute("lan", peer_public, "peer", listener.url, "r-1", "bob", "bobref")
+    monkeypatch.setattr("federation.services.forwarding.route_find", lambda **kw: route)
+    alice = register("alice")
+    secret = f"lan-secret-{uuid.uuid4().hex}"
+    file_bytes = f"file-secret-{uuid.uuid4().hex}".encode()
+    uploaded = api.client.post(
+        "/api/v1/files",
+        {"file": _upload("notes.txt", file_bytes)},
+        HTTP_AUTHORIZATION=f"Bearer {alice.token}",
+    )
+    assert uploaded.status_code == 201, uploaded.content
+    with django_capture_on_commit_callbacks(execute=True):
+        sent = api.post(
+            "messages",
+            alice.token,
+            {
+                "to": "bob",
+                "message": secret,
+                "files": [{"sha256": uploaded.json()["sha256"], "name": "n.txt"}],
+            },
+        )
+    assert sent.status_code == 201, sent.json_body
+    [request] = listener.requests
+    wire = request["wire"]
+    assert secret.encode() not in wire
+    assert file_bytes not in wire and base64.b64encode(file_bytes) not in wire
+    # ... and the peer holding the key opens it.
+    opened = json.loads(SealedBox(peer_key.to_curve25519_private_key()).decrypt(request["body"]))
+    assert opened["envelope"]["text"] == secret
+
+
+def _upload(name: str, data: bytes) -> Any:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return SimpleUploadedFile(name, data)
+
+
+def test_a_forward_in_clear_is_refused(hub_client, register, sender_hub):
+    """A hub (or a downgrade on the wire) sends a forward unsealed."""
+    register("bob")
+    sent = sender_hub.call(
+        hub_client, "POST", URL, {"envelope": sender_hub.envelope(to="bob", text="plain")}, sealed=False
+    )
+    assert sent.status_code == 400
+    assert sent.json_body["reason"] == "unsealed"
+
+
+def test_a_lan_peer_whose_key_is_only_claimed_is_not_sealed_to(
+    api, register, settings, monkeypatch, listener, django_capture_on_commit_callbacks
+):
+    """A LAN URL answers "I host bob, my key is K" over plain HTTP: K was never verified."""
+    _, claimed = _key_pair()
+    settings.SWITCHBOARD_LAN_PEERS = [listener.url]  # a URL without a key, and nobody pinned one
+    settings.SWITCHBOARD_LAN_PEER_KEYS = {}
+    route = RemoteRoute("lan", claimed, "peer", listener.url, "r-1", "bob", "bobref")
+    monkeypatch.setattr("federation.services.forwarding.route_find", lambda **kw: route)
+    alice = register("alice")
+    with django_capture_on_commit_callbacks(execute=True):
+        sent = api.post("messages", alice.token, {"to": "bob", "message": "for bob only"})
+    assert sent.status_code == 201, sent.json_body
+    assert listener.requests == []
+    rd = RemoteDelivery.objects.get()
+    assert rd.remote_state == "failed" and "no verified key" in rd.last_error
+
+
+# --- item 5: relay keys ---------------------------------------------------------------------------
+
+
+def test_the_relay_naming_an_unpinned_key_gets_no_payload(
+    api, register, settings, monkeypatch, listener, django_capture_on_commit_callbacks
+):
+    """The relay (or whoever took a lapsed lease) says bob is at a key this hub never pinned."""
+    _, relay_public = _key_pair()
+    _, taker = _key_pair()
+    settings.SWITCHBOARD_RELAY_URL = listener.url
+    settings.SWITCHBOARD_RELAY_KEY = relay_public
+    route = RemoteRoute("relay", taker, "", listener.url, "name:bob", "bob", "")
+    monkeypatch.setattr("federation.services.forwarding.route_find", lambda **kw: route)
+    alice = register("alice")
+    with django_capture_on_commit_callbacks(execute=True):
+        sent = api.post("messages", alice.token, {"to": "bob", "message": "for bob's real hub"})
+    assert sent.status_code == 201, sent.json_body
+    assert [r for r in listener.requests if r["path"].endswith("/relay/messages")] == []
+    rd = RemoteDelivery.objects.get()
+    assert Delivery.objects.get(pk=rd.delivery_id).state == "failed"
+    assert "no operator of this hub pinned" in rd.last_error
+    assert AuditEvent.objects.filter(kind="federation.key_unverified", target=taker).exists()
+
+
+def test_a_lapsed_lease_taken_by_another_key_is_audited_at_the_relay(db, settings):
+    """A second hub takes over a name at the relay once the first hub's lease lapsed."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from federation.services.relay import relay_lease_take
+
+    settings.SWITCHBOARD_ROLE = "relay"
+    _, first = _key_pair()
+    _, second = _key_pair()
+    relay_lease_take(hub_key=first, agent="carol")
+    later = timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS + 5)
+    relay_lease_take(hub_key=second, agent="carol", now=later)
+    moved = AuditEvent.objects.get(kind="relay.lease_moved")
+    assert moved.target == second and moved.detail == {"agent": "carol", "from_hub": first}
+
+
+# --- item 7: memory before authentication ---------------------------------------------------------
+
+
+def _asgi_post(
+    path: str, headers: dict[str, str], *, chunks: int, chunk: int = 1024 * 1024
+) -> tuple[int, int]:
+    """POST a chunked body of `chunks` × `chunk` bytes to the hub's API handler; the status and how
+    many body bytes the hub pulled before answering."""
+    from console.asgi import api_asgi_app
+
+    pulled = 0
+    sent = 0
+    status: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal pulled, sent
+        if sent >= chunks:
+            await asyncio.sleep(3600)  # a client that never finishes: only a disconnect ends it
+        sent += 1
+        pulled += chunk
+        return {"type": "http.request", "body": b"x" * chunk, "more_body": sent < chunks}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "scheme": "http",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver"), (b"transfer-encoding", b"chunked")]
+        + [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8765),
+    }
+    asyncio.run(asyncio.wait_for(api_asgi_app(scope, receive, send), timeout=60))
+    return status[0], pulled
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_big_unsigned_or_badly_signed_chunked_post_is_refused_before_its_body_is_read(settings, sender_hub):
+    """64 MB posted chunked to the inbound endpoint without a valid signature header set."""
+    settings.ALLOWED_HOSTS = ["testserver"]
+    me = hub_identity().public_key
+    good = request_headers(method="POST", path=URL, body=b"", dest_key=me, key=sender_hub.key)
+    stale = dict(good, **{"X-Switchboard-Time": "1000000000"})
+    elsewhere = request_headers(
+        method="POST", path=URL, body=b"", dest_key=_key_pair()[1], key=sender_hub.key
+    )
+    for headers in ({}, stale, elsewhere):
+        status, pulled = _asgi_post(URL, headers, chunks=64)
+        assert status == 401
+        assert pulled == 0, f"{pulled} bytes read before the refusal"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_revoked_hubs_big_post_is_refused_before_its_body_is_read(settings, sender_hub):
+    from federation.models import Peer
+
+    settings.ALLOWED_HOSTS = ["testserver"]
+    Peer.objects.create(public_key=sender_hub.public_key, revoked=True)
+    headers = request_headers(
+        method="POST", path=URL, body=b"", dest_key=hub_identity().public_key, key=sender_hub.key
+    )
+    status, pulled = _asgi_post(URL, headers, chunks=64)
+    assert status == 403 and pulled == 0
