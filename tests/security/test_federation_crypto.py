@@ -229,6 +229,7 @@ def test_a_forward_in_clear_is_refused(hub_client, register, sender_hub):
     assert sent.json_body["reason"] == "unsealed"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_lan_peer_whose_key_is_only_claimed_is_not_sealed_to(
     api, register, settings, monkeypatch, listener, django_capture_on_commit_callbacks
 ):
@@ -250,6 +251,7 @@ def test_a_lan_peer_whose_key_is_only_claimed_is_not_sealed_to(
 # --- item 5: relay keys ---------------------------------------------------------------------------
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_relay_naming_an_unpinned_key_gets_no_payload(
     api, register, settings, monkeypatch, listener, django_capture_on_commit_callbacks
 ):
