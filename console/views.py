@@ -30,6 +30,7 @@ from console.forms import (
 )
 from federation.models import Peer
 from federation.services.identity import hub_identity
+from federation.services.keys import keys_refused_recently
 from federation.services.peers import peer_pin, peer_restore, peer_revoke
 from messaging.errors import NotFound, SwitchboardError
 from messaging.models import AgentSession
@@ -293,6 +294,7 @@ def peers(request: HttpRequest) -> HttpResponse:
         "console/peers.html",
         {
             "peers": selectors.peer_rows(),
+            "unverified_keys": keys_refused_recently(),
             "me": {"name": me.name, "public_key": me.public_key, "fingerprint": me.fingerprint},
             "pin_form": PeerPinForm(),
             "revoke_form": PeerRevokeForm(),

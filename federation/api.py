@@ -22,7 +22,7 @@ from federation.services.forwarding import (
     local_agents_public,
 )
 from federation.services.identity import hub_identity
-from federation.services.keys import hub_key_refusal
+from federation.services.keys import hub_key_refusal, keys_refused_recently
 from federation.services.peers import peer_pin, peer_restore, peer_revoke, peer_seen, peers_list
 from federation.services.receipts import receipts_from_hub
 from federation.services.relay import (
@@ -204,9 +204,9 @@ class RevokeIn(Schema):
 
 @router.get("/federation/peers", auth=AUTH)
 def peers(request: HttpRequest) -> dict[str, Any]:
-    """Peer hubs this hub knows (operators)."""
+    """Peer hubs this hub knows, and keys it refused to seal to lately for want of a pin (operators)."""
     operator(request)
-    return {"peers": peers_list()}
+    return {"peers": peers_list(), "unverified_keys": keys_refused_recently()}
 
 
 @router.post("/federation/peers", auth=AUTH, response={200: dict, 201: dict})

@@ -104,3 +104,34 @@ def relay_key() -> str:
 def relay_key_forget() -> None:
     """Drop the cached relay key (the relay answered that a request was not signed for it)."""
     _relay_keys.clear()
+
+
+def keys_refused_recently(*, days: int = 7, limit: int = 20) -> list[dict[str, object]]:
+    """Destination keys this hub refused to seal to lately and that no operator pinned since (the
+    relay named them for an agent, or a LAN answer did), newest first: for the peers list, so an
+    operator sees a lease that moved to another key and can check and pin it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from federation.services.identity import key_fingerprint
+    from messaging.models import AuditEvent
+
+    since = timezone.now() - timedelta(days=days)
+    rows: dict[str, dict[str, object]] = {}
+    for event in AuditEvent.objects.filter(kind="federation.key_unverified", at__gte=since).order_by("-id")[
+        :500
+    ]:
+        if event.target in rows:
+            continue
+        rows[event.target] = {
+            "public_key": event.target,
+            "fingerprint": key_fingerprint(event.target),
+            "tier": event.detail.get("tier", ""),
+            "agent": event.detail.get("agent", ""),
+            "at": event.at.isoformat(),
+        }
+    pinned = set(
+        Peer.objects.filter(public_key__in=list(rows), pinned=True).values_list("public_key", flat=True)
+    )
+    return [row for key, row in rows.items() if key not in pinned][:limit]

@@ -147,3 +147,20 @@ def test_actions_on_an_unknown_peer(operator_client, db):
     response = csrf_post(operator_client, "/peers/999/revoke", {"mode": "refuse"})
     assert response.status_code == 302
     assert "No peer hub" in operator_client.get("/peers/").content.decode()
+
+
+def test_a_key_nothing_was_sealed_to_is_listed_until_an_operator_pins_it(operator_client, db):
+    """The relay named a key no operator pinned (a lapsed lease taken by another hub)."""
+    key = _new_key()
+    AuditEvent.objects.create(
+        kind="federation.key_unverified",
+        actor="hub",
+        target=key,
+        detail={"tier": "relay", "url": "http://relay", "agent": f"bob{SCRIPT}"},
+    )
+    page = operator_client.get("/peers/").content.decode()
+    assert key_fingerprint(key) in page and "Keys nothing was sent to" in page
+    assert SCRIPT not in page
+    csrf_post(operator_client, "/peers/pin", {"public_key": key, "tier": "relay"})
+    assert Peer.objects.get(public_key=key).pinned
+    assert "Keys nothing was sent to" not in operator_client.get("/peers/").content.decode()

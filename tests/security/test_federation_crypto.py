@@ -253,7 +253,7 @@ def test_a_lan_peer_whose_key_is_only_claimed_is_not_sealed_to(
 
 @pytest.mark.django_db(transaction=True)
 def test_the_relay_naming_an_unpinned_key_gets_no_payload(
-    api, register, settings, monkeypatch, listener, django_capture_on_commit_callbacks
+    api, register, operator_token, settings, monkeypatch, listener, django_capture_on_commit_callbacks
 ):
     """The relay (or whoever took a lapsed lease) says bob is at a key this hub never pinned."""
     _, relay_public = _key_pair()
@@ -271,6 +271,9 @@ def test_the_relay_naming_an_unpinned_key_gets_no_payload(
     assert Delivery.objects.get(pk=rd.delivery_id).state == "failed"
     assert "no operator of this hub pinned" in rd.last_error
     assert AuditEvent.objects.filter(kind="federation.key_unverified", target=taker).exists()
+    # Operators see the key in the peers list, until one of them pins it.
+    listed = api.get("federation/peers", operator_token).json_body["unverified_keys"]
+    assert [(k["public_key"], k["tier"], k["agent"]) for k in listed] == [(taker, "relay", "bob")]
 
 
 def test_a_lapsed_lease_taken_by_another_key_is_audited_at_the_relay(db, settings):
