@@ -24,7 +24,6 @@ from messaging.services.policies import (
     policy_set,
     policy_view,
     sender_policy_set,
-    session_sensitive_exempt_set,
 )
 
 router = Router(tags=["holds and policy"])
@@ -153,10 +152,12 @@ def put_policy(request: HttpRequest, session_ref: str, body: PolicyIn) -> dict[s
     caller = principal(request)
     session = _session(caller, session_ref)
     session = policy_set(
-        session=session, policy=body.policy, actor=caller, hold_expiry_seconds=body.hold_expiry_seconds
+        session=session,
+        policy=body.policy,
+        actor=caller,
+        hold_expiry_seconds=body.hold_expiry_seconds,
+        sensitive_exempt=body.sensitive_exempt,
     )
-    if body.sensitive_exempt is not None:
-        session = session_sensitive_exempt_set(session=session, exempt=body.sensitive_exempt, actor=caller)
     return policy_view(session=session)
 
 

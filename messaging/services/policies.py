@@ -41,36 +41,45 @@ def policy_set(
     policy: str | None,
     actor: Principal,
     hold_expiry_seconds: int | None = None,
+    sensitive_exempt: bool | None = None,
 ) -> AgentSession:
     """Set `session`'s inbound policy. An operator sets the floor (`operator_policy`) and may set
-    the hold expiry; the session itself sets its own policy, never looser than the floor."""
+    the hold expiry and the sensitive exemption; the session itself sets its own policy, never
+    looser than the floor. Every part of the request is checked before anything is written, and
+    all of it is written in one transaction: a refused request changes nothing."""
     _check_action(policy, "policy")
     _require_self_or_operator(actor, session)
     if hold_expiry_seconds is not None and not (1 <= hold_expiry_seconds <= MAX_HOLD_EXPIRY_SECONDS):
         raise Invalid("bad_hold_expiry", f"hold_expiry_seconds is between 1 and {MAX_HOLD_EXPIRY_SECONDS}.")
+    if not actor.is_operator:
+        if hold_expiry_seconds is not None:
+            raise Forbidden("Only an operator may change how long holds wait.")
+        if sensitive_exempt is not None:
+            raise Forbidden("Only an operator may exempt a sender's sensitive messages from holds.")
     with transaction.atomic():
         locked = AgentSession.objects.select_for_update().get(pk=session.pk)
         before = {
             "inbound_policy": locked.inbound_policy,
             "operator_policy": locked.operator_policy,
             "hold_expiry_seconds": locked.hold_expiry_seconds,
+            "sensitive_exempt": locked.sensitive_exempt,
         }
+        if not actor.is_operator and is_looser(policy, locked.operator_policy):
+            raise Forbidden(
+                f"An operator set this session's policy to {locked.operator_policy}; "
+                "you may make it stricter, never looser."
+            )
         if actor.is_operator:
             # The operator's word is now the policy; the session may tighten it again afterwards.
             locked.operator_policy = policy
             locked.inbound_policy = None
             if hold_expiry_seconds is not None:
                 locked.hold_expiry_seconds = hold_expiry_seconds
+            if sensitive_exempt is not None:
+                locked.sensitive_exempt = sensitive_exempt
         else:
-            if hold_expiry_seconds is not None:
-                raise Forbidden("Only an operator may change how long holds wait.")
-            if is_looser(policy, locked.operator_policy):
-                raise Forbidden(
-                    f"An operator set this session's policy to {locked.operator_policy}; "
-                    "you may make it stricter, never looser."
-                )
             locked.inbound_policy = policy
-        locked.save(update_fields=["inbound_policy", "operator_policy", "hold_expiry_seconds"])
+        locked.save(update_fields=list(before))
         after = {k: getattr(locked, k) for k in before}
         audit_event(
             "session.policy",
@@ -78,6 +87,13 @@ def policy_set(
             target=str(locked.id),
             detail={"before": before, "after": after},
         )
+        if before["sensitive_exempt"] != after["sensitive_exempt"]:
+            audit_event(
+                "session.sensitive_exempt",
+                actor=actor.actor,
+                target=str(locked.id),
+                detail={"exempt": after["sensitive_exempt"]},
+            )
         announce("session.policy", {"id": str(locked.id), **after}, sessions=[locked.id])
     session.__dict__.update(after)
     return locked
