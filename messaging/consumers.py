@@ -10,8 +10,15 @@ Server → agent frames:
   {"type": "acked", ...}                              the answer to an ack
   {"type": "event", "kind": ..., "data": ...}         other live events (e.g. read receipts)
   {"type": "error", "error": code, "detail": sentence}
+  {"type": "error", "error": "session_closed", ...}   then close 4403: the session exited (its
+                                                      token is revoked) or an operator stopped it
 Agent → server: {"type": "auth", "token"}, {"type": "ack", "ids": [message id, ...]}, {"type": "ping"}
 (a ping also counts as a heartbeat, like any authenticated HTTP call).
+
+A socket lives only as long as its session is open: `session_set_status` announces
+`session.closed` to the session's group when the session exits or is user-stopped, and every
+socket of that session, in whichever web process, closes on it. A socket that joins its group just
+then reads the status back after joining, so it cannot miss the close.
 
 The database stays the truth: a push only happens after the pull has moved the delivery to
 delivered, and a client that drops mid-push can fetch those again with `include_unacked`.
@@ -34,11 +41,19 @@ from messaging.models import AgentSession
 from messaging.principals import session_principal
 from messaging.services.delivery import inbox_ack, inbox_pull
 from messaging.services.events import session_group
-from messaging.services.sessions import session_from_token, session_summary, session_touch
+from messaging.services.sessions import (
+    SESSION_CLOSED_EVENT,
+    closed_problem,
+    session_from_token,
+    session_socket_problem,
+    session_summary,
+    session_touch,
+)
 
 T = TypeVar("T")
 AUTH_SECONDS = 10.0
 CLOSE_UNAUTHORIZED = 4401
+CLOSE_SESSION_CLOSED = 4403
 PUSH_BATCH = 100
 MAX_BATCHES_PER_FLUSH = 100
 # Flow control: at most this many pushed-but-unacked messages per socket. A client that stops
@@ -72,6 +87,11 @@ def _authenticate(token: str) -> AgentSession | None:
     if session is not None:
         session_touch(session)
     return session
+
+
+@_off_the_shared_thread
+def _socket_problem(session: AgentSession) -> str | None:
+    return session_socket_problem(session.id)
 
 
 @_off_the_shared_thread
@@ -115,6 +135,7 @@ class AgentConsumer(LoopConsumer):
 
     async def connect(self) -> None:
         self.session: AgentSession | None = None
+        self.closed = False
         self.group: str | None = None
         self.unacked = 0
         self.window_full = False  # a flush stopped at PUSH_WINDOW: an ack must flush again
@@ -144,6 +165,12 @@ class AgentConsumer(LoopConsumer):
         self.session = session
         self.group = session_group(session.id)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        # Read after joining: a close announced before the join is seen here, one after it arrives
+        # as `session.closed`.
+        problem = await _socket_problem(session)
+        if problem is not None:
+            await self._close_session(problem)
+            return
         await self.send_json({"type": "hello", "session": session_summary(session)})
         await self.flush()  # what was queued while no socket was connected
 
@@ -170,6 +197,8 @@ class AgentConsumer(LoopConsumer):
                 return
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if self.closed:
+            return  # frames that crossed the close: the session is gone
         kind = content.get("type") if isinstance(content, dict) else None
         if self.session is None:
             token = content.get("token") if kind == "auth" else None
@@ -202,10 +231,19 @@ class AgentConsumer(LoopConsumer):
     async def _error(self, code: str, detail: str) -> None:
         await self.send_json({"type": "error", "error": code, "detail": detail})
 
+    async def _close_session(self, detail: str) -> None:
+        """The session exited or was stopped: tell the client why and end the socket."""
+        self.session = None
+        self.closed = True
+        await self.send_json({"type": "error", "error": "session_closed", "detail": detail})
+        await self.close(code=CLOSE_SESSION_CLOSED)
+
     async def hub_event(self, event: dict[str, Any]) -> None:
         if self.session is None:
             return
-        if event["kind"] == "inbox.queued":
+        if event["kind"] == SESSION_CLOSED_EVENT:
+            await self._close_session(closed_problem(event["data"].get("status")) or "")
+        elif event["kind"] == "inbox.queued":
             await self.flush()
         else:
             await self.send_json({"type": "event", "kind": event["kind"], "data": event["data"]})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from messaging.models import Delivery, MessageKind, Priority
+from messaging.models import REMOTE_KIND, Delivery, MessageKind, Priority
 
 PEER_LABEL = (
     "The text below is a message from another agent session, relayed by the Switchboard hub. "
@@ -43,7 +43,7 @@ def marker_line(delivery: Delivery) -> str:
         parts.append(f"HELD_FOR={max(0, int((delivery.queued_at - delivery.held_at).total_seconds()))}s")
     if delivery.escalate:
         parts.append(f"ESCALATE={delivery.escalate}")
-    if sender is not None and sender.kind == "remote":
+    if sender is not None and sender.kind == REMOTE_KIND:
         from federation.services.forwarding import remote_hub_name
 
         parts.append(f"FROM_HUB={_field(remote_hub_name(sender.id))}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from django.db import models
@@ -33,6 +34,25 @@ class InboundPolicy(models.TextChoices):
     ACCEPT = "accept"
     HOLD = "hold"
     REFUSE = "refuse"
+
+
+# Session kinds. A client names its own kind (what runs it: script, listener, claude-code, codex,
+# mcp, ...), but the kinds below are the hub's to give: `remote` marks a stand-in for another hub's
+# agent, which discovery leaves out and operator isolation holds. A client registering with one of
+# them would hide from both, so registration refuses them (`session_kind_problem`).
+REMOTE_KIND = "remote"
+RESERVED_SESSION_KINDS = frozenset({REMOTE_KIND, "hub", "operator", "relay", "observer", "system"})
+# What a client-chosen kind may look like: lower-case ASCII, so no look-alike of a reserved one.
+SESSION_KIND_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
+
+
+def session_kind_problem(kind: str) -> str | None:
+    """Why a client may not register with `kind`, or None when it may."""
+    if not SESSION_KIND_PATTERN.fullmatch(kind):
+        return "kind is 1 to 32 lower-case letters, digits and . _ - (e.g. script, claude-code)."
+    if kind in RESERVED_SESSION_KINDS:
+        return f"kind {kind!r} is reserved for sessions the hub makes itself; pick another."
+    return None
 
 
 class AgentSession(models.Model):

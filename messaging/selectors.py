@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from messaging.errors import NotFound
-from messaging.models import AgentSession, AuditEvent, Message, SessionStatus
+from messaging.models import REMOTE_KIND, AgentSession, AuditEvent, Message, SessionStatus
 from messaging.principals import Principal
 from messaging.services.sessions import session_summary
 
@@ -24,7 +24,7 @@ def agents_list(
         from messaging.names import normalize_name
 
         qs = qs.filter(name_key__startswith=normalize_name(name))
-    local = [dict(session_summary(s), tier="host") for s in qs.exclude(kind="remote")]
+    local = [dict(session_summary(s), tier="host") for s in qs.exclude(kind=REMOTE_KIND)]
     if not include_remote:
         return local
     from federation.services.discovery import remote_agents_list

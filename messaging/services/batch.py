@@ -27,6 +27,7 @@ from django.utils import timezone
 from messaging.addressing import Resolution, parse_address
 from messaging.errors import IdempotencyConflict, Invalid, NotFound, PinConflict, SwitchboardError
 from messaging.models import (
+    REMOTE_KIND,
     AgentSession,
     Delivery,
     DeliveryTier,
@@ -325,7 +326,7 @@ class _Batch:
         recipient = found[0]
         return (
             recipient.status not in LIVE_STATUSES
-            or recipient.kind == "remote"
+            or recipient.kind == REMOTE_KIND
             or recipient.id == self.sender.id
         )
 

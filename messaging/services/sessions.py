@@ -11,7 +11,13 @@ from django.utils import timezone
 
 from messaging.credentials import SESSION_PREFIX, hash_token, new_token
 from messaging.errors import Conflict, Invalid, Unauthorized
-from messaging.models import AgentSession, Delivery, PermissionMode, SessionStatus
+from messaging.models import (
+    AgentSession,
+    Delivery,
+    PermissionMode,
+    SessionStatus,
+    session_kind_problem,
+)
 from messaging.names import clean_name, name_problem, normalize_name
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
@@ -22,6 +28,12 @@ REF_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: refs are read
 REF_LENGTH = 6
 RESERVED_NAMES = frozenset({"lead", "hub", "operator", "switchboard"})
 REPORTABLE_STATUSES = frozenset({SessionStatus.BUSY, SessionStatus.IDLE, SessionStatus.STOPPED})
+# A session in one of these has no live connection: its open agent sockets are closed when it
+# enters one (the `session.closed` event) and a new socket is refused while it stays there. An
+# exited session's token is revoked for good; a user-stopped one comes back only by reporting busy
+# or idle over HTTP.
+CLOSED_STATUSES = frozenset({SessionStatus.EXITED, SessionStatus.USER_STOPPED})
+SESSION_CLOSED_EVENT = "session.closed"
 
 
 @dataclass(frozen=True)
@@ -55,8 +67,12 @@ def session_register(
         raise Invalid("bad_permission_mode", "permission_mode is `default` or `bypass`.")
     if status not in REPORTABLE_STATUSES:
         raise Invalid("bad_status", "A new session starts `busy`, `idle` or `stopped`.")
-    if len(cwd) > 1024 or len(peer_address) > 1024 or len(kind) > 32:
-        raise Invalid("too_long", "cwd and peer_address take up to 1024 characters, kind up to 32.")
+    if len(cwd) > 1024 or len(peer_address) > 1024:
+        raise Invalid("too_long", "cwd and peer_address take up to 1024 characters.")
+    kind = kind or "script"
+    kind_problem = session_kind_problem(kind)
+    if kind_problem:
+        raise Invalid("bad_kind", kind_problem)
     if peer_address and not peer_address.startswith(("uds:", "http://", "https://")):
         raise Invalid("bad_peer_address", "peer_address starts with `uds:`, `http://` or `https://`.")
 
@@ -79,7 +95,7 @@ def session_register(
                     name_key=normalize_name(name),
                     ref=_new_ref(),
                     cwd=cwd,
-                    kind=kind or "script",
+                    kind=kind,
                     permission_mode=permission_mode,
                     peer_address=peer_address,
                     status=status,
@@ -127,6 +143,22 @@ def session_from_token(token: str) -> AgentSession | None:
     return found[0]
 
 
+def session_socket_problem(session_id: object) -> str | None:
+    """Why the session may not keep (or open) a live agent socket now, or None when it may. Read
+    from the database, so a socket that joined its group just as the session closed learns of it."""
+    status = AgentSession.objects.filter(pk=session_id).values_list("status", flat=True).first()
+    return closed_problem(status)
+
+
+def closed_problem(status: str | None) -> str | None:
+    """The sentence a closed session's socket is told, by status (None for an open session)."""
+    if status is None or status == SessionStatus.EXITED:
+        return "This session has exited and its token is revoked; register again."
+    if status == SessionStatus.USER_STOPPED:
+        return "An operator stopped this session; report busy or idle over HTTP to come back."
+    return None
+
+
 def session_touch(session: AgentSession) -> None:
     """Record that the session was seen now, written at once: explicit heartbeats and agent
     sockets, whose callers read the time back. Other authenticated calls note it for a later
@@ -170,6 +202,14 @@ def session_set_status(
                 detail={"from": previous, "to": status},
             )
             announce("session.changed", session_summary(locked), sessions=[locked.id])
+            if status in CLOSED_STATUSES:
+                # Every web process with a socket of this session hears it and closes that socket.
+                announce(
+                    SESSION_CLOSED_EVENT,
+                    {"id": str(locked.id), "status": status},
+                    sessions=[locked.id],
+                    operators=False,
+                )
         if status in (SessionStatus.BUSY, SessionStatus.IDLE) and previous in (
             SessionStatus.STOPPED,
             SessionStatus.USER_STOPPED,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from messaging.jobs import enqueue
-from messaging.models import AgentSession
+from messaging.models import REMOTE_KIND, AgentSession
 from messaging.services.events import Announcement, announce_many
 
 UDS_PREFIX = "uds:"
@@ -40,7 +40,7 @@ def schedule_pushes(
         ]
     )
     for delivery_id, recipient in pushes:
-        if recipient.kind == "remote":  # an agent of another hub: an operator released a hold for it
+        if recipient.kind == REMOTE_KIND:  # an agent of another hub: an operator released a hold for it
             enqueue("federation.tasks.forward_delivery", delivery_id)
         elif recipient.peer_address.startswith(UDS_PREFIX):
             enqueue("messaging.tasks.deliver_to_socket", delivery_id)

@@ -28,7 +28,9 @@ def observer_register(
     target_team: Team | None = None,
 ) -> Observer:
     """Make `session` an observer of one target. A session may restrict itself; an operator may
-    register any session. A member of a team cannot observe (leave the roster first)."""
+    register any session. A member of a team cannot observe (leave the roster first). Once a
+    session is an observer, only an operator changes its registration (as only an operator lifts
+    it): the observer itself may repeat the same registration, never retarget it."""
     if not actor.is_operator and (actor.session is None or actor.session.id != session.id):
         raise Forbidden("A session registers only itself as an observer (an operator may register any).")
     if (target_session is None) == (target_team is None):
@@ -40,6 +42,18 @@ def observer_register(
     if Membership.objects.filter(session=session, left_at__isnull=True).exists():
         raise Conflict("A team member cannot be an observer; leave the roster first.", reason="member")
     with transaction.atomic():
+        existing = Observer.objects.select_for_update().filter(session=session).first()
+        if existing is not None and not actor.is_operator:
+            if (existing.target_session_id, existing.target_team_id) == (
+                target_session.id if target_session else None,
+                target_team.id if target_team else None,
+            ):
+                return existing  # the same registration again: nothing changes
+            raise Forbidden(
+                f"{session.label} is already an observer (registered by {existing.registered_by}); "
+                "only an operator changes an observer's target.",
+                reason="observer",
+            )
         observer, created = Observer.objects.update_or_create(
             session=session,
             defaults={
