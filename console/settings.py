@@ -238,6 +238,14 @@ SWITCHBOARD_FRAME_REQUEST_SECONDS = _env_int("SWITCHBOARD_FRAME_REQUEST_SECONDS"
 SWITCHBOARD_IDLE_SUBSCRIPTION_SECONDS = _env_int("SWITCHBOARD_IDLE_SUBSCRIPTION_SECONDS", 12 * 3600)
 SWITCHBOARD_TEAM_RETENTION_DAYS = _env_int("SWITCHBOARD_TEAM_RETENTION_DAYS", 30)
 SWITCHBOARD_GATE_RETRY_SECONDS = float(os.environ.get("SWITCHBOARD_GATE_RETRY_SECONDS", "").strip() or 2)
+# URLs the hub is given to call (quality gates, webhooks; messaging.outbound): loopback, link-local,
+# private, multicast and reserved destinations are refused unless allowed here, all of them
+# (ALLOW_PRIVATE=1), or some: a comma-separated list of host names, addresses and networks
+# (e.g. "gates.internal,10.1.2.0/24,127.0.0.1").
+SWITCHBOARD_OUTBOUND_ALLOW_PRIVATE = _env_bool("SWITCHBOARD_OUTBOUND_ALLOW_PRIVATE", False)
+SWITCHBOARD_OUTBOUND_ALLOW = [
+    h.strip() for h in os.environ.get("SWITCHBOARD_OUTBOUND_ALLOW", "").split(",") if h.strip()
+]
 
 # --- Inbound policy, holds and loop protection (messaging.policy, services.holds/limits) ---------
 SWITCHBOARD_HOLD_EXPIRY_SECONDS = _env_int("SWITCHBOARD_HOLD_EXPIRY_SECONDS", 300)

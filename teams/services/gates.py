@@ -7,7 +7,9 @@ a background worker POSTs to the hook with a timeout:
   - 409 with a reason: rejected, the transition is reverted and the reason goes to the teammate;
   - timeouts, connection errors, 5xx: retried with backoff up to `max_attempts`, then the gate's
     `fail_closed` decides (block with "hook unreachable", or let the transition through);
-  - any other answer is a broken hook: the same as running out of attempts.
+  - any other answer is a broken hook: the same as running out of attempts; so is a URL that
+    `messaging.outbound` refuses (a loopback, private, link-local or multicast destination the
+    operator has not allowed), which is refused when the gate is set and again before each call.
 Each attempt is claimed with a conditional update, so two workers never call the hook for the same
 attempt, and a worker that dies mid-call leaves a lease the periodic sweep picks up again.
 """
@@ -25,8 +27,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from messaging.errors import Invalid
+from messaging.errors import Invalid, SwitchboardError
 from messaging.jobs import enqueue
+from messaging.outbound import destination_check, outbound_post
 from messaging.principals import HUB, Principal
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
@@ -63,6 +66,7 @@ def gate_set(
         raise Invalid("bad_gate_event", f"event is one of {', '.join(GateEvent.values)}.")
     if not url.startswith(("http://", "https://")) or len(url) > 500:
         raise Invalid("bad_gate_url", "A gate URL is an http(s) URL of at most 500 characters.")
+    destination_check(url)  # refused here already when it points into the hub's own network
     if not (0.1 <= timeout_seconds <= 60):
         raise Invalid("bad_gate_timeout", "timeout_seconds is between 0.1 and 60.")
     if not (1 <= max_attempts <= 10):
@@ -174,7 +178,10 @@ def hook_call(*, gate: QualityGate, check: GateCheck) -> HookAnswer:
         **check.payload,
     }
     try:
-        response = httpx.post(gate.url, json=body, timeout=gate.timeout_seconds, follow_redirects=False)
+        # Checked again at every call (the name may resolve elsewhere now), before connecting.
+        response = outbound_post(gate.url, json=body, timeout=gate.timeout_seconds)
+    except SwitchboardError as exc:
+        return HookAnswer("broken", f"refused: {exc.detail}"[:500])
     except httpx.HTTPError as exc:
         return HookAnswer("transient", f"{type(exc).__name__}: {exc}"[:500])
     if 200 <= response.status_code < 300:

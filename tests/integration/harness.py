@@ -380,6 +380,7 @@ class Hub:
             "SWITCHBOARD_ENROLL_KEY": ENROLL_KEY,
             "SWITCHBOARD_SWEEP_SECONDS": "1",
             "SWITCHBOARD_TASK_LOG_LEVEL": "INFO",  # a line per finished task: tests read what ran
+            "SWITCHBOARD_OUTBOUND_ALLOW": "127.0.0.1",  # the tests' gate hooks listen on loopback
             **self.extra_env,
         }
 

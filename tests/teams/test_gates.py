@@ -17,6 +17,12 @@ from tests.teams.hooks import Hook
 pytestmark = pytest.mark.django_db(transaction=True)  # gate calls run after commit
 
 
+@pytest.fixture(autouse=True)
+def _loopback_allowed(settings) -> None:
+    """The hooks here listen on 127.0.0.1, which the hub calls only when an operator allows it."""
+    settings.SWITCHBOARD_OUTBOUND_ALLOW = ["127.0.0.1"]
+
+
 @pytest.fixture
 def hook() -> Iterator[Hook]:
     """A live hook server on a free loopback port."""

@@ -1,0 +1,272 @@
+"""Authority between agents (issue 30, items 15-18): each test reproduces an attack with one
+session token (or an enrollment key) and checks the hub refuses it and changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from console.routing import websocket_application
+from messaging.models import AgentSession
+from messaging.principals import operator_principal
+from messaging.services.sessions import session_deregister, session_register, session_set_status
+from teams.models import Observer, QualityGate
+from teams.services.gates import hook_call
+from tests.teams.hooks import Hook
+
+# --- 15: reserved session kinds ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["remote", "Remote", " remote", "hub", "operator"])
+def test_a_client_cannot_register_with_a_kind_the_hub_reserves(api, enroll_key, register, kind):
+    """Given a client with the enrollment key, when it registers as `kind: "remote"` (the stand-in
+    kind for another hub's agents, which discovery hides and operator isolation skips), then the
+    registration is refused and no session is made."""
+    refused = api.post("sessions", enroll_key, {"name": "hidden", "kind": kind})
+    assert refused.status_code == 400, refused.json_body
+    assert refused.json_body["reason"] == "bad_kind"
+    assert not AgentSession.objects.filter(name="hidden").exists()
+    # Ordinary kinds still register and are listed.
+    seen = register("visible", kind="claude-code")
+    names = [a["name"] for a in api.get("agents", seen.token).json_body["agents"]]
+    assert "visible" in names
+
+
+# --- 17: a refused policy change changes nothing ---------------------------------------------
+
+
+def test_a_policy_put_refused_for_sensitive_exempt_leaves_the_policy_unchanged(api, register):
+    """Given a session with the default policy, when it PUTs its own policy `refuse` together with
+    `sensitive_exempt` (operators only), then the answer is 403 and neither field was saved."""
+    bob = register("bob")
+    before = api.get("sessions/me/policy", bob.token).json_body
+
+    refused = api.call("PUT", "sessions/me/policy", bob.token, {"policy": "refuse", "sensitive_exempt": True})
+
+    assert refused.status_code == 403, refused.json_body
+    after = api.get("sessions/me/policy", bob.token).json_body
+    assert after == before
+    assert after["inbound_policy"] is None and after["sensitive_exempt"] is False
+
+
+# --- 18: observers and revoked tokens --------------------------------------------------------
+
+
+def test_an_observer_cannot_overwrite_the_registration_an_operator_made_for_it(api, register, operator_token):
+    """Given an operator made `watcher` an observer of `worker`, when `watcher` registers itself
+    as the observer of someone else, then it is refused and the operator's registration stands."""
+    watcher, worker, other = register("watcher"), register("worker"), register("other")
+    made = api.post("teams/observers", operator_token, {"session": watcher.id, "target_session": worker.id})
+    assert made.status_code == 201, made.json_body
+
+    refused = api.post("teams/observers", watcher.token, {"target_session": other.id})
+
+    assert refused.status_code == 403, refused.json_body
+    row = Observer.objects.get(session_id=watcher.id)
+    assert str(row.target_session_id) == worker.id
+    assert row.registered_by == "operator:test-operator"
+    # The operator can still change it.
+    moved = api.post("teams/observers", operator_token, {"session": watcher.id, "target_session": other.id})
+    assert moved.status_code == 201, moved.json_body
+
+
+def _socket(token: str) -> WebsocketCommunicator:
+    return WebsocketCommunicator(
+        websocket_application, "/ws/agent/", headers=[(b"authorization", f"Bearer {token}".encode())]
+    )
+
+
+async def _closed_within(ws: WebsocketCommunicator, seconds: float) -> tuple[list[dict[str, Any]], int]:
+    """Frames received until the server closed the socket, and the close code (fails if it did not
+    close within `seconds`)."""
+    frames: list[dict[str, Any]] = []
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"the socket was still open after {seconds} s: {frames}"
+        output = await ws.receive_output(timeout=left)
+        if output["type"] == "websocket.close":
+            return frames, output.get("code", 1000)
+        if output["type"] == "websocket.send" and output.get("text"):
+            frames.append(json.loads(output["text"]))
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("how", ["deregistered", "user_stopped"])
+async def test_an_open_agent_socket_closes_within_a_second_when_its_session_is_revoked(how):
+    """Given a session's agent socket is open (e.g. with a stolen token), when the session
+    deregisters (revoking its token) or an operator stops it, then the socket is closed within a
+    second, and a new socket with the token is refused."""
+    reg = await database_sync_to_async(session_register)(name="victim")
+    ws = _socket(reg.token)
+    connected, _ = await ws.connect()
+    assert connected
+    assert (await ws.receive_json_from(timeout=5))["type"] == "hello"
+
+    if how == "deregistered":
+        await database_sync_to_async(session_deregister)(session=reg.session, actor=operator_principal("ops"))
+    else:
+        await database_sync_to_async(session_set_status)(
+            session=reg.session, status="user_stopped", actor=operator_principal("ops")
+        )
+
+    frames, code = await _closed_within(ws, 1.0)
+    assert code == 4403
+    assert frames[-1]["error"] == "session_closed"
+
+    again = _socket(reg.token)
+    connected, _ = await again.connect()
+    if connected:  # accepted, then told and closed at once
+        frames, code = await _closed_within(again, 1.0)
+        assert code in (4401, 4403)
+    await asyncio.sleep(0)
+
+
+# --- 16: quality-gate URLs into the hub's own network ------------------------------------------
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    """A live hook on a free 127.0.0.1 port, counting what reaches it."""
+    server = Hook().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def connections(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every outgoing HTTP request the hub starts, recorded and stopped before it connects (so a
+    refused destination outside loopback is never sent traffic, fix or no fix)."""
+    started: list[str] = []
+
+    def refuse(self: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        started.append(str(request.url))
+        raise httpx.ConnectError("the test stopped this connection", request=request)
+
+    monkeypatch.setattr(httpx.Client, "send", refuse)
+    return started
+
+
+@pytest.fixture
+def lead(api, register):
+    """A session leading a team of its own (a lead sets its team's gates)."""
+    agent = register("lead-gates")
+    made = api.post("teams", agent.token, {"name": "gated"})
+    assert made.status_code == 201, made.json_body
+    agent.team_id = made.json_body["id"]
+    return agent
+
+
+def _stand_in_check(team_id: str) -> Any:
+    return SimpleNamespace(
+        event="task_completed", pk=1, team_id=team_id, task_id=None, member_id=None, payload={}
+    )
+
+
+UNSAFE = [
+    "http://10.0.0.1/gate",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://[::ffff:127.0.0.1]:9/gate",
+    "http://224.0.0.1/gate",
+]
+
+
+@pytest.mark.parametrize("url", UNSAFE)
+def test_a_lead_cannot_point_a_gate_at_a_private_address(api, lead, connections, url):
+    """Given a lead, when it sets a quality gate on a private, link-local, mapped-loopback or
+    multicast address, then it is refused before any connection is made."""
+    refused = api.call("PUT", f"teams/{lead.team_id}/gates/task_completed", lead.token, {"url": url})
+    assert refused.status_code == 403, refused.json_body
+    assert refused.json_body["reason"] == "private_destination"
+    assert not QualityGate.objects.exists()
+    assert connections == []
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_gate_on_loopback_or_a_name_resolving_to_it_is_refused_and_never_called(api, lead, hook, host):
+    """Given a service listening on loopback, when a lead sets a gate on it (by address, or by a
+    name that resolves to loopback), then it is refused and the service sees no request."""
+    url = hook.url.replace("127.0.0.1", host)
+    refused = api.call("PUT", f"teams/{lead.team_id}/gates/task_completed", lead.token, {"url": url})
+    assert refused.status_code == 403, refused.json_body
+    assert refused.json_body["reason"] == "private_destination"
+    assert hook.received == []
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/gate", *UNSAFE])
+def test_a_stored_gate_that_now_points_inside_is_refused_at_call_time(api, lead, connections, url):
+    """Given a gate stored while it was allowed (or whose name now resolves elsewhere), when the
+    hub calls it, then the call is refused before connecting and counts as a broken hook."""
+    gate = QualityGate.objects.create(team_id=lead.team_id, event="task_completed", url=url)
+    answer = hook_call(gate=gate, check=_stand_in_check(lead.team_id))
+    assert answer.verdict == "broken" and "refused" in answer.reason
+    assert connections == []
+
+
+def test_an_operator_allowance_lets_a_gate_call_loopback(api, lead, hook, settings):
+    """Given an operator allowed 127.0.0.1, when a lead sets a gate there, then the hub calls it."""
+    settings.SWITCHBOARD_OUTBOUND_ALLOW = ["127.0.0.0/8"]
+    made = api.call("PUT", f"teams/{lead.team_id}/gates/task_completed", lead.token, {"url": hook.url})
+    assert made.status_code == 200, made.json_body
+    answer = hook_call(gate=QualityGate.objects.get(), check=_stand_in_check(lead.team_id))
+    assert answer.verdict == "accept" and len(hook.received) == 1
+
+
+def test_allow_private_lets_every_private_destination_through(lead, hook, settings):
+    settings.SWITCHBOARD_OUTBOUND_ALLOW_PRIVATE = True
+    gate = QualityGate.objects.create(team_id=lead.team_id, event="task_completed", url=hook.url)
+    assert hook_call(gate=gate, check=_stand_in_check(lead.team_id)).verdict == "accept"
+
+
+def test_the_call_connects_to_the_address_that_was_checked(lead, settings, monkeypatch):
+    """Given a name the check resolves to one address (allowed), when the hub calls it, then it
+    connects to that very address (with the name in the Host header) and never looks the name up
+    again, so a second answer from DNS (rebinding) cannot move the connection."""
+    received: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            received.append(self.headers["Host"])
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    lookups: list[str] = []
+
+    def resolve(host: str, port: int) -> list[Any]:
+        lookups.append(host)
+        # First answer 127.0.0.2 (allowed below); any later lookup would say 127.0.0.1.
+        return [ipaddress.ip_address("127.0.0.2" if len(lookups) == 1 else "127.0.0.1")]
+
+    monkeypatch.setattr("messaging.outbound._resolve", resolve)
+    settings.SWITCHBOARD_OUTBOUND_ALLOW = ["127.0.0.2"]
+    try:
+        gate = QualityGate.objects.create(
+            team_id=lead.team_id, event="task_completed", url=f"http://localhost:{port}/gate"
+        )
+        answer = hook_call(gate=gate, check=_stand_in_check(lead.team_id))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer.verdict == "accept", answer
+    assert received == [f"localhost:{port}"] and lookups == ["localhost"]
