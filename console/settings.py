@@ -8,6 +8,7 @@ broker, shared rate limits).
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -63,6 +64,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",  # operator login lockout (see "Operator login" below)
     "channels",
     "messaging",
     "teams",
@@ -78,6 +80,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # answers a locked-out login with the lockout page
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -148,9 +151,46 @@ if _test_db_name:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --- Operator login ----------------------------------------------------------------------------
+# Every operator password (operator_create, the admin's password forms) passes Django's validators.
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": _env_int("SWITCHBOARD_PASSWORD_MIN_LENGTH", 12)},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Lockout (django-axes): after SWITCHBOARD_LOGIN_FAILURE_LIMIT failed logins for one username, that
+# username cannot log in, even with the right password, for SWITCHBOARD_LOGIN_COOLOFF_SECONDS or
+# until an operator runs `manage.py operator_unlock NAME`. Counted by username, not address: behind
+# the compose proxy every browser has the proxy's address. The attempts are rows in the database,
+# so every web process sees the same count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = _env_int("SWITCHBOARD_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=_env_int("SWITCHBOARD_LOGIN_COOLOFF_SECONDS", 15 * 60))
+AXES_LOCKOUT_PARAMETERS = ["username"]
+# axes warns that this leaves addresses uncounted: on purpose, since behind a proxy one address is
+# every operator's, and a username is locked whichever address its guesses come from.
+SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "console.views.login_locked_out"
+AXES_VERBOSE = False
+# Console sessions end after SWITCHBOARD_SESSION_IDLE_SECONDS without a request (each request
+# moves the expiry on). SWITCHBOARD_SECURE_COOKIES=1 behind TLS: the session and CSRF cookies are
+# then only sent over HTTPS.
+SESSION_COOKIE_AGE = _env_int("SWITCHBOARD_SESSION_IDLE_SECONDS", 3600)
+SESSION_SAVE_EVERY_REQUEST = True
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SWITCHBOARD_SECURE_COOKIES = _env_bool("SWITCHBOARD_SECURE_COOKIES", False)
+SESSION_COOKIE_SECURE = SWITCHBOARD_SECURE_COOKIES
+CSRF_COOKIE_SECURE = SWITCHBOARD_SECURE_COOKIES
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -107,6 +107,28 @@ class LoginView(auth_views.LoginView):
         return response
 
 
+def login_locked_out(
+    request: HttpRequest, original_response: HttpResponse | None = None, credentials: Any = None
+) -> HttpResponse:
+    """The login page for a username that failed too often (django-axes calls it): 429, with how
+    long the lockout lasts and how an operator lifts it; the password is not checked."""
+    minutes = max(1, round(settings.AXES_COOLOFF_TIME.total_seconds() / 60))
+    response = render(
+        request,
+        "console/login.html",
+        {
+            "form": OperatorLoginForm(request),
+            "locked_out": (
+                f"Too many failed logins for this account: it is locked for {minutes} minute(s). "
+                "Another operator can lift the lock with `python manage.py operator_unlock NAME`."
+            ),
+        },
+        status=429,
+    )
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    return response
+
+
 login_view = LoginView.as_view()
 logout_view = auth_views.LogoutView.as_view(next_page=settings.LOGIN_URL)
 
