@@ -83,9 +83,8 @@ def test_an_observer_cannot_overwrite_the_registration_an_operator_made_for_it(a
 
 
 def _socket(token: str) -> WebsocketCommunicator:
-    return WebsocketCommunicator(
-        websocket_application, "/ws/agent/", headers=[(b"authorization", f"Bearer {token}".encode())]
-    )
+    headers = [(b"host", b"127.0.0.1:8765"), (b"authorization", f"Bearer {token}".encode())]
+    return WebsocketCommunicator(websocket_application, "/ws/agent/", headers=headers)
 
 
 async def _closed_within(ws: WebsocketCommunicator, seconds: float) -> tuple[list[dict[str, Any]], int]:
