@@ -209,12 +209,28 @@ class FeedingClient:
         return self.sent[0]["status"]
 
 
+def _hub_signed(path: str) -> list[tuple[bytes, bytes]]:
+    """For a hub-to-hub route: signature headers that pass the check made before the body is read
+    (well-formed, fresh, for this hub), so that the body itself is what gets refused."""
+    if not path.startswith("/api/v1/federation/"):
+        return []
+    from nacl.signing import SigningKey
+
+    from federation.services.identity import hub_identity
+    from federation.services.signatures import request_headers
+
+    signed = request_headers(
+        method="POST", path=path, body=b"", dest_key=hub_identity().public_key, key=SigningKey.generate()
+    )
+    return [(k.lower().encode(), v.encode()) for k, v in signed.items()]
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
     "path",
     [
-        "/api/v1/federation/messages",  # the original attack: 1.2 GB, unauthenticated
+        "/api/v1/federation/messages",  # the original attack: 1.2 GB (a forged signature here)
         "/api/v1/messages",  # the direct send route
         "/api/v1/holds/decide",  # ninja through the API handler
         "/login/",  # the console, through Django's full handler
@@ -224,7 +240,7 @@ async def test_a_chunked_body_is_cut_off_at_its_routes_limit_while_it_is_read(pa
     from console.request_guard import body_limit
 
     client = FeedingClient(1200)  # 1.2 GB offered
-    await application(client.scope(path), client.receive, client.send)
+    await application(client.scope(path, *_hub_signed(path)), client.receive, client.send)
     assert client.status == 413
     assert client.taken * MB <= body_limit(path) + MB  # stopped within a chunk of the limit
     assert client.taken < client.offered
