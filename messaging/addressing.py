@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from messaging.errors import Ambiguous, Invalid, NotFound
+from messaging.hints import LIST_AGENTS
 from messaging.names import normalize_name
 
 LEAD_ALIAS = "lead"
@@ -63,8 +64,8 @@ def validate_address(to: str) -> str:
     if "@" in target:
         raise Invalid(
             "at_in_address",
-            "Addresses contain no `@`: use the recipient's name, `name [ref]`, ref or id "
-            "(list them with GET /api/v1/agents).",
+            "Addresses contain no `@`: use the recipient's name, `name [ref]`, ref or id.",
+            hint=LIST_AGENTS,
         )
     if len(target) > 300:
         raise Invalid("address_too_long", "That address is longer than any session name or id (300 chars).")
@@ -124,7 +125,7 @@ def resolve(
         name, ref = address.name_ref
         by_ref = [c for c in candidates if c.ref == ref]
         if not by_ref:
-            raise NotFound(f"No live session has the ref [{ref}]; list sessions with GET /api/v1/agents.")
+            raise NotFound(f"No live session has the ref [{ref}].", hint=LIST_AGENTS)
         if by_ref[0].name_key != normalize_name(name):
             raise NotFound(
                 f"The session [{ref}] is named {by_ref[0].name!r}, not {name!r}; check the address."
@@ -150,5 +151,5 @@ def resolve(
         if prefixed:
             return prefixed
 
-    hint = "" if len(address.key) >= MIN_PREFIX else f" (prefixes need at least {MIN_PREFIX} characters)"
-    raise NotFound(f"No live session is called {target!r}{hint}; list sessions with GET /api/v1/agents.")
+    note = "" if len(address.key) >= MIN_PREFIX else f" (prefixes need at least {MIN_PREFIX} characters)"
+    raise NotFound(f"No live session is called {target!r}{note}.", hint=LIST_AGENTS)

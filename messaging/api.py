@@ -122,6 +122,9 @@ class SendOut(Schema):
     status: str
     to: Peer
     result: str
+    hint: str | None = Field(
+        None, description="What to do next: `message_status` = follow it with GET /api/v1/messages/{id}."
+    )
     tier: str
     trust: str
     duplicate: bool = False
@@ -134,6 +137,9 @@ class AckIn(Schema):
 class ErrorOut(Schema):
     error: str
     detail: str
+    hint: str | None = Field(
+        None, description="What to do next, when there is a step: `list_agents` = GET /api/v1/agents."
+    )
 
 
 ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
@@ -246,6 +252,7 @@ class BatchItemOut(Schema):
     status: str | None = None
     to: Peer | None = None
     result: str | None = None
+    hint: str | None = None
     tier: str | None = None
     trust: str | None = None
     duplicate: bool = False

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from console.agent.client import HubClient, HubError, HubUnreachable
+from console.agent.hints import for_shell
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_HUB, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
 
@@ -145,7 +146,8 @@ def cmd_send(args: argparse.Namespace) -> int:
             priority="urgent" if args.urgent else "normal",
             in_reply_to=args.reply_to,
         )
-    _emit(args, sent, f"{sent['result']}\nmessage id {sent['id']}")
+    step = for_shell(sent.get("hint"), lambda sub: _again(args, sub), id=sent["id"])
+    _emit(args, sent, f"{sent['result']}{step}\nmessage id {sent['id']}")
     return EXIT_OK
 
 
@@ -314,7 +316,8 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
             if getattr(args, "json", False):
                 print(json.dumps({"error": exc.code, "detail": exc.detail, **exc.data}), file=sys.stderr)
             else:
-                print(f"switchboard: {exc.detail} [{exc.code}]", file=sys.stderr)
+                step = for_shell(exc.data.get("hint"), lambda sub: _again(args, sub))
+                print(f"switchboard: {exc.detail}{step} [{exc.code}]", file=sys.stderr)
             return EXIT_HUB
 
     return run

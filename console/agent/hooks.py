@@ -63,6 +63,7 @@ from console.agent.config import (
     sessions_of_process,
 )
 from console.agent.delivery_text import render_messages
+from console.agent.hints import reread
 from console.agent.identity import SESSION_ENV, client_anchor
 
 log = logging.getLogger("switchboard.hook")
@@ -72,9 +73,6 @@ HOOK_DEADLINE = 3.0
 HOOK_TIMEOUT = httpx.Timeout(HOOK_DEADLINE, connect=1.0)
 MAX_FINAL_ANSWER = 20_000
 INBOX_LIMIT = 20
-REREAD = (
-    "read it in full with the Switchboard check_inbox tool (include_unacked) or `switchboard inbox --unacked`"
-)
 # Claude Code's permission modes; the hub only distinguishes "bypass" from everything else.
 BYPASS_MODES = frozenset({"bypassPermissions", "dontAsk"})
 
@@ -276,10 +274,10 @@ class Hook:
                 session_save(saved)
             return messages
 
-        _, messages = self.with_session(pull)
+        saved, messages = self.with_session(pull)
         if not messages:
             return None
-        return _context(event_name, render_messages(messages, how_to_reread=REREAD))
+        return _context(event_name, render_messages(messages, how_to_reread=reread(saved.key)))
 
     def on_stop(self) -> dict[str, Any] | None:
         answer = final_answer(self.event)
@@ -295,7 +293,7 @@ class Hook:
 
         saved, messages = self.with_session(end_turn)
         if messages:
-            reason = render_messages(messages, how_to_reread=REREAD)
+            reason = render_messages(messages, how_to_reread=reread(saved.key))
             decision = "deny" if self.client_name == "gemini" else "block"  # Gemini's word for it
             return {"decision": decision, "reason": reason + "\n\nHandle these messages before you stop."}
         saved.status = "idle"

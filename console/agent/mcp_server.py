@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from console.agent.client import HubClient, HubError
 from console.agent.delivery_text import render_messages
+from console.agent.hints import for_tools
 from console.agent.identity import Identity
 from console.agent.teams_tools import register_team_tools
 
@@ -41,7 +42,7 @@ ADVICE = {
     400: "Fix the request; do not retry it unchanged.",
     401: "This session is not known to the hub any more; restart the MCP server.",
     403: "You are not allowed to do this; do not retry.",
-    404: "Nothing by that name or id; check list_agents, do not retry unchanged.",
+    404: "Nothing by that name or id; do not retry unchanged.",
     409: "Conflict; read the detail and choose, do not retry unchanged.",
     413: "Too large; split it or send a file path.",
     429: "Wait, then retry.",
@@ -52,9 +53,9 @@ ADVICE = {
 def hub_failure(exc: HubError) -> ToolError:
     """A hub error as a tool error: the hub's sentence, what to do next, and its details."""
     advice = ADVICE.get(exc.status, "Retry later." if exc.retryable else "Do not retry unchanged.")
-    extra = {k: v for k, v in exc.data.items() if k not in ("error", "detail")}
+    extra = {k: v for k, v in exc.data.items() if k not in ("error", "detail", "hint")}
     tail = f"\n{json.dumps(extra, ensure_ascii=False)}" if extra else ""
-    return ToolError(f"{exc.detail} [{exc.code}] {advice}{tail}")
+    return ToolError(f"{exc.detail}{for_tools(exc.data.get('hint'))} [{exc.code}] {advice}{tail}")
 
 
 def answer(
@@ -257,7 +258,10 @@ def build_server(identity: Identity) -> MCPServer:
                 in_reply_to=reply_to or None,
             )
         )
-        return answer(sent["result"], {k: sent[k] for k in ("id", "status", "to", "tier", "trust")})
+        return answer(
+            sent["result"] + for_tools(sent.get("hint")),
+            {k: sent[k] for k in ("id", "status", "to", "tier", "trust")},
+        )
 
     @tool(structured_output=False)
     def check_inbox(wait: float = 0, include_unacked: bool = False) -> CallToolResult:

@@ -40,6 +40,7 @@ from messaging.errors import (
     RateLimited,
     TooLarge,
 )
+from messaging.hints import CHECK_STATUS
 from messaging.models import (
     LIVE_SESSION_SQL,
     AgentSession,
@@ -118,6 +119,14 @@ class SendOutcome:
     def result(self) -> str:
         return outcome_sentence(self.delivery, self.recipient, duplicate=self.duplicate)
 
+    @property
+    def hint(self) -> str | None:
+        """What the sender may do next (`messaging.hints`): follow a message still on its way."""
+        on_its_way = self.delivery.state == S.QUEUED or (
+            self.delivery.state == S.RELAYED and self.delivery.tier == DeliveryTier.RELAY
+        )
+        return CHECK_STATUS if on_its_way else None
+
     def as_dict(self) -> dict[str, Any]:
         """The answer every surface gives a sender: id, state, recipient and the sentence."""
         r = self.recipient
@@ -126,6 +135,7 @@ class SendOutcome:
             "status": self.status,
             "to": {"id": str(r.id), "name": r.name, "ref": r.ref},
             "result": self.result,
+            "hint": self.hint,
             "tier": self.message.tier,
             "trust": self.message.trust,
             "duplicate": self.duplicate,
@@ -151,10 +161,7 @@ def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: 
     again = "This is the original send (same idempotency key or identical text); " if duplicate else ""
     state = delivery.state
     if state == S.QUEUED:
-        return (
-            f"{again}Queued for {who}: it reaches them at their next tool call or turn; "
-            "do not resend. Check its state with GET /api/v1/messages/{id}."
-        )
+        return f"{again}Queued for {who}: it reaches them at their next tool call or turn; do not resend."
     if state == S.DELIVERED:
         return f"{again}Delivered to {who}; they have not acknowledged reading it yet. Do not resend."
     if state == S.READ:
@@ -179,7 +186,7 @@ def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: 
         if delivery.tier == DeliveryTier.RELAY:
             return (
                 f"{again}QUEUED for {who} at the relay: NOT yet delivered; their hub picks it up on its "
-                "next pull. Do not resend; check its state with GET /api/v1/messages/{id}."
+                "next pull. Do not resend."
             )
         return (
             f"{again}Handed to {who}'s hub ({delivery.tier} tier); not yet confirmed delivered. "

@@ -219,3 +219,93 @@ def test_every_tool_schema_is_portable_and_all_of_them_stay_small() -> None:
     assert size < 10_000
     titled = [t.name for t in tools if re.search(r'"title": "', json.dumps(t.input_schema))]
     assert titled == []  # pydantic's titles only cost characters (a property named title may stay)
+
+
+# --- 7: next steps worded for where the text is read ----------------------------------------------
+def test_mcp_results_name_tools_not_rest_routes(alice: Identity, register) -> None:
+    bob = register("bob")
+
+    sent, missing, at = tool_calls(
+        build_server(alice),
+        ("send_message", {"to": "bob", "message": "Take the docs?"}),
+        ("send_message", {"to": "nobody-here", "message": "hi"}),
+        ("send_message", {"to": "bob@elsewhere", "message": "hi"}),
+    )
+
+    assert text(sent).split("\n")[0] == (
+        f"Queued for bob [{bob.ref}]: it reaches them at their next tool call or turn; do not resend. "
+        "Check its state with the message_status tool."
+    )
+    assert sent.structured_content["result"] == text(sent).split("\n")[0]
+    assert (
+        "No live session is called 'nobody-here'. List sessions with the list_agents tool. [not_found]"
+        in text(missing)
+    )
+    assert "List sessions with the list_agents tool. [invalid]" in text(at)
+    assert all("/api/v1" not in text(r) and "hint" not in text(r) for r in (sent, missing, at))
+
+
+def test_cli_results_name_commands_that_act_as_the_same_session(
+    inprocess_hub: str, register, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console.cli import main
+
+    monkeypatch.delenv("SWITCHBOARD_TOKEN", raising=False)
+    register("bob")
+    assert main(["register", "--name", "ci-bot", "--save", "ci"]) == 0
+    capsys.readouterr()
+
+    assert main(["send", "bob", "build 512 is green", "--session", "ci"]) == 0
+    out = capsys.readouterr().out
+    sent_id = out.strip().rsplit(" ", 1)[1]
+    assert f"do not resend. Check its state with `switchboard status {sent_id} --session ci`." in out
+    assert main(["status", sent_id, "--session", "ci"]) == 0  # ... and that command works
+    capsys.readouterr()
+
+    assert main(["send", "nobody-here", "hi", "--session", "ci"]) == 3
+    err = capsys.readouterr().err
+    assert (
+        "No live session is called 'nobody-here'. List sessions with `switchboard agents --session ci`."
+        in err
+    )
+    assert "/api/v1" not in out + err
+
+
+def test_injected_messages_say_how_to_reread_with_a_command_that_works_from_the_agents_shell(
+    inprocess_hub: str, register, send, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console.cli import main
+
+    session_id = "7a0c2f4e-1b2d-4e5f-8a9b-0c1d2e3f4a5b"
+    monkeypatch.delenv("SWITCHBOARD_TOKEN", raising=False)  # the agent's own shell has no token
+
+    def hook(name: str, **fields: Any) -> dict[str, Any] | None:
+        payload = {"session_id": session_id, "cwd": "/work/billing", "hook_event_name": name, **fields}
+        stdout = io.StringIO()
+        assert run_hook(io.StringIO(json.dumps(payload)), stdout) == 0
+        return json.loads(stdout.getvalue()) if stdout.getvalue() else None
+
+    hook("SessionStart", source="startup")
+    big = send(register("bob"), "billing", "y" * 20_000).json_body["id"]  # over the hook's budget
+
+    out = hook("PostToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_response={})
+
+    context = out["hookSpecificOutput"]["additionalContext"]
+    command = f"switchboard inbox --unacked --session {session_id}"
+    assert f"`{command}`" in context
+    assert main(command.split()[1:] + ["--json"]) == 0  # run where the model reads it: it works
+    assert [m["id"] for m in json.loads(capsys.readouterr().out)] == [big]
+
+
+def test_rest_callers_get_the_step_as_a_code_beside_the_sentence(api, register) -> None:
+    bob = register("bob")
+    alice = register("alice")
+
+    sent = api.post("messages", alice.token, {"to": "bob", "message": "hi"}).json_body
+    missing = api.post("messages", alice.token, {"to": "nobody-here", "message": "hi"}).json_body
+    batch = api.post("messages/batch", alice.token, {"messages": [{"to": "bob", "message": "2"}]})
+
+    assert sent["hint"] == "message_status" and sent["to"]["ref"] == bob.ref
+    assert missing["hint"] == "list_agents" and missing["error"] == "not_found"
+    assert batch.json_body["results"][0]["hint"] == "message_status"
+    assert "/api/v1" not in sent["result"] + missing["detail"]
