@@ -36,7 +36,6 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from django.utils.functional import SimpleLazyObject
 
 API_PREFIX = "/api/"
-HUB_PATHS = ("/api/v1/federation/", "/api/v1/relay/")  # other hubs' calls, signed (federation.api)
 IDLE_LANES_KEPT = 16  # threads kept for the next requests; more are made when more run at once
 
 Respond = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
@@ -117,6 +116,7 @@ class ApiHandler(ASGIHandler):
     async def _hub_request_refused(self, scope: dict[str, Any], send: Any) -> bool:
         """Answer a hub-to-hub request whose signature headers fail before a byte of its body is
         read (`federation.api.hub_request_early_answer`); True when it was answered."""
+        from console.request_guard import HUB_PATHS
         from federation.api import hub_request_early_answer
 
         path = app_path(scope)
