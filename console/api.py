@@ -12,6 +12,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from psycopg_pool import PoolTimeout
 
+from console.api_metrics import router as metrics_router
 from federation.api import router as federation_router
 from messaging.api import router as messaging_router
 from messaging.api_holds import router as holds_router
@@ -64,6 +65,7 @@ api.add_router("/v1/", messaging_router)
 api.add_router("/v1/", federation_router)
 api.add_router("/v1/", holds_router)
 api.add_router("/v1/", teams_router)
+api.add_router("/v1/", metrics_router)
 
 
 def error_answer(exc: Exception) -> tuple[int, dict[str, Any]] | None:

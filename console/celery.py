@@ -8,7 +8,13 @@ import weakref
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 from celery.worker.consumer import Consumer as CeleryConsumer
 from django.db import close_old_connections
 
@@ -54,6 +60,59 @@ def _unusable_connections_closed(sender: Any = None, **_: object) -> None:
     A task run in the caller's process (`apply`: embedded mode, tests) is left to its caller."""
     if not getattr(getattr(sender, "request", None), "is_eager", False):
         close_old_connections()
+
+
+@worker_init.connect
+def _metrics_served(**_: object) -> None:
+    """With SWITCHBOARD_WORKER_METRICS_PORT set, the worker serves its metrics (task run time, socket
+    writes) over HTTP on SWITCHBOARD_WORKER_METRICS_HOST, added up over its pool processes when
+    PROMETHEUS_MULTIPROC_DIR names a folder private to this worker (see docs/operations.md)."""
+    from django.conf import settings
+
+    port = settings.SWITCHBOARD_WORKER_METRICS_PORT
+    if not port:
+        return
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+    from prometheus_client.registry import REGISTRY
+
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+    start_http_server(port, addr=settings.SWITCHBOARD_WORKER_METRICS_HOST, registry=registry)
+    log.info("worker metrics on http://%s:%d/metrics", settings.SWITCHBOARD_WORKER_METRICS_HOST, port)
+
+
+@worker_process_shutdown.connect
+def _metrics_of_a_pool_process_dropped(pid: int | None = None, **_: object) -> None:
+    """A pool process that ends takes its live gauges with it (prometheus_client multiprocess mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())
+
+
+_task_started: dict[str, float] = {}  # task id -> monotonic start, for the run-time histogram
+
+
+@task_prerun.connect
+def _task_timer_started(task_id: str = "", **_: object) -> None:
+    import time
+
+    _task_started[task_id] = time.monotonic()
+
+
+@task_postrun.connect
+def _task_timer_stopped(task_id: str = "", sender: Any = None, **_: object) -> None:
+    """Every task's run time, worker or in-process alike, by task name (messaging.metrics)."""
+    import time
+
+    from messaging.metrics import TASK_SECONDS
+
+    started = _task_started.pop(task_id, None)
+    if started is not None:
+        TASK_SECONDS.labels(getattr(sender, "name", "unknown")).observe(time.monotonic() - started)
 
 
 @app.on_after_finalize.connect

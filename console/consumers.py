@@ -23,6 +23,7 @@ class OperatorConsumer(LoopConsumer):
     socket joins any group; the origin is checked by the router in front of it."""
 
     groups: list[str] = []  # joined explicitly after the access check, never by default
+    socket_kind = "console"
 
     async def connect(self) -> None:
         self.joined = False

@@ -351,6 +351,12 @@ SWITCHBOARD_FILES_DIR = Path(
 )
 
 _task_log_level = os.environ.get("SWITCHBOARD_TASK_LOG_LEVEL", "WARNING").strip().upper() or "WARNING"
+# A Celery worker serves its own metrics (task run time, socket writes) on this port when set
+# (0: off); web processes serve theirs at /api/v1/metrics (docs/operations.md).
+SWITCHBOARD_WORKER_METRICS_PORT = _env_int("SWITCHBOARD_WORKER_METRICS_PORT", 0)
+SWITCHBOARD_WORKER_METRICS_HOST = (
+    os.environ.get("SWITCHBOARD_WORKER_METRICS_HOST", "127.0.0.1").strip() or "127.0.0.1"
+)
 # `plain` (one readable line per event, the default) or `json` (one JSON object per line, for log
 # collectors; see console.logs.JsonLines).
 SWITCHBOARD_LOG_FORMAT = os.environ.get("SWITCHBOARD_LOG_FORMAT", "plain").strip().lower() or "plain"

@@ -16,6 +16,11 @@ class FederationConfig(AppConfig):
         names = {job.task_name for job in PERIODIC_JOBS}
         PERIODIC_JOBS.extend(job for job in federation_jobs() if job.task_name not in names)
 
+        from federation.metrics import forward_figures
+        from messaging.metrics import database_collector_add
+
+        database_collector_add(forward_figures)
+
 
 def federation_jobs() -> list[PeriodicJob]:
     """Federation's periodic jobs, as the settings of this process (beat's, or `serve`'s) call for:

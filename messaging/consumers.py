@@ -37,6 +37,7 @@ from django.db import connections
 
 from messaging.errors import SwitchboardError
 from messaging.framing import frames_for_recipient
+from messaging.metrics import OPEN_WEBSOCKETS
 from messaging.models import AgentSession
 from messaging.principals import session_principal
 from messaging.services.delivery import inbox_ack, inbox_pull
@@ -121,6 +122,21 @@ class LoopConsumer(AsyncJsonWebsocketConsumer):
     push a round trip to that thread, queued behind whatever else waited for it (on SQLite, every
     socket's database calls run there)."""
 
+    socket_kind = "other"  # its label in the open-WebSockets gauge (messaging.metrics)
+
+    async def accept(self, subprotocol: str | None = None, headers: Any = None) -> None:
+        await super().accept(subprotocol, headers)
+        if not getattr(self, "counted_open", False):
+            self.counted_open = True
+            OPEN_WEBSOCKETS.labels(self.socket_kind).inc()
+
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        # Counted down once, whichever way the socket ends, for each one counted up.
+        if getattr(self, "counted_open", False):
+            self.counted_open = False
+            OPEN_WEBSOCKETS.labels(self.socket_kind).dec()
+        await super().websocket_disconnect(message)
+
     async def dispatch(self, message: dict[str, Any]) -> None:
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
@@ -131,6 +147,7 @@ class LoopConsumer(AsyncJsonWebsocketConsumer):
 class AgentConsumer(LoopConsumer):
     """One agent session's live connection."""
 
+    socket_kind = "agent"
     groups: list[str] = []  # joined only after authentication
 
     async def connect(self) -> None:

@@ -47,6 +47,14 @@ def deliver_to_socket(delivery_id: int) -> str:
     """Write one queued delivery to its recipient's Unix socket (`messaging.uds`), then mark it
     delivered. Idempotent: a delivery that is no longer queued, or that another worker holds, is
     skipped; a failed write is retried by `retry_socket_deliveries` with backoff."""
+    from messaging.metrics import SOCKET_WRITES
+
+    outcome = _socket_write(delivery_id)
+    SOCKET_WRITES.labels(outcome.replace("-", "_")).inc()
+    return outcome
+
+
+def _socket_write(delivery_id: int) -> str:
     from django.conf import settings
 
     from messaging.framing import frame_for_recipient

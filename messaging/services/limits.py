@@ -30,6 +30,7 @@ from django.db import connection
 from django.db.models import QuerySet, Sum
 
 from messaging.errors import RateLimited
+from messaging.metrics import RATE_LIMIT_REFUSALS
 from messaging.models import AgentSession, Delivery, UnreadCount
 from messaging.states import DeliveryState
 
@@ -230,6 +231,7 @@ def unread_waiting(recipient_id: object) -> QuerySet[Delivery]:
 
 
 def hub_rate_limited(wait: float) -> RateLimited:
+    RATE_LIMIT_REFUSALS.labels("hub_rate").inc()
     return RateLimited(
         f"The hub is taking more messages than it allows right now; wait {math.ceil(wait)} s and send again.",
         reason="hub_rate",
@@ -238,6 +240,7 @@ def hub_rate_limited(wait: float) -> RateLimited:
 
 
 def pair_rate_limited(recipient: AgentSession, wait: float) -> RateLimited:
+    RATE_LIMIT_REFUSALS.labels("pair_rate").inc()
     return RateLimited(
         f"You are sending to {recipient.label} faster than {settings.SWITCHBOARD_RATE_PAIR} messages per "
         f"{settings.SWITCHBOARD_RATE_PAIR_SECONDS} s. Combine what you have into one message, or wait "
@@ -248,6 +251,7 @@ def pair_rate_limited(recipient: AgentSession, wait: float) -> RateLimited:
 
 
 def queue_full(recipient: AgentSession, unread: int) -> RateLimited:
+    RATE_LIMIT_REFUSALS.labels("recipient_queue_full").inc()
     return RateLimited(
         f"{recipient.label} already has {unread} unread messages waiting (the limit is "
         f"{settings.SWITCHBOARD_UNREAD_PER_RECIPIENT}). Wait until they read them before sending more.",
