@@ -34,6 +34,8 @@ HOLD_REASONS = {
     "sensitive": "sensitive content",
     "loop_suspected": "suspected reply loop",
     "recipient_stopped": "recipient is stopped",
+    "unknown_peer": "from a hub key nobody pinned: pin the key (Peers) to trust its future messages",
+    "peer_revoked": "from a revoked hub (mode: hold)",
 }
 
 

@@ -341,6 +341,13 @@ SWITCHBOARD_PEER_TOFU = _env_bool("SWITCHBOARD_PEER_TOFU", True)
 SWITCHBOARD_ISOLATED = _env_bool("SWITCHBOARD_ISOLATED", False)
 SWITCHBOARD_MAX_HOPS = _env_int("SWITCHBOARD_MAX_HOPS", 3)
 SWITCHBOARD_HOSTS_CACHE_SECONDS = _env_int("SWITCHBOARD_HOSTS_CACHE_SECONDS", 60)
+# SWITCHBOARD_PEER_TOFU (on by default): a hub key that neither the registry, a configured LAN
+# peer nor an operator's pin vouches for is recorded on first use and its messages are held for
+# an operator (`unknown_peer`, escalate=required, trust `unverified`); off, such a key is refused.
+# Stand-ins for another hub's senders: at most this many per hub (past it, new senders share one),
+# and one that nothing refers to is deleted after this long unused.
+SWITCHBOARD_REMOTE_SESSIONS_PER_PEER = _env_int("SWITCHBOARD_REMOTE_SESSIONS_PER_PEER", 200)
+SWITCHBOARD_REMOTE_SESSION_IDLE_SECONDS = _env_int("SWITCHBOARD_REMOTE_SESSION_IDLE_SECONDS", 24 * 3600)
 SWITCHBOARD_FEDERATION_TIMEOUT = float(os.environ.get("SWITCHBOARD_FEDERATION_TIMEOUT", "") or 3.0)
 SWITCHBOARD_FEDERATION_POLL_SECONDS = float(os.environ.get("SWITCHBOARD_FEDERATION_POLL_SECONDS", "") or 2.0)
 SWITCHBOARD_RELAY_EXPIRY_SECONDS = _env_int("SWITCHBOARD_RELAY_EXPIRY_SECONDS", 24 * 3600)

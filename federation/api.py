@@ -23,7 +23,14 @@ from federation.services.forwarding import (
 )
 from federation.services.identity import hub_identity
 from federation.services.keys import hub_key_refusal, keys_refused_recently
-from federation.services.peers import peer_pin, peer_restore, peer_revoke, peer_seen, peers_list
+from federation.services.peers import (
+    peer_pin,
+    peer_restore,
+    peer_revoke,
+    peer_seen,
+    peer_vouched_tier,
+    peers_list,
+)
 from federation.services.receipts import receipts_from_hub
 from federation.services.relay import (
     relay_agents,
@@ -154,7 +161,8 @@ def agents(request: HttpRequest, to: str | None = None) -> dict[str, Any]:
     """Another hub asks "do you host `to`?" (or, without `to`, for the list of live agents)."""
     hub_key, _ = _signed(request)
     name, url = _caller_name(request)
-    peer_seen(public_key=hub_key, name=name, url=url, tier=FederationTier.LAN)
+    # Recorded as the tier this hub vouches for the key on; the URL it claims is never a route.
+    peer_seen(public_key=hub_key, name=name, url=url, tier=peer_vouched_tier(hub_key) or FederationTier.LAN)
     if to:
         return hosts_answer(target=to)
     me = hub_identity()
@@ -166,21 +174,17 @@ def receive(request: HttpRequest) -> Status:
     """Another hub forwards a signed message for one of this hub's agents, sealed to this hub."""
     hub_key, raw = _signed_raw(request)
     body = _json(envelope_open(raw, content_type=request.content_type or ""))
-    tier = (
-        body.get("tier")
-        if body.get("tier") in (FederationTier.CHANNEL, FederationTier.LAN)
-        else FederationTier.LAN
-    )
-    result = inbound_accept(envelope=body.get("envelope"), tier=tier, caller_key=hub_key)
-    return Status(
-        200 if result.duplicate else 201,
-        {
-            "message_id": result.message_id,
-            "status": result.state,
-            "duplicate": result.duplicate,
-            "trust": result.trust,
-        },
-    )
+    # The tier and trust come from how this hub vouches for `hub_key`; a `tier` in the body is ignored.
+    result = inbound_accept(envelope=body.get("envelope"), caller_key=hub_key)
+    answer = {
+        "message_id": result.message_id,
+        "status": result.state,
+        "duplicate": result.duplicate,
+        "trust": result.trust,
+    }
+    if result.detail:
+        answer["detail"] = result.detail
+    return Status(200 if result.duplicate else 201, answer)
 
 
 @router.post("/federation/receipts", auth=None)

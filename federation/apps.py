@@ -41,4 +41,5 @@ def federation_jobs() -> list[PeriodicJob]:
         jobs.append(PeriodicJob("federation.tasks.relay_pull", every))
     if relay:
         jobs.append(PeriodicJob("federation.tasks.relay_cleanup", 300))
+    jobs.append(PeriodicJob("federation.tasks.remote_sessions_prune", 3600))
     return jobs

@@ -15,6 +15,13 @@ class PeerRevoked(SwitchboardError):
     status = 403
 
 
+class PeerUnknown(SwitchboardError):
+    """A hub key nobody vouched for, while SWITCHBOARD_PEER_TOFU is off."""
+
+    code = "peer_unknown"
+    status = 403
+
+
 class LeaseHeld(SwitchboardError):
     code = "lease_held"
     status = 409

@@ -47,6 +47,14 @@ def refresh_registry() -> int:
     return registry_remove_stale()
 
 
+@shared_task(name="federation.tasks.remote_sessions_prune")
+def prune_remote_sessions() -> int:
+    """Delete stand-ins for remote senders that nothing refers to and nobody used lately."""
+    from federation.services.forwarding import remote_sessions_prune
+
+    return remote_sessions_prune()
+
+
 @shared_task(name="federation.tasks.relay_cleanup")
 def relay_cleanup() -> int:
     """Relay role: drop expired and delivered messages and lapsed leases."""

@@ -46,7 +46,11 @@ def marker_line(delivery: Delivery) -> str:
     if sender is not None and sender.kind == REMOTE_KIND:
         from federation.services.forwarding import remote_hub_name
 
-        parts.append(f"FROM_HUB={_field(remote_hub_name(sender.id))}")
+        # An agent of another hub reads as `name@hub`: no local name has an `@`, so a remote
+        # sender can never pass for one of this hub's sessions (nor for this hub).
+        hub = remote_hub_name(sender.id)
+        parts[0] = f"FROM={_field(f'{sender.name}@{hub}')} FROM_REF={sender.ref}"
+        parts.append(f"FROM_HUB={_field(hub)}")
     return "[SWITCHBOARD " + " ".join(p for p in parts if p) + "]"
 
 

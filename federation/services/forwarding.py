@@ -35,7 +35,7 @@ from federation.models import FederationTier, InboundMessage, RemoteDelivery, Re
 from federation.services.files import files_for_envelope, files_limits_check
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
 from federation.services.keys import hub_key_pinned, lan_peer_key, relay_key
-from federation.services.peers import peer_seen
+from federation.services.peers import UNKNOWN_PEER_HOLD, peer_seen, peer_vouched_tier
 from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
 from federation.services.signatures import MESSAGE_SIGNATURE_VERSION, envelope_sign, envelope_verify
 from federation.transport import SEALED_TYPE, hub_call
@@ -123,7 +123,7 @@ class InboundContext:
     message_id: uuid.UUID
     tier: str
     trust: str
-    hold_reason: str = ""  # "peer_revoked": hold for an operator with escalate=required
+    hold_reason: str = ""  # peer_revoked, unknown_peer: hold for an operator with escalate=required
 
     def adjust(self, decision: Any, *, recipient: AgentSession, now: Any) -> Any:
         from messaging.services.holds import hold_expiry_for
@@ -218,27 +218,11 @@ def hosts_cache_clear() -> None:
     _hosts_cache.clear()
 
 
-def reply_peer_urls(target: str) -> list[str]:
-    """URLs of hubs whose agents by this name (or ref) wrote to us directly with a valid signature:
-    so an agent can answer a LAN peer that this hub was never configured to ask."""
-    from federation.models import Peer
-
-    key = normalize_name(target)
-    hubs = RemoteSession.objects.filter(Q(session__name_key=key) | Q(remote_ref=target.lower())).values_list(
-        "hub_key", flat=True
-    )
-    return list(
-        Peer.objects.filter(public_key__in=list(hubs)[:20], revoked=False, tier=FederationTier.LAN)
-        .exclude(url="")
-        .values_list("url", flat=True)
-    )
-
-
 def _lan_route(target: str, exclude: set[str]) -> RemoteRoute | None:
     me = hub_identity().public_key
-    urls = lan_peer_urls()
-    urls += [u for u in reply_peer_urls(target) if u not in urls]
-    for url in urls:
+    # Only hubs this hub was told to ask (configured, discovered, operator-pinned): a hub that
+    # merely called here, whatever URL it gave, is never asked, so it can never become a route.
+    for url in lan_peer_urls():
         found = hosts_lookup(url, target)
         if not found or found.get("hub_key") in exclude or found.get("hub_key") == me:
             continue
@@ -332,22 +316,47 @@ def remote_name(name: str) -> str:
     return cleaned
 
 
-def remote_session_for(*, hub_key: str, hub_name: str, remote_id: str, name: str, ref: str) -> AgentSession:
-    """The local stand-in for an agent of another hub (created once per hub and remote id)."""
+OVERFLOW_REMOTE_ID = "overflow"
+OVERFLOW_NAME = "remote-others"
+
+
+def remote_session_for(
+    *, hub_key: str, hub_name: str, remote_id: str, name: str, ref: str, capped: bool = False
+) -> AgentSession:
+    """The local stand-in for an agent of another hub (created once per hub and remote id).
+
+    `capped` (what another hub's message names as its sender): a hub gets at most
+    SWITCHBOARD_REMOTE_SESSIONS_PER_PEER stand-ins; past that, every new sender of that hub shares
+    one (`remote-others`), so rotating sender ids neither adds rows without bound nor gets each
+    id its own sender→recipient rate limit."""
     name = remote_name(name)
     ref = ref if ref.isalnum() else ""
     link = (
         RemoteSession.objects.filter(hub_key=hub_key, remote_id=remote_id).select_related("session").first()
     )
+    cap = settings.SWITCHBOARD_REMOTE_SESSIONS_PER_PEER
+    if link is None and capped and RemoteSession.objects.filter(hub_key=hub_key).count() >= cap:
+        remote_id, name, ref = OVERFLOW_REMOTE_ID, OVERFLOW_NAME, ""
+        link = (
+            RemoteSession.objects.filter(hub_key=hub_key, remote_id=remote_id)
+            .select_related("session")
+            .first()
+        )
+    now = timezone.now()
     if link is not None:
         session = link.session
+        fields: dict[str, Any] = {}
         if session.name != name and name:
-            AgentSession.objects.filter(pk=session.pk).update(name=name, name_key=normalize_name(name))
-            session.name, session.name_key = name, normalize_name(name)
+            fields.update(name=name, name_key=normalize_name(name))
+        if session.last_seen is None or now - session.last_seen > timedelta(minutes=1):
+            fields["last_seen"] = now  # in use: `remote_sessions_prune` leaves it alone
+        if fields:
+            AgentSession.objects.filter(pk=session.pk).update(**fields)
+            for field, value in fields.items():
+                setattr(session, field, value)
         return session
     from messaging.services.sessions import _new_ref
 
-    now = timezone.now()
     for attempt in range(8):
         wanted_ref = ref.lower() if (ref and attempt == 0) else _new_ref()
         try:
@@ -389,14 +398,46 @@ def remote_session_for_route(route: RemoteRoute) -> AgentSession:
     )
 
 
+def remote_sessions_prune(*, now: Any = None, batch: int = 1000) -> int:
+    """Delete stand-ins for remote agents that nothing refers to (no message from them, no
+    delivery to them, no pin or sender rule naming them) and that were not used for
+    SWITCHBOARD_REMOTE_SESSION_IDLE_SECONDS. Returns how many went."""
+    from django.db.models import Exists, OuterRef
+
+    from messaging.models import Pin, SenderPolicy
+
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.SWITCHBOARD_REMOTE_SESSION_IDLE_SECONDS)
+    unused = (
+        AgentSession.objects.filter(kind=REMOTE_KIND, last_seen__lt=cutoff)
+        .exclude(Exists(Message.objects.filter(sender_id=OuterRef("pk"))))
+        .exclude(Exists(Delivery.objects.filter(recipient_id=OuterRef("pk"))))
+        .exclude(Exists(Pin.objects.filter(Q(sender_id=OuterRef("pk")) | Q(recipient_id=OuterRef("pk")))))
+        .exclude(
+            Exists(SenderPolicy.objects.filter(Q(sender_id=OuterRef("pk")) | Q(recipient_id=OuterRef("pk"))))
+        )
+    )
+    ids = list(unused.values_list("pk", flat=True)[:batch])
+    if not ids:
+        return 0
+    deleted, _ = AgentSession.objects.filter(pk__in=ids, kind=REMOTE_KIND).delete()
+    RemoteSession.objects.filter(session_id__in=ids).delete()
+    return len(ids) if deleted else 0
+
+
 def remote_hub_name(session_id: Any) -> str:
-    """The name of the hub a remote stand-in session belongs to (what that hub calls itself)."""
+    """The name of the hub a remote stand-in session belongs to (what that hub calls itself),
+    shown as FROM_HUB. A name that breaks this hub's rules, or that is this hub's own, is shown
+    as the start of the hub's key instead: a remote sender never reads as one of this hub's."""
     from messaging.names import name_problem
 
     link = RemoteSession.objects.filter(session_id=session_id).first()
     if link is None:
         return "unknown"
-    return link.hub_name if link.hub_name and not name_problem(link.hub_name) else link.hub_key[:12]
+    name = link.hub_name
+    if not name or name_problem(name) or normalize_name(name) == normalize_name(hub_identity().name):
+        return link.hub_key[:12]
+    return name
 
 
 def route_for_send(*, sender: AgentSession, target: str) -> SendRoute | None:
@@ -696,6 +737,7 @@ class InboundResult:
     duplicate: bool
     trust: str
     delivery_id: int | None
+    detail: str = ""  # for the sending hub: why a held message waits
 
 
 def _check_envelope(envelope: Any) -> dict[str, Any]:
@@ -714,13 +756,19 @@ def _check_envelope(envelope: Any) -> dict[str, Any]:
     return envelope
 
 
-def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_url: str = "") -> InboundResult:
-    """Take a message another hub forwarded (directly, or pulled from the relay) for a local agent."""
+def inbound_accept(
+    *, envelope: Any, caller_key: str | None, tier: str = FederationTier.RELAY, reply_url: str = ""
+) -> InboundResult:
+    """Take a message another hub forwarded (directly, or pulled from the relay) for a local agent.
+
+    `caller_key` is the key that signed the request carrying it; None for what this hub pulled
+    from its relay (`tier` relay). The tier and trust follow from how this hub vouches for the
+    keys (`peer_vouched_tier`), never from the body: a direct call is `channel` or `lan` as the
+    caller's key is vouched for, a relay pull is `relay`. A message whose origin (or carrier) no
+    one vouched for is at most `unverified` and held for an operator (`unknown_peer`)."""
     from messaging.services.sending import message_send
 
     envelope = _check_envelope(envelope)
-    if tier not in FederationTier.values:
-        raise Invalid("bad_tier", "tier is channel, lan or relay.")
     hops = envelope.get("hops", 1)
     if not isinstance(hops, int) or hops < 1 or hops > settings.SWITCHBOARD_MAX_HOPS:
         raise HopLimit(
@@ -733,18 +781,26 @@ def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_ur
     # The origin hub's signature proves who wrote it, whoever carried it here (a relay, or a hub
     # forwarding onward); only the origin itself calling proves its URL is a way back.
     signed_ok = envelope_verify(envelope)
-    direct = signed_ok and caller_key == origin_hub and tier != FederationTier.RELAY
+    direct = signed_ok and caller_key == origin_hub
+    # A direct call arrives over HTTP: channel or LAN as its key is vouched for (LAN when not).
+    tier = (
+        FederationTier.RELAY if caller_key is None else (peer_vouched_tier(caller_key) or FederationTier.LAN)
+    )
     standing = peer_seen(
         public_key=origin_hub,
         name=str(origin.get("hub_name", "")),
         url=str(origin.get("url", "")) if direct else "",
         tier=tier,
-        vouched=tier == FederationTier.CHANNEL and origin_hub in registry_hub_keys().values(),
     )
+    hold_reason = standing.hold_reason
+    if caller_key is not None and caller_key != origin_hub:
+        # Carried onward by another hub: that hub must be one this hub accepts as well.
+        hold_reason = hold_reason or peer_seen(public_key=caller_key, tier=tier).hold_reason
     earlier = _inbound_earlier(origin_hub, message_id)
     if earlier is not None:
         return earlier
-    trust = f"{tier}-verified" if signed_ok else "unverified"
+    vouched = hold_reason != UNKNOWN_PEER_HOLD
+    trust = f"{tier}-verified" if signed_ok and vouched else "unverified"
     if not signed_ok:
         audit_event(
             "federation.signature_failed",
@@ -758,8 +814,11 @@ def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_ur
         remote_id=str(origin.get("id", ""))[:64] or f"name:{origin.get('name', '')}",
         name=str(origin.get("name", "remote"))[:64],
         ref=str(origin.get("ref", ""))[:12],
+        capped=True,
     )
-    priority = envelope.get("priority") if envelope.get("priority") in ("normal", "urgent") else "normal"
+    # Urgency is a claim a hub earns by being vouched for; a stranger's message is never urgent.
+    claimed = envelope.get("priority")
+    priority = claimed if vouched and claimed in ("normal", "urgent") else "normal"
     try:
         with transaction.atomic():
             outcome = message_send(
@@ -775,7 +834,7 @@ def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_ur
                     message_id=message_id,
                     tier=tier,
                     trust=trust,
-                    hold_reason="peer_revoked" if standing.hold else "",
+                    hold_reason=hold_reason,
                 ),
             )
             from federation.services.files import files_receive
@@ -807,12 +866,16 @@ def inbound_accept(*, envelope: Any, tier: str, caller_key: str | None, reply_ur
         if onward is None:
             raise
         return onward
+    from messaging.services.sending import outcome_sentence
+
+    held = outcome.delivery.state == S.HELD
     return InboundResult(
         message_id=str(message_id),
         state=outcome.delivery.state,
         duplicate=outcome.duplicate,
         trust=trust,
         delivery_id=outcome.delivery.pk,
+        detail=outcome_sentence(outcome.delivery, outcome.recipient) if held else "",
     )
 
 

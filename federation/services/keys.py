@@ -19,10 +19,10 @@ import time
 import httpx
 from django.conf import settings
 
-from federation.errors import PeerRevoked, TransientError, Unreachable
+from federation.errors import TransientError, Unreachable
 from federation.models import Peer
 from federation.services.identity import verify_key_from
-from messaging.errors import Forbidden, SwitchboardError
+from messaging.errors import SwitchboardError
 
 log = logging.getLogger(__name__)
 _relay_keys: dict[str, tuple[float, str]] = {}
@@ -44,19 +44,10 @@ def hub_key_pinned(public_key: str) -> bool:
 
 def hub_key_refusal(public_key: str) -> SwitchboardError | None:
     """Why this hub refuses calls from `public_key` outright, as `peers.peer_seen` would (None when
-    it does not): an operator revoked it with mode `refuse`, or it is unknown while trust on first
-    use is off and the registry does not vouch for it. Checked before a request's body is read."""
-    from federation.models import RevocationMode
-    from federation.services.registry import registry_hub_keys
+    it does not): `peers.peer_refusal`. Checked before a request's body is read."""
+    from federation.services.peers import peer_refusal
 
-    peer = Peer.objects.filter(public_key=public_key).values_list("revoked", "revocation_mode").first()
-    if peer is not None:
-        if peer[0] and peer[1] == RevocationMode.REFUSE:
-            return PeerRevoked("An operator of this hub revoked the calling hub.")
-        return None
-    if not settings.SWITCHBOARD_PEER_TOFU and public_key not in registry_hub_keys().values():
-        return Forbidden("This hub accepts only peers an operator pinned; ask its operator to pin your key.")
-    return None
+    return peer_refusal(public_key)
 
 
 def lan_peer_key(url: str) -> str | None:

@@ -1,5 +1,11 @@
-"""Peer hubs: recorded by public key on first contact (trust on first use) or pinned by an
-operator; an operator can revoke one, after which its messages are refused or held for a human."""
+"""Peer hubs, known by their Ed25519 public keys, and how far this hub vouches for each.
+
+A key is vouched for by this machine's registry (the channel tier), by an operator's pin (the
+tier the operator gave, channel or LAN) or by the LAN peers configured in SWITCHBOARD_LAN_PEERS;
+the relay carries messages on the relay tier. Any other key is unknown: with
+SWITCHBOARD_PEER_TOFU on (the default) its first contact is recorded and its messages are held
+for an operator (`unknown_peer`, escalate=required) until one pins it; with it off, it is refused.
+An operator can revoke a peer, after which its messages are refused or held for a human."""
 
 from __future__ import annotations
 
@@ -9,13 +15,17 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from federation.errors import PeerRevoked
+from federation.errors import PeerRevoked, PeerUnknown
 from federation.models import FederationTier, Peer, RevocationMode
 from federation.services.identity import verify_key_from
-from messaging.errors import Forbidden, Invalid, NotFound
+from messaging.errors import Invalid, NotFound, SwitchboardError
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
+
+# Why a forwarded message is held for an operator because of the hub that sent it.
+UNKNOWN_PEER_HOLD = "unknown_peer"
+REVOKED_PEER_HOLD = "peer_revoked"
 
 
 @dataclass(frozen=True)
@@ -24,6 +34,14 @@ class PeerStanding:
 
     peer: Peer
     hold: bool  # revoked with mode "hold": accept, but hold with escalate=required
+    vouched: str = ""  # the tier this hub vouches for the key on ("" = unknown, first use)
+
+    @property
+    def hold_reason(self) -> str:
+        """Why its messages wait for an operator ("" when they need not)."""
+        if self.hold:
+            return REVOKED_PEER_HOLD
+        return "" if self.vouched else UNKNOWN_PEER_HOLD
 
 
 def peer_summary(peer: Peer) -> dict[str, object]:
@@ -41,21 +59,59 @@ def peer_summary(peer: Peer) -> dict[str, object]:
     }
 
 
-def peer_seen(
-    *, public_key: str, name: str = "", url: str = "", tier: str, vouched: bool = False
-) -> PeerStanding:
-    """Record contact from the hub holding `public_key` and say whether it may talk to us.
+def peer_vouched_tier(public_key: str) -> str:
+    """The tier this hub vouches for `public_key` on, from facts it holds (never from a caller):
+    `channel` for a key in this machine's registry, the tier an operator pinned it with (`channel`,
+    else `lan`), `lan` for a key configured with a LAN peer (`SWITCHBOARD_LAN_PEERS=url#key`);
+    "" for a key nobody vouched for."""
+    from federation.services.registry import registry_hub_keys
 
-    Unknown keys are recorded on first use when SWITCHBOARD_PEER_TOFU is on (or when `vouched`:
-    the key came from this machine's registry); otherwise only operator-pinned keys get through.
-    A revoked peer raises PeerRevoked unless its revocation mode is `hold`."""
+    if public_key in registry_hub_keys().values():
+        return FederationTier.CHANNEL
+    pinned = (
+        Peer.objects.filter(public_key=public_key, pinned=True, revoked=False)
+        .values_list("tier", flat=True)
+        .first()
+    )
+    if pinned is not None:
+        return FederationTier.CHANNEL if pinned == FederationTier.CHANNEL else FederationTier.LAN
+    if public_key in settings.SWITCHBOARD_LAN_PEER_KEYS.values():
+        return FederationTier.LAN
+    return ""
+
+
+def peer_refusal(public_key: str) -> SwitchboardError | None:
+    """Why this hub refuses calls from `public_key` outright (None when it does not): an operator
+    revoked it with mode `refuse`, or nobody vouched for it (`peer_vouched_tier`) while
+    SWITCHBOARD_PEER_TOFU is off. A key revoked with mode `hold` is not refused: held."""
+    row = Peer.objects.filter(public_key=public_key).values_list("revoked", "revocation_mode", "name").first()
+    if row is not None and row[0]:
+        if row[1] == RevocationMode.HOLD:
+            return None
+        return PeerRevoked(f"An operator of this hub revoked the hub {row[2] or public_key[:12]}.")
+    if not settings.SWITCHBOARD_PEER_TOFU and not peer_vouched_tier(public_key):
+        return PeerUnknown(
+            "This hub accepts only hubs it vouches for (its registry, its configured LAN peers, keys "
+            "an operator pinned); ask its operator to pin your key."
+        )
+    return None
+
+
+def peer_seen(*, public_key: str, name: str = "", url: str = "", tier: str) -> PeerStanding:
+    """Record contact from the hub holding `public_key` and say how this hub treats it.
+
+    A key nobody vouched for (`peer_vouched_tier`) is recorded on first use when
+    SWITCHBOARD_PEER_TOFU is on, and its standing says to hold its messages for an operator;
+    otherwise `peer_refusal` says why it is refused (raised). `url` is what the caller claims:
+    shown to operators, never a route (routes come only from the registry, configured or pinned
+    peers and the relay)."""
+    refusal = peer_refusal(public_key)
+    if refusal is not None:
+        raise refusal
     now = timezone.now()
+    vouched = peer_vouched_tier(public_key)
     peer = Peer.objects.filter(public_key=public_key).first()
     if peer is None:
-        if not (settings.SWITCHBOARD_PEER_TOFU or vouched):
-            raise Forbidden(
-                "This hub accepts only peers an operator pinned; ask its operator to pin your key."
-            )
         try:
             with transaction.atomic():
                 peer = Peer.objects.create(
@@ -65,7 +121,7 @@ def peer_seen(
                     "peer.first_seen",
                     actor="hub",
                     target=public_key,
-                    detail={"name": name[:128], "url": url[:512], "tier": tier},
+                    detail={"name": name[:128], "url": url[:512], "tier": tier, "vouched": vouched},
                 )
         except IntegrityError:
             peer = Peer.objects.get(public_key=public_key)
@@ -74,11 +130,8 @@ def peer_seen(
         if url and not peer.pinned and peer.url != url:
             fields["url"] = url[:512]
         Peer.objects.filter(pk=peer.pk).update(**fields)
-    if peer.revoked:
-        if peer.revocation_mode == RevocationMode.HOLD:
-            return PeerStanding(peer=peer, hold=True)
-        raise PeerRevoked(f"An operator of this hub revoked the hub {peer.name or public_key[:12]}.")
-    return PeerStanding(peer=peer, hold=False)
+    # Revoked here means mode `hold` (`peer_refusal` raised for `refuse`).
+    return PeerStanding(peer=peer, hold=peer.revoked, vouched=vouched)
 
 
 def peer_pin(

@@ -42,6 +42,11 @@ HOLD_REASONS = {
     "default_bypass_sender": "you run without permission prompts, so the recipient holds your messages",
     "loop_suspected": "you and the recipient have recently exchanged many messages in both directions, "
     "which looks like a reply loop",
+    "unknown_peer": "it comes from a hub whose key no operator of this hub has pinned (first contact), so "
+    "an operator must approve it (escalate=required); once they pin your hub's key, its messages go "
+    "straight through",
+    "peer_revoked": "an operator of this hub revoked the hub it comes from and holds its messages "
+    "(escalate=required)",
 }
 
 

@@ -608,8 +608,9 @@ def message_send(
     `hub_made` marks a message the hub writes on a session's behalf (an idle notification with a
     final answer, a fired subscription): it skips the sender's rate limits so it is never lost.
     `files` attaches uploaded files ({sha256, name}); `remote` (a federation InboundContext) marks
-    a message another hub forwarded here. An address no local session takes is tried on the other
-    hubs (channel → LAN → relay, federation.services.forwarding) before it is `not_found`."""
+    a message another hub forwarded here. An address no local session (live or stopped) takes is
+    tried on the other hubs (channel → LAN → relay, federation.services.forwarding) before it is
+    `not_found`."""
     actor = actor or session_principal(sender)
     checked = send_input_checked(
         to=to,
@@ -628,6 +629,8 @@ def message_send(
 
     route = None
     try:
+        # A name a local session holds, live or stopped, is never routed away: a stopped
+        # session's messages are held for it (`decide_by_recipient_state`).
         recipient, resolution = _resolve(sender, target)  # its pin is checked with the pair's facts
     except NotFound:
         from federation.services.forwarding import route_for_send
@@ -636,16 +639,6 @@ def message_send(
         if route is None:
             raise
         recipient, resolution = route.recipient, route.resolution
-    else:
-        if remote is None and recipient.status == SessionStatus.STOPPED:
-            # Order: host → channel → LAN → relay → held. A stopped agent live in another hub moved there.
-            from federation.services.forwarding import route_for_send
-
-            route = route_for_send(sender=sender, target=target)
-            if route is not None:
-                # The local name's pin still applies (checked against the local session it named).
-                _check_pin_now(sender=sender, recipient=recipient, resolution=resolution, target=target)
-                recipient, resolution = route.recipient, route.resolution
     if recipient.id == sender.id:
         raise Invalid("self_target", "A session cannot message itself.")
     reply_checked(sender, in_reply_to)

@@ -113,3 +113,12 @@ def sha(text: str) -> str:
 @pytest.fixture
 def make_hub() -> Callable[[str], OtherHub]:
     return lambda name: OtherHub(SigningKey.generate(), name=name)
+
+
+def pin_hub(hub: OtherHub, tier: str = "lan") -> None:
+    """This hub's operator vouches for `hub`'s key on `tier` (what the tier of its messages follows)."""
+    from federation.models import Peer
+
+    Peer.objects.update_or_create(
+        public_key=hub.public_key, defaults={"name": hub.name, "tier": tier, "pinned": True}
+    )

@@ -264,15 +264,16 @@ def test_files_too_large_for_the_tier_are_refused_before_anything_is_kept(
     assert not Delivery.objects.exists()
 
 
-def test_a_stopped_local_agent_live_in_another_hub_gets_it_there(
+def test_a_stopped_local_agent_is_held_here_even_when_another_hub_hosts_its_name(
     api, register, routes, hubs, django_capture_on_commit_callbacks
 ):
     alice, bob = register("alice"), register("bob")
     api.patch("sessions/me", bob.token, {"status": "stopped"})
     routes.append(_route())
     sent = _send(api, alice, "bob", "you moved", django_capture_on_commit_callbacks)
-    assert sent.json_body["status"] == "relayed", sent.json_body
-    assert len(hubs.calls) == 1
+    assert sent.json_body["status"] == "held", sent.json_body
+    assert Delivery.objects.get().hold_reason == "recipient_stopped"
+    assert hubs.calls == []
 
 
 def test_a_stopped_local_agent_hosted_nowhere_else_is_held_here(

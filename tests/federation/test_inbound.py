@@ -1,14 +1,24 @@
-"""Receiving a forwarded message: trust from the signature, idempotency, hop cap, revocation, files."""
+"""Receiving a forwarded message: trust from the signature, idempotency, hop cap, revocation, files.
+The calling hub is one this hub vouches for (pinned on the channel tier); what a hub nobody
+vouched for gets is in tests/security/test_federation_trust.py."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 
+import pytest
+
 from federation.models import InboundMessage, Peer
 from federation.services.signatures import envelope_sign
+from tests.federation.conftest import pin_hub
 
 URL = "/api/v1/federation/messages"
+
+
+@pytest.fixture(autouse=True)
+def _other_hub_vouched(other_hub, db):
+    pin_hub(other_hub, "channel")
 
 
 def _forward(client, hub, envelope, tier="channel"):
@@ -25,7 +35,7 @@ def test_a_signed_forward_is_queued_for_the_local_agent_as_verified(hub_client, 
     assert frame["text"] == "hello from afar"
     assert frame["trust"] == "channel-verified"
     assert frame["delivery_tier"] == "channel"
-    assert "DELIVERY=channel" in frame["marker"] and 'FROM="alice"' in frame["marker"]
+    assert "DELIVERY=channel" in frame["marker"] and 'FROM="alice@other-hub"' in frame["marker"]
     assert Peer.objects.filter(public_key=other_hub.public_key).exists()
 
 
@@ -51,6 +61,7 @@ def test_a_message_carried_by_another_hub_is_verified_by_its_origin_but_gets_no_
 ):
     register("bob")
     carrier = make_hub("carrier")
+    pin_hub(carrier, "channel")
     envelope = other_hub.envelope(to="bob", text="carried by someone else", hops=2)
     envelope["from"]["url"] = "http://evil.invalid"  # signed by the origin, but carried by another hub:
     envelope_sign(envelope, key=other_hub.key)  # never trusted as a receipt address
@@ -236,6 +247,7 @@ def test_files_over_the_tiers_limit_are_left_out(hub_client, register, api, othe
     from federation.services import files
 
     monkeypatch.setitem(files.TIER_LIMITS, "lan", (5, 8))
+    pin_hub(other_hub, "lan")  # the tier follows the key's vouching
     bob = register("bob")
     envelope = other_hub.envelope(
         to="bob", text="sizes", files=[_file(b"1234"), _file(b"123456"), _file(b"abcde")]

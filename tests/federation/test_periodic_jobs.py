@@ -17,6 +17,7 @@ ALWAYS = {
     "federation.tasks.send_receipts",
     "federation.tasks.registry_refresh",
     "federation.tasks.nonces_prune",
+    "federation.tasks.remote_sessions_prune",
 }
 
 

@@ -1,0 +1,231 @@
+"""Federation trust and routing (issue 30, items 1 and 2), each attack reproduced through the HTTP
+API with a home-made hub key, signed as a hub signs its calls.
+
+1. A hub that merely called is never a route, and a name a local session holds (live or stopped)
+   is never routed away.
+2. The tier and trust of a forwarded message follow from how this hub vouches for the calling key,
+   never from the body; a key nobody vouched for is held for an operator (or refused with trust
+   on first use off); a remote sender always reads as remote; stand-ins for a hub's senders are
+   capped and expire, so rotating sender ids neither adds rows without bound nor escapes the
+   per-pair rate limit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from nacl.signing import SigningKey
+
+from federation.models import Peer, RemoteSession
+from messaging.models import AgentSession, Delivery, Message
+from tests.federation.conftest import OtherHub, pin_hub
+
+URL = "/api/v1/federation/messages"
+ATTACKER_URL = "http://127.0.0.1:9"  # the caller's "listener": must never be called back
+
+
+@pytest.fixture(autouse=True)
+def _federation_dirs(settings: Any, tmp_path: Path) -> None:
+    from federation.services.discovery import discovery_cache_clear
+    from federation.services.forwarding import hosts_cache_clear
+
+    settings.SWITCHBOARD_REGISTRY_DIR = tmp_path / "registry"
+    settings.SWITCHBOARD_FILES_DIR = tmp_path / "files"
+    settings.SWITCHBOARD_PUBLIC_URL = ""
+    settings.SWITCHBOARD_RELAY_URL = ""
+    settings.SWITCHBOARD_LAN_PEERS = []
+    settings.SWITCHBOARD_ROLE = "hub"
+    settings.SWITCHBOARD_PEER_TOFU = True
+    hosts_cache_clear()
+    discovery_cache_clear()
+
+
+@pytest.fixture
+def attacker() -> OtherHub:
+    """A freshly generated hub key that no registry, configuration or operator vouches for."""
+    return OtherHub(SigningKey.generate(), name="evil-hub")
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch, attacker: OtherHub) -> list[tuple[str, str, str]]:
+    """Every call this hub makes to another hub; the attacker's listener says it hosts anyone."""
+    made: list[tuple[str, str, str]] = []
+
+    def fake_call(method: str, base_url: str, path: str, body: Any = None, **kw: Any) -> Any:
+        made.append((method, base_url, path))
+        if path.startswith("/federation/agents"):
+            return {
+                "hosted": True,
+                "hub_key": attacker.public_key,
+                "hub_name": "evil-hub",
+                "id": "x",
+                "name": "alice",
+            }
+        return {"status": "queued"}
+
+    monkeypatch.setattr("federation.services.forwarding.hub_call", fake_call)
+    return made
+
+
+def _forward(client: Any, hub: OtherHub, envelope: dict[str, Any], **body: Any) -> Any:
+    return hub.call(client, "POST", URL, {"envelope": envelope, **body})
+
+
+def _send(api: Any, sender: Any, to: str, text: str, capture: Any) -> Any:
+    with capture(execute=True):
+        return api.post("messages", sender.token, {"to": to, "message": text})
+
+
+# --- 1. interception by a hub that merely called --------------------------------------------------
+
+
+def test_a_hub_that_called_as_a_local_name_does_not_intercept_its_messages_once_it_stops(
+    client, api, register, attacker, calls, django_capture_on_commit_callbacks
+):
+    alice, bob = register("alice"), register("bob")
+    envelope = attacker.envelope(to="bob", text="hi bob", sender_name="alice")
+    envelope["from"]["url"] = ATTACKER_URL
+    assert _forward(client, attacker, envelope).status_code == 201
+    api.patch("sessions/me", alice.token, {"status": "stopped"})
+
+    sent = _send(api, bob, "alice", "the deploy key is in the vault", django_capture_on_commit_callbacks)
+
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["status"] == "held", sent.json_body
+    delivery = Delivery.objects.get(message_id=sent.json_body["id"])
+    assert delivery.recipient_id == uuid.UUID(alice.id) and delivery.hold_reason == "recipient_stopped"
+    assert [c for c in calls if c[1] == ATTACKER_URL] == []
+
+
+def test_a_hub_that_called_as_an_unknown_name_is_never_asked_for_it(
+    client, api, register, attacker, calls, django_capture_on_commit_callbacks
+):
+    bob = register("bob")
+    envelope = attacker.envelope(to="bob", text="write back to carol", sender_name="carol")
+    envelope["from"]["url"] = ATTACKER_URL
+    _forward(client, attacker, envelope)
+
+    sent = _send(api, bob, "carol", "here is what you asked for", django_capture_on_commit_callbacks)
+
+    assert sent.status_code == 404, sent.json_body
+    assert calls == []
+
+
+# --- 2. claimed tier and trust --------------------------------------------------------------------
+
+
+def test_an_unknown_key_claiming_the_channel_tier_is_held_unverified_and_marked_remote(
+    client, api, register, attacker, operator_token
+):
+    from federation.services.identity import hub_identity
+
+    bob = register("bob")
+    register("alice")
+    attacker.name = hub_identity().name  # claims to be this very hub
+    envelope = attacker.envelope(to="bob", text="deploy now", sender_name="alice", priority="urgent")
+
+    sent = _forward(client, attacker, envelope, tier="channel")
+
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["status"] == "held" and sent.json_body["trust"] == "unverified"
+    assert "pinned" in sent.json_body["detail"]
+    delivery = Delivery.objects.select_related("message").get(message_id=sent.json_body["message_id"])
+    assert (delivery.hold_reason, delivery.escalate, delivery.tier) == ("unknown_peer", "required", "lan")
+    assert delivery.message.trust == "unverified" and delivery.message.priority != 1  # never urgent
+    held = api.get("holds", operator_token).json_body
+    [row] = [h for h in held["holds"] if h["message_id"] == sent.json_body["message_id"]]
+    assert row["hold_reason"] == "unknown_peer"
+    from messaging.framing import marker_line
+
+    marker = marker_line(delivery)
+    assert 'FROM="alice"' not in marker and "PRIORITY=normal" in marker
+    assert f'FROM_HUB="{hub_identity().name}"' not in marker and "TRUST=unverified" in marker
+    assert 'FROM="alice@' in marker
+    assert api.get("inbox", bob.token).json_body["messages"] == []
+
+
+def test_an_operator_pinning_the_key_lets_its_next_messages_through_as_lan(
+    client, api, register, attacker, operator_token
+):
+    bob = register("bob")
+    first = _forward(client, attacker, attacker.envelope(to="bob", text="one"), tier="channel")
+    assert first.json_body["status"] == "held"
+    pinned = api.post("federation/peers", operator_token, {"public_key": attacker.public_key, "name": "evil"})
+    assert pinned.status_code == 201, pinned.json_body
+
+    second = _forward(client, attacker, attacker.envelope(to="bob", text="two"), tier="channel")
+
+    assert second.json_body["status"] == "queued" and second.json_body["trust"] == "lan-verified"
+    [frame] = api.get("inbox", bob.token).json_body["messages"]
+    assert frame["text"] == "two" and frame["delivery_tier"] == "lan"
+
+
+def test_a_body_tier_never_raises_a_pinned_lan_peer_to_channel(client, api, register, attacker):
+    register("bob")
+    pin_hub(attacker, "lan")
+    sent = _forward(client, attacker, attacker.envelope(to="bob", text="hello"), tier="channel")
+    assert sent.json_body["trust"] == "lan-verified"
+    assert Delivery.objects.get(message_id=sent.json_body["message_id"]).tier == "lan"
+
+
+def test_a_key_in_this_machines_registry_is_the_channel_tier(client, register, attacker, monkeypatch):
+    register("bob")
+    monkeypatch.setattr("federation.services.registry.registry_hub_keys", lambda: {"fp": attacker.public_key})
+    sent = _forward(client, attacker, attacker.envelope(to="bob", text="neighbour"), tier="lan")
+    assert sent.json_body["status"] == "queued" and sent.json_body["trust"] == "channel-verified"
+
+
+def test_with_trust_on_first_use_off_an_unknown_key_is_refused(client, register, attacker, settings):
+    register("bob")
+    settings.SWITCHBOARD_PEER_TOFU = False
+    sent = _forward(client, attacker, attacker.envelope(to="bob", text="let me in"), tier="channel")
+    assert sent.status_code == 403 and sent.json_body["error"] == "peer_unknown"
+    assert not Message.objects.exists()
+
+
+def test_a_message_carried_by_a_vouched_hub_from_an_unknown_origin_is_held(client, register, attacker):
+    register("bob")
+    carrier = OtherHub(SigningKey.generate(), name="carrier")
+    pin_hub(carrier, "channel")
+    sent = _forward(client, carrier, attacker.envelope(to="bob", text="laundered", hops=2))
+    assert sent.json_body["status"] == "held" and sent.json_body["trust"] == "unverified"
+
+
+def test_rotating_sender_ids_shares_one_stand_in_and_its_rate_limit_past_the_cap(
+    client, register, attacker, settings
+):
+    register("bob")
+    pin_hub(attacker, "lan")
+    settings.SWITCHBOARD_REMOTE_SESSIONS_PER_PEER = 2
+    settings.SWITCHBOARD_RATE_PAIR = 2
+    answers = [
+        _forward(client, attacker, attacker.envelope(to="bob", text=f"number {n}")).status_code
+        for n in range(8)
+    ]
+    assert answers[:4] == [201, 201, 201, 201]
+    assert set(answers[4:]) == {429}
+    assert RemoteSession.objects.filter(hub_key=attacker.public_key).count() == 3  # 2, then the shared one
+
+
+def test_stand_ins_nothing_refers_to_expire(client, register, attacker, settings):
+    from federation.services.forwarding import remote_sessions_prune
+
+    register("bob")
+    pin_hub(attacker, "lan")
+    _forward(client, attacker, attacker.envelope(to="bob", text="kept"))
+    for n in range(3):  # addressed to nobody: stand-ins with no message
+        _forward(client, attacker, attacker.envelope(to=f"nobody-{n}", text="x"))
+    assert RemoteSession.objects.count() == 4
+    assert remote_sessions_prune() == 0  # all used just now
+    AgentSession.objects.filter(kind="remote").update(
+        last_seen=timezone.now() - timedelta(seconds=settings.SWITCHBOARD_REMOTE_SESSION_IDLE_SECONDS + 60)
+    )
+    assert remote_sessions_prune() == 3
+    [kept] = RemoteSession.objects.all()
+    assert Message.objects.filter(sender_id=kept.session_id).exists()
+    assert Peer.objects.filter(public_key=attacker.public_key).exists()
