@@ -225,7 +225,16 @@ class HubKey:
         return httpx.request(method, url, content=raw, headers=headers, timeout=10)
 
     def envelope(
-        self, *, to: str, text: str, hops: int = 1, files: list[dict[str, Any]] | None = None
+        self,
+        *,
+        to: str,
+        text: str,
+        hops: int = 1,
+        files: list[dict[str, Any]] | None = None,
+        sender: str = "tester",
+        sender_id: str = "t-1",
+        url: str = "",
+        priority: str = "normal",
     ) -> dict[str, Any]:
         """A message envelope signed as a hub signs one (version 2: every field a recipient sees)."""
         envelope = {
@@ -234,15 +243,15 @@ class HubKey:
             "from": {
                 "hub": self.public_key,
                 "hub_name": self.name,
-                "url": "",
-                "id": "t-1",
-                "name": "tester",
+                "url": url,
+                "id": sender_id,
+                "name": sender,
                 "ref": "tstr23",
             },
             "to": to,
             "text": text,
             "summary": "",
-            "priority": "normal",
+            "priority": priority,
             "kind": "text",
             "created_at": "2026-01-01T00:00:00+00:00",
             "hops": hops,

@@ -76,6 +76,8 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
         started.append(b)
         b.pin(c_key, name="hub-c", tier="relay")
         c.pin(a.public_key(), name="hub-a", url=a.url, tier="lan")
+        # C's operator vouches for B too: a hub key nobody vouched for gets its messages held.
+        c.pin(b.public_key(), name="hub-b", tier="relay")
         agents = {
             "alice": a.register("alice", cwd="/w/alice"),
             "bob": b.register("bob", cwd="/w/bob"),
@@ -255,6 +257,7 @@ def test_hop_cap(fed):
 
 def test_duplicate_forward_is_delivered_once(fed):
     tester = HubKey()
+    fed.b.pin(tester.public_key, name="tester")  # vouched for, so delivered rather than held
     bob = fed.b.register("bob-dup", cwd="/w/bd")
     envelope = tester.envelope(to="bob-dup", text="once only")
     codes = [
@@ -291,6 +294,7 @@ def test_file_sent_across_hubs_arrives_intact_and_a_changed_file_is_left_out(fed
     assert "/home/alice" not in kept["path"]
 
     tester = HubKey()
+    fed.b.pin(tester.public_key, name="tester")  # vouched for, so delivered rather than held
     bad = {
         "name": "x.txt",
         "size": 3,
@@ -405,6 +409,7 @@ def test_a_claim_whose_local_delivery_fails_is_released(fed):
 
 def test_a_hub_forwards_onward_one_hop_and_the_hop_cap_stops_it(fed):
     tester = HubKey("far-away")
+    fed.b.pin(tester.public_key, name="far-away")  # B vouches for the origin; A (registry) carries
     bob = fed.b.register("bob-onward", cwd="/w/bo")
     onward = tester.call(
         fed.a,

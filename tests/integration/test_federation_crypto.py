@@ -99,6 +99,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             "hub-a", work, registry=work / "registry-a", lan=[f"http://127.0.0.1:{tap.port}#{c_key}"]
         )
         started.append(a)
+        c.pin(a.public_key(), name="hub-a", tier="lan")  # C vouches for A: its messages are not held
         yield Pair(a, c, tap, a.register("alice"), c.register("carol"))
     finally:
         for hub in reversed(started):

@@ -116,6 +116,22 @@ def test_a_hub_that_called_as_an_unknown_name_is_never_asked_for_it(
     assert calls == []
 
 
+def test_a_stopped_local_name_is_never_routed_away_even_to_a_pinned_peer_that_claims_it(
+    client, api, register, attacker, calls, django_capture_on_commit_callbacks
+):
+    alice, bob = register("alice"), register("bob")
+    Peer.objects.create(public_key=attacker.public_key, name="colleague", url=ATTACKER_URL, pinned=True)
+    envelope = attacker.envelope(to="bob", text="hi bob", sender_name="alice")
+    assert _forward(client, attacker, envelope).status_code == 201
+    api.patch("sessions/me", alice.token, {"status": "stopped"})
+
+    sent = _send(api, bob, "alice", "the deploy key is in the vault", django_capture_on_commit_callbacks)
+
+    assert sent.json_body["status"] == "held", sent.json_body
+    assert Delivery.objects.get(message_id=sent.json_body["id"]).recipient_id == uuid.UUID(alice.id)
+    assert calls == []
+
+
 # --- 2. claimed tier and trust --------------------------------------------------------------------
 
 
