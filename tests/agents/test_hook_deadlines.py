@@ -1,0 +1,158 @@
+"""Hooks never stall the agent: behind a hub that accepts connections and never answers, every
+`switchboard hook` process (each event, Claude Code's real payloads) ends within its deadline, and
+after one failure later hooks skip the hub for a while (the breaker) instead of each paying it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.agent.client import HubClient, HubUnreachable
+from console.agent.config import SavedSession, session_save
+from console.agent.hooks import run_hook
+from tests.agents.hung import HungHub
+from tests.e2e.conftest import REPO
+
+SESSION_ID = "5e1f0c2a-1b2c-4d3e-8f4a-9b8c7d6e5f4a"
+HOOK_DEADLINE = 3.0  # console.agent.hooks.HOOK_DEADLINE (test_the_deadline_is_the_hooks checks)
+# Inside the hook (its log line), the deadline and a little; the process as a whole adds Python's
+# start-up, which on a loaded machine takes a second or more.
+INSIDE, WITHIN = HOOK_DEADLINE + 0.5, HOOK_DEADLINE + 3.0
+EVENTS: dict[str, dict[str, Any]] = {
+    "SessionStart": {"source": "startup"},
+    "UserPromptSubmit": {"prompt": "go on"},
+    "PostToolUse": {"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_use_id": "toolu_01"},
+    "Stop": {"stop_hook_active": False, "last_assistant_message": "Done."},
+    "SessionEnd": {"reason": "prompt_input_exit"},
+}
+
+
+def payload(name: str) -> str:
+    return json.dumps(
+        {
+            "session_id": SESSION_ID,
+            "transcript_path": f"/tmp/{SESSION_ID}.jsonl",
+            "cwd": "/work/payments",
+            "permission_mode": "default",
+            "hook_event_name": name,
+            **EVENTS[name],
+        }
+    )
+
+
+@pytest.fixture
+def hung() -> Iterator[HungHub]:
+    with HungHub() as hub:
+        yield hub
+
+
+def hook_process(home: Path, url: str, name: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "CLAUDE_CODE_"))}
+    env |= {"SWITCHBOARD_HOME": str(home), "SWITCHBOARD_ENROLL_KEY": "k" * 32, "SWITCHBOARD_URL": url}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "console.cli", "hook"],
+        input=payload(name),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=30,
+    )
+    return time.perf_counter() - started, done
+
+
+def save_session(home: Path, url: str) -> None:
+    """A session the hooks registered earlier (so each event makes its own request)."""
+    session_save(SavedSession(key=SESSION_ID, hub=url, token="t" * 40, id="i", name="payments", ref="abc123"))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", list(EVENTS))
+def test_each_hook_event_ends_within_its_deadline_behind_a_hung_hub(
+    hung: HungHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path))
+    if name != "SessionStart":
+        save_session(tmp_path, hung.url)
+
+    seconds, done = hook_process(tmp_path, hung.url, name)
+
+    assert done.returncode == 0 and done.stdout == ""  # fail open: nothing for the agent to read
+    assert hung.accepted >= 1  # it did reach the listener, which never answered
+    log = (tmp_path / "agent.log").read_text().splitlines()[-1]
+    assert "unreachable" in log or "deadline" in log
+    inside = float(re.search(r"([\d.]+) ms$", log)[1]) / 1000
+    assert inside < INSIDE, f"{name} took {inside:.1f} s inside the hook"
+    assert seconds < WITHIN, f"{name} took {seconds:.1f} s"
+
+
+@pytest.mark.e2e
+def test_after_a_failure_later_hooks_skip_the_hub_for_a_while(
+    hung: HungHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console.agent.config import Breaker
+
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path))
+    save_session(tmp_path, hung.url)
+
+    first, _ = hook_process(tmp_path, hung.url, "PostToolUse")
+    later = [hook_process(tmp_path, hung.url, "PostToolUse")[0] for _ in range(3)]
+
+    assert first >= HOOK_DEADLINE - 0.5  # the first one paid the deadline
+    assert max(later) < HOOK_DEADLINE  # the next ones did not wait for the hub (it saw no more)
+    assert hung.accepted == 1
+    breaker = Breaker(hung.url)
+    assert stat.S_IMODE(breaker.path.stat().st_mode) == 0o600
+    log = (tmp_path / "agent.log").read_text().splitlines()
+    assert sum("skipped: the hub failed recently" in line for line in log) == 3
+
+    # The pause over, the next hook tries the hub again; failing again doubles the pause.
+    state = json.loads(breaker.path.read_text())
+    breaker.path.write_text(json.dumps({**state, "until": time.time() - 1}))
+    hook_process(tmp_path, hung.url, "Stop")
+    assert hung.accepted == 2
+    assert json.loads(breaker.path.read_text())["pause"] == state["pause"] * 2
+
+
+def test_a_request_under_a_deadline_ends_by_it_whatever_timeout_it_asks_for(hung: HungHub) -> None:
+    client = HubClient(hung.url, "t" * 40)
+    client.deadline = time.monotonic() + 1.0
+    started = time.monotonic()
+    with pytest.raises(HubUnreachable):
+        client.inbox(limit=20)  # asks for wait + 10 s
+    assert time.monotonic() - started < 1.5
+    with pytest.raises(HubUnreachable, match="deadline passed"):
+        client.me()  # no time left: it does not even start
+    client.close()
+
+
+def test_a_hub_that_answers_again_closes_the_breaker(
+    inprocess_hub: str, register, send, tmp_path: Path
+) -> None:
+    from console.agent.config import Breaker
+
+    alice = register("alice")
+    out = io.StringIO()
+    assert run_hook(io.StringIO(payload("SessionStart")), out) == 0
+    send(alice, "payments", "Refunds API is live.")
+    breaker = Breaker(inprocess_hub)
+    breaker.trip()
+    breaker.path.write_text(json.dumps({"until": time.time() - 1, "pause": 15}))  # the pause is over
+
+    out = io.StringIO()
+    assert run_hook(io.StringIO(payload("PostToolUse")), out) == 0
+
+    assert "Refunds API is live." in json.loads(out.getvalue())["hookSpecificOutput"]["additionalContext"]
+    assert not breaker.path.exists()
