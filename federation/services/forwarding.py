@@ -595,6 +595,12 @@ def forward_attempt(*, delivery_id: int) -> str:
         try:
             answer = envelope_send(tier=rd.tier, url=rd.url, hub_key=rd.hub_key, envelope=envelope, agent=to)
         except UnverifiedKey as exc:
+            if rd.tier == FederationTier.CHANNEL:
+                # Its registry entry went (it stopped answering): another hub may host the agent,
+                # or this one may announce itself again before the retries run out.
+                if _reroute(rd, delivery, reason=str(exc)):
+                    continue
+                return _retry_later(rd, delivery, error=str(exc))
             _unverified_key(rd, delivery, reason=str(exc))
             return "failed"
         except TransientError as exc:

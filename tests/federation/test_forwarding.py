@@ -316,3 +316,15 @@ def test_a_relay_message_nobody_pulled_fails_after_the_relay_expiry(
     later = timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_EXPIRY_SECONDS + 7200)
     assert forwards_expire_unclaimed(now=later) == 1
     assert Delivery.objects.get().state == "failed"
+
+
+def test_a_channel_hub_gone_from_the_registry_is_retried_not_sealed_to(
+    api, register, routes, hubs, monkeypatch, django_capture_on_commit_callbacks
+):
+    monkeypatch.setattr("federation.services.forwarding.registry_hub_keys", lambda: {})
+    alice = register("alice")
+    routes.append(_route("channel", HUB_B))
+    _send(api, alice, "bob", "wait for it", django_capture_on_commit_callbacks)
+    rd = RemoteDelivery.objects.get()
+    assert rd.remote_state == "retry" and "registry" in rd.last_error
+    assert hubs.calls == []

@@ -16,6 +16,7 @@ from nacl.encoding import Base64Encoder
 from nacl.public import SealedBox
 from nacl.signing import SigningKey
 
+from console.asgi import application
 from federation.models import RemoteDelivery
 from federation.services.forwarding import RemoteRoute
 from federation.services.identity import hub_identity
@@ -25,6 +26,7 @@ from tests.federation.conftest import (
     OtherHub,
     _federation_dirs,  # noqa: F401  (autouse: registry, files, caches)
 )
+from tests.security.test_http_surface import FeedingClient
 
 URL = "/api/v1/federation/messages"
 
@@ -297,51 +299,18 @@ def test_a_lapsed_lease_taken_by_another_key_is_audited_at_the_relay(db, setting
 # --- item 7: memory before authentication ---------------------------------------------------------
 
 
-def _asgi_post(
-    path: str, headers: dict[str, str], *, chunks: int, chunk: int = 1024 * 1024
-) -> tuple[int, int]:
-    """POST a chunked body of `chunks` × `chunk` bytes to the hub's API handler; the status and how
-    many body bytes the hub pulled before answering."""
-    from console.asgi import api_asgi_app
-
-    pulled = 0
-    sent = 0
-    status: list[int] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal pulled, sent
-        if sent >= chunks:
-            await asyncio.sleep(3600)  # a client that never finishes: only a disconnect ends it
-        sent += 1
-        pulled += chunk
-        return {"type": "http.request", "body": b"x" * chunk, "more_body": sent < chunks}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            status.append(message["status"])
-
-    scope = {
-        "type": "http",
-        "http_version": "1.1",
-        "method": "POST",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "scheme": "http",
-        "query_string": b"",
-        "headers": [(b"host", b"testserver"), (b"transfer-encoding", b"chunked")]
-        + [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8765),
-    }
-    asyncio.run(asyncio.wait_for(api_asgi_app(scope, receive, send), timeout=60))
-    return status[0], pulled
+def _post_big(headers: dict[str, str]) -> FeedingClient:
+    """POST 64 MB chunked to the inbound endpoint through the hub's ASGI application, as daphne
+    hands it over; the client counts how many 1 MB chunks the hub pulled before answering."""
+    client = FeedingClient(64)
+    scope = client.scope(URL, *[(k.lower().encode(), v.encode()) for k, v in headers.items()])
+    asyncio.run(asyncio.wait_for(application(scope, client.receive, client.send), timeout=60))
+    return client
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_big_unsigned_or_badly_signed_chunked_post_is_refused_before_its_body_is_read(settings, sender_hub):
+def test_a_big_unsigned_or_badly_signed_chunked_post_is_refused_before_its_body_is_read(sender_hub):
     """64 MB posted chunked to the inbound endpoint without a valid signature header set."""
-    settings.ALLOWED_HOSTS = ["testserver"]
     me = hub_identity().public_key
     good = request_headers(method="POST", path=URL, body=b"", dest_key=me, key=sender_hub.key)
     stale = dict(good, **{"X-Switchboard-Time": "1000000000"})
@@ -349,19 +318,18 @@ def test_a_big_unsigned_or_badly_signed_chunked_post_is_refused_before_its_body_
         method="POST", path=URL, body=b"", dest_key=_key_pair()[1], key=sender_hub.key
     )
     for headers in ({}, stale, elsewhere):
-        status, pulled = _asgi_post(URL, headers, chunks=64)
-        assert status == 401
-        assert pulled == 0, f"{pulled} bytes read before the refusal"
+        client = _post_big(headers)
+        assert client.status == 401
+        assert client.taken == 0, f"{client.taken} MB read before the refusal"
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_revoked_hubs_big_post_is_refused_before_its_body_is_read(settings, sender_hub):
+def test_a_revoked_hubs_big_post_is_refused_before_its_body_is_read(sender_hub):
     from federation.models import Peer
 
-    settings.ALLOWED_HOSTS = ["testserver"]
     Peer.objects.create(public_key=sender_hub.public_key, revoked=True)
     headers = request_headers(
         method="POST", path=URL, body=b"", dest_key=hub_identity().public_key, key=sender_hub.key
     )
-    status, pulled = _asgi_post(URL, headers, chunks=64)
-    assert status == 403 and pulled == 0
+    client = _post_big(headers)
+    assert client.status == 403 and client.taken == 0
