@@ -286,6 +286,15 @@ SWITCHBOARD_OUTBOUND_ALLOW_PRIVATE = _env_bool("SWITCHBOARD_OUTBOUND_ALLOW_PRIVA
 SWITCHBOARD_OUTBOUND_ALLOW = [
     h.strip() for h in os.environ.get("SWITCHBOARD_OUTBOUND_ALLOW", "").split(",") if h.strip()
 ]
+# How long a team invitation (or a session's request to join) waits for the other side's answer.
+SWITCHBOARD_TEAM_INVITATION_SECONDS = _env_int("SWITCHBOARD_TEAM_INVITATION_SECONDS", 24 * 3600)
+# At most this many waiting notify-when-idle subscriptions per subscriber.
+SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION = _env_int("SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION", 50)
+# Notices the team machinery writes on its own (idle, fired subscription, task unblocked,
+# invitation): at most this many of one kind from one source to one recipient per window; a notice
+# that replaces an unread older one costs nothing.
+SWITCHBOARD_NOTICE_RATE = _env_int("SWITCHBOARD_NOTICE_RATE", 10)
+SWITCHBOARD_NOTICE_RATE_SECONDS = _env_int("SWITCHBOARD_NOTICE_RATE_SECONDS", 60)
 
 # --- Inbound policy, holds and loop protection (messaging.policy, services.holds/limits) ---------
 SWITCHBOARD_HOLD_EXPIRY_SECONDS = _env_int("SWITCHBOARD_HOLD_EXPIRY_SECONDS", 300)

@@ -27,6 +27,14 @@ from teams.selectors import (
 )
 from teams.services.frames import FrameResult, frame_send, request_get, request_summary
 from teams.services.gates import check_summary, gate_remove, gate_set, gate_summary
+from teams.services.invitations import (
+    invitation_answer,
+    invitation_cancel,
+    invitation_summary,
+    invitations_visible,
+    team_ask_to_join,
+    team_invite,
+)
 from teams.services.observers import (
     observer_register,
     observer_report,
@@ -52,13 +60,13 @@ from teams.services.teams import (
     member_require_lead,
     member_require_live,
     member_summary,
-    team_add_member,
     team_create,
     team_end,
     team_get,
     team_require_visible,
     team_summary,
 )
+from teams.services.watchers import watcher_allow, watcher_revoke, watcher_summary, watchers_visible
 
 router = Router(tags=["teams"])
 
@@ -138,6 +146,18 @@ class GateIn(Schema):
     timeout_seconds: float = 5.0
     max_attempts: int = 3
     fail_closed: bool = False
+
+
+class JoinIn(Schema):
+    lead: str = Field(..., description="The lead of the team to join: id, ref, name or `name [ref]`.")
+    name: str | None = Field(None, description="Your name on its roster (default: your session's name).")
+
+
+class WatcherIn(Schema):
+    watcher: str = Field(..., description="The session allowed to read the final answers: id, ref or name.")
+    target: str | None = Field(
+        None, description="Operators only: whose final answers (default: the calling session's)."
+    )
 
 
 class SubscribeIn(Schema):
@@ -223,6 +243,79 @@ def my_team(request: HttpRequest) -> dict[str, Any]:
 
 
 # Registered before /teams/{team_id} so these fixed paths are never read as a team id.
+def _joined(invitation: Any, member: Any) -> Status:
+    """201 with the member when the session is on the roster now; 202 with the open invitation."""
+    if member is not None:
+        body = member_summary(member)
+        body["invitation"] = invitation_summary(invitation) if invitation is not None else None
+        return Status(201, body)
+    body = {"member_id": None, "invitation": invitation_summary(invitation)}
+    side = "the session" if invitation.asked_by == "lead" else "the lead"
+    body["detail"] = f"Invitation {invitation.id} is open; {side} accepts or declines it."
+    return Status(202, body)
+
+
+@router.post("/teams/join", response={201: dict, 202: dict, **ERRORS}, auth=AUTH)
+def join_team(request: HttpRequest, body: JoinIn) -> Status:
+    """Ask to join the team `lead` leads: you join now if it invited you, else it is asked (202)."""
+    caller = principal(request)
+    lead = _session_by_address(caller, body.lead)
+    led = live_membership(lead)
+    if led is None or led.role != "lead":
+        raise NotFound(f"{lead.label} leads no live team.")
+    return _joined(*team_ask_to_join(team=led.team, actor=caller, name=body.name))
+
+
+@router.get("/teams/invitations", response={200: dict, **ERRORS}, auth=AUTH)
+def list_invitations(request: HttpRequest) -> dict[str, Any]:
+    """Open invitations to you, from you and your team (operators: all open ones)."""
+    return {"invitations": [invitation_summary(i) for i in invitations_visible(actor=principal(request))]}
+
+
+@router.post("/teams/invitations/{uuid:invitation_id}/accept", response={201: dict, **ERRORS}, auth=AUTH)
+def accept_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> Status:
+    """Accept an invitation addressed to you: the session joins the roster (201, its member)."""
+    return _joined(*invitation_answer(invitation_id=invitation_id, actor=principal(request), accept=True))
+
+
+@router.post("/teams/invitations/{uuid:invitation_id}/decline", response={200: dict, **ERRORS}, auth=AUTH)
+def decline_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> dict[str, Any]:
+    """Decline an invitation addressed to you; nothing else changes."""
+    invitation, _ = invitation_answer(invitation_id=invitation_id, actor=principal(request), accept=False)
+    return invitation_summary(invitation)
+
+
+@router.delete("/teams/invitations/{uuid:invitation_id}", response={200: dict, **ERRORS}, auth=AUTH)
+def cancel_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> dict[str, Any]:
+    """Withdraw an open invitation you opened."""
+    return invitation_summary(invitation_cancel(invitation_id=invitation_id, actor=principal(request)))
+
+
+@router.post("/teams/watchers", response={201: dict, **ERRORS}, auth=AUTH)
+def allow_watcher(request: HttpRequest, body: WatcherIn) -> Status:
+    """Let a session read your final answers in its notify-when-idle notices (operators: anyone's)."""
+    caller = principal(request)
+    if body.target is not None:
+        caller.require_operator()
+        target = _session_by_address(caller, body.target)
+    else:
+        target = caller.require_session()
+    watcher = _session_by_address(caller, body.watcher)
+    return Status(201, watcher_summary(watcher_allow(target=target, watcher=watcher, actor=caller)))
+
+
+@router.get("/teams/watchers", response={200: dict, **ERRORS}, auth=AUTH)
+def list_watchers(request: HttpRequest) -> dict[str, Any]:
+    """Who may read your final answers (operators: every grant)."""
+    return {"watchers": [watcher_summary(w) for w in watchers_visible(actor=principal(request))]}
+
+
+@router.delete("/teams/watchers/{int:grant_id}", response={200: dict, **ERRORS}, auth=AUTH)
+def revoke_watcher(request: HttpRequest, grant_id: int) -> dict[str, Any]:
+    """Withdraw a watcher grant (the session that made it, or an operator)."""
+    return watcher_summary(watcher_revoke(grant_id=grant_id, actor=principal(request)))
+
+
 @router.post("/teams/subscriptions", response={201: dict, **ERRORS}, auth=AUTH)
 def subscribe(request: HttpRequest, body: SubscribeIn) -> Status:
     """notify_when_idle: be told once at the target's next idle or exit (at once if idle now; 12 h)."""
@@ -310,16 +403,15 @@ def end_team(request: HttpRequest, team_id: uuid.UUID) -> dict[str, Any]:
     return team_summary(team, include_left=True)
 
 
-@router.post("/teams/{team_id}/members", response={201: dict, **ERRORS}, auth=AUTH)
+@router.post("/teams/{team_id}/members", response={201: dict, 202: dict, **ERRORS}, auth=AUTH)
 def add_member(request: HttpRequest, team_id: uuid.UUID, body: MemberIn) -> Status:
-    """Add a session to the roster as a teammate (lead or operator). Returns its member id."""
+    """Operators add a session at once (201, its member). A lead invites it (202, the invitation):
+    it joins when it accepts, or at once (201) if it had asked to join this team."""
     caller = principal(request)
     team = team_get(team_id=team_id)
     member_require_lead(team=team, actor=caller)
     session = _session_by_address(caller, body.session)
-    return Status(
-        201, member_summary(team_add_member(team=team, session=session, actor=caller, name=body.name))
-    )
+    return _joined(*team_invite(team=team, session=session, actor=caller, name=body.name))
 
 
 @router.delete("/teams/{team_id}/members/{member_id}", response={200: dict, **ERRORS}, auth=AUTH)

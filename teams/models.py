@@ -305,3 +305,87 @@ class Observer(models.Model):
 
     def __str__(self) -> str:
         return f"observer {self.session_id}"
+
+
+class InvitationState(models.TextChoices):
+    OPEN = "open"
+    ACCEPTED = "accepted"
+    DECLINED = "declined"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+class InvitationAsker(models.TextChoices):
+    LEAD = "lead"  # the lead invited the session; the session answers
+    SESSION = "session"  # the session asked to join; the lead answers
+
+
+class Invitation(models.Model):
+    """One side's yes to a session joining a team, waiting for the other side's.
+
+    A session joins a team only with both yeses (the lead's and its own) or an operator's. Whoever
+    opened it (`asked_by`) waits; the other side accepts or declines. One open per team and session.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="team_invitations")
+    name = models.CharField(max_length=64, help_text="the name it will have on the roster")
+    asked_by = models.CharField(max_length=8, choices=InvitationAsker.choices)
+    state = models.CharField(
+        max_length=10, choices=InvitationState.choices, default=InvitationState.OPEN, db_index=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+    answered_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "session"], condition=Q(state="open"), name="invitation_one_open_per_pair"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"invitation {self.id} ({self.state})"
+
+
+class Watcher(models.Model):
+    """`target` lets `watcher` read its final answers (in the notices of fired subscriptions).
+
+    Granted by the target itself or an operator; its lead and teammates need no grant."""
+
+    target = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="watcher_grants")
+    watcher = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="watching_grants")
+    granted_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["target", "watcher"], name="watcher_once_per_pair")]
+
+    def __str__(self) -> str:
+        return f"{self.watcher_id} may watch {self.target_id}"
+
+
+class NoticeSlot(models.Model):
+    """The latest notice of one kind the hub wrote from one source to one recipient.
+
+    A newer notice of the same kind and source expires this one while it is still unread in the
+    recipient's inbox (queued or held), so at most one of each waits there."""
+
+    recipient = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=32)
+    source = models.CharField(max_length=64)
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["recipient", "kind", "source"], name="notice_slot_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} from {self.source} to {self.recipient_id}"

@@ -296,3 +296,22 @@ class HubClient:
 
     def notify_when_idle(self, *, target: str) -> dict[str, Any]:
         return self.call("POST", "teams/subscriptions", body={"target": target})
+
+    def team_join(self, *, lead: str, name: str | None = None) -> dict[str, Any]:
+        """Ask to join `lead`'s team: the member (joined now) or `{"invitation": ...}` (asked)."""
+        return self.call("POST", "teams/join", body={"lead": lead, "name": name or None})
+
+    def invitations(self) -> list[dict[str, Any]]:
+        return self.call("GET", "teams/invitations")["invitations"]
+
+    def invitation_answer(self, invitation_id: str, *, accept: bool) -> dict[str, Any]:
+        return self.call("POST", f"teams/invitations/{invitation_id}/{'accept' if accept else 'decline'}")
+
+    def watcher_allow(self, *, watcher: str) -> dict[str, Any]:
+        return self.call("POST", "teams/watchers", body={"watcher": watcher})
+
+    def watchers(self) -> list[dict[str, Any]]:
+        return self.call("GET", "teams/watchers")["watchers"]
+
+    def watcher_revoke(self, grant_id: int) -> dict[str, Any]:
+        return self.call("DELETE", f"teams/watchers/{grant_id}")

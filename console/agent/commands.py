@@ -406,7 +406,9 @@ def add_agent_commands(sub: Any) -> None:
     p = sub.add_parser("mcp", help="run the MCP server on stdio (for Claude Code or any MCP client)")
     p.set_defaults(func=cmd_mcp)
 
-    from console.agent.team_commands import add_task_commands
+    from console.agent.team_commands import add_task_commands, add_team_commands
 
     tasks = sub.add_parser("tasks", help="your team's task board: list, create, claim, done, release")
     add_task_commands(tasks, common, _client, _guard)
+    team = sub.add_parser("team", help="join a team: invite, join, invitations, accept, decline; watchers")
+    add_team_commands(team, common, _client, _guard)

@@ -1,4 +1,5 @@
-"""`switchboard tasks ...`: your team's task board from the shell, over the teams REST API."""
+"""`switchboard tasks ...` (your team's task board) and `switchboard team ...` (joining a team,
+who reads your final answers) from the shell, over the teams REST API."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ def _team_id(client: HubClient) -> str:
     team = client.my_team().get("team")
     if not team:  # the hub found no team for this session: its not_found (exit 3), not a usage error
         raise HubError(
-            "not_found", "This session is on no team (a lead creates one and adds you).", status=404
+            "not_found",
+            "This session is on no team (`switchboard team join LEAD` asks a lead to add you).",
+            status=404,
         )
     return team["id"]
 
@@ -97,3 +100,112 @@ def add_task_commands(
     p = sub.add_parser("release", parents=[common], help="put your unfinished task back on the board")
     p.add_argument("id", type=int)
     p.set_defaults(func=guard(cmd_release))
+
+
+def _roster_answer(args: argparse.Namespace, body: dict[str, Any]) -> None:
+    """Joined (its member id) or waiting for the other side (the invitation)."""
+    if args.json:
+        print(json.dumps(body, ensure_ascii=False))
+    elif body.get("member_id"):
+        print(f"{body['name']} joined the team (member {body['member_id']}).")
+    else:
+        invitation = body.get("invitation") or {}
+        print(f"Invitation {invitation.get('id')} is open; the {invitation.get('answer_by')} answers it.")
+
+
+def add_team_commands(
+    team: argparse.ArgumentParser,
+    common: argparse.ArgumentParser,
+    client_for: Callable[..., HubClient],
+    guard: Callable[[Command], Command],
+) -> None:
+    """`team invite|join|invitations|accept|decline|allow-watcher|watchers|revoke-watcher`."""
+    from console.agent.commands import EXIT_NOTHING, EXIT_OK
+
+    def cmd_invite(args: argparse.Namespace) -> int:
+        with client_for(args) as client:
+            body = client.team_add_member(team_id=_team_id(client), session=args.who, name=args.name)
+        _roster_answer(args, body)
+        return EXIT_OK
+
+    def cmd_join(args: argparse.Namespace) -> int:
+        with client_for(args) as client:
+            body = client.team_join(lead=args.lead, name=args.name)
+        _roster_answer(args, body)
+        return EXIT_OK
+
+    def cmd_invitations(args: argparse.Namespace) -> int:
+        with client_for(args) as client:
+            found = client.invitations()
+        if args.json:
+            print(json.dumps(found, ensure_ascii=False))
+        for i in [] if args.json else found:
+            print(
+                f"{i['id']}  team {i['team_name']!r}  {i['session_label']} as {i['name']}  (the {i['answer_by']} answers)"
+            )
+        return EXIT_OK if found else EXIT_NOTHING
+
+    def answer(accept: bool) -> Command:
+        def cmd(args: argparse.Namespace) -> int:
+            with client_for(args) as client:
+                body = client.invitation_answer(args.id, accept=accept)
+            if accept:
+                _roster_answer(args, body)
+            else:
+                print(
+                    json.dumps(body, ensure_ascii=False) if args.json else f"Invitation {args.id} declined."
+                )
+            return EXIT_OK
+
+        return cmd
+
+    def cmd_allow(args: argparse.Namespace) -> int:
+        with client_for(args) as client:
+            grant = client.watcher_allow(watcher=args.who)
+        print(
+            json.dumps(grant)
+            if args.json
+            else f"{grant['watcher_label']} may read your final answers (grant {grant['id']})."
+        )
+        return EXIT_OK
+
+    def cmd_watchers(args: argparse.Namespace) -> int:
+        with client_for(args) as client:
+            found = client.watchers()
+        if args.json:
+            print(json.dumps(found, ensure_ascii=False))
+        for g in [] if args.json else found:
+            print(f"#{g['id']:<5} {g['watcher_label']}  (by {g['granted_by']})")
+        return EXIT_OK if found else EXIT_NOTHING
+
+    def cmd_revoke(args: argparse.Namespace) -> int:
+        with client_for(args) as client:
+            client.watcher_revoke(args.id)
+        print(f"Grant {args.id} withdrawn.")
+        return EXIT_OK
+
+    sub = team.add_subparsers(dest="team_command", required=True)
+    p = sub.add_parser("invite", parents=[common], help="lead: invite a session; it joins when it accepts")
+    p.add_argument("who", metavar="SESSION")
+    p.add_argument("--name", help="its name on the roster")
+    p.set_defaults(func=guard(cmd_invite))
+    p = sub.add_parser("join", parents=[common], help="ask LEAD to add you (joins at once if it invited you)")
+    p.add_argument("lead")
+    p.add_argument("--name", help="your name on the roster")
+    p.set_defaults(func=guard(cmd_join))
+    p = sub.add_parser(
+        "invitations", parents=[common], help="open invitations to and from you (exit 1: none)"
+    )
+    p.set_defaults(func=guard(cmd_invitations))
+    for verb, accept in (("accept", True), ("decline", False)):
+        p = sub.add_parser(verb, parents=[common], help=f"{verb} an invitation by id")
+        p.add_argument("id")
+        p.set_defaults(func=guard(answer(accept)))
+    p = sub.add_parser("allow-watcher", parents=[common], help="let a session read your final answers")
+    p.add_argument("who", metavar="SESSION")
+    p.set_defaults(func=guard(cmd_allow))
+    p = sub.add_parser("watchers", parents=[common], help="who may read your final answers (exit 1: none)")
+    p.set_defaults(func=guard(cmd_watchers))
+    p = sub.add_parser("revoke-watcher", parents=[common], help="withdraw a watcher grant by id")
+    p.add_argument("id", type=int)
+    p.set_defaults(func=guard(cmd_revoke))

@@ -21,12 +21,12 @@ def my_team(client: HubClient) -> dict[str, Any]:
     found = client.my_team()
     if not found.get("team"):
         raise ToolError(
-            "You are on no team: create_team to lead one, or ask a lead to add you. Do not retry."
+            "You are on no team: create_team to lead one, or join_team to ask a lead. Do not retry."
         )
     return found["team"]
 
 
-def member_id(team: dict[str, Any], member: str) -> str:
+def member_id(team: dict[str, Any], member: str) -> CallToolResult:
     """A roster member by member id or (case-insensitive) name."""
     for row in team.get("members", []):
         if member in (row["member_id"], row["session"]["id"]) or row["name"].casefold() == member.casefold():
@@ -46,6 +46,12 @@ def register_team_tools(
     """Add the team, task, shutdown and notify-when-idle tools to `server`."""
     tool = server.tool
 
+    def _joined(body: dict[str, Any], waiting: str) -> CallToolResult:
+        """Joined (a member id), or waiting on the other side's yes (an invitation id)."""
+        if body.get("member_id"):
+            return answer(f"{body['name']} joined the team.", {"member_id": body["member_id"]})
+        return answer(waiting, {"invitation_id": (body.get("invitation") or {}).get("id")})
+
     @tool(structured_output=False)
     def create_team(name: str = "") -> CallToolResult:
         """Create a team that you lead (one per lead). Then add_member to build the roster."""
@@ -56,13 +62,39 @@ def register_team_tools(
 
     @tool(structured_output=False)
     def add_member(session: str, name: str = "") -> CallToolResult:
-        """Lead only: add a session (name, `name [ref]` or ref) to your team as a teammate."""
+        """Lead only: invite a session (name, `name [ref]` or ref) to your team; it joins on accepting."""
 
         def add(c: HubClient) -> dict[str, Any]:
             return c.team_add_member(team_id=my_team(c)["id"], session=session, name=name or None)
 
-        member = hub(add)
-        return answer(f"{member['name']} joined your team.", {"member_id": member["member_id"]})
+        return _joined(hub(add), f"Invited {session}; it joins your team when it accepts.")
+
+    @tool(structured_output=False)
+    def join_team(lead: str, name: str = "") -> CallToolResult:
+        """Ask to join the team `lead` leads; you join at once if it invited you."""
+        return _joined(
+            hub(lambda c: c.team_join(lead=lead, name=name or None)),
+            f"Asked {lead} to add you; you join when it does.",
+        )
+
+    @tool(structured_output=False)
+    def answer_invitation(invitation_id: str = "", accept: bool = True) -> CallToolResult:
+        """Accept or decline a team invitation (no id: list the open ones). Accepting sends your lead
+        your final answer at each turn's end."""
+        if not invitation_id:
+            open_ones = hub(lambda c: c.invitations())
+            return answer(f"{len(open_ones)} open invitation(s).", open_ones, key="invitations")
+        if not accept:
+            hub(lambda c: c.invitation_answer(invitation_id, accept=False))
+            return answer("Invitation declined; nothing changed.")
+        return _joined(hub(lambda c: c.invitation_answer(invitation_id, accept=True)), "")
+
+    @tool(structured_output=False)
+    def allow_watcher(watcher: str) -> CallToolResult:
+        """Let `watcher` read your final answers when its notify_when_idle fires (your lead and
+        teammates always do)."""
+        grant = hub(lambda c: c.watcher_allow(watcher=watcher))
+        return answer(f"{watcher} may read your final answers now.", {"grant": grant["id"]})
 
     @tool(structured_output=False)
     def list_tasks(status: Literal["any", "pending", "in_progress", "completed"] = "any") -> CallToolResult:

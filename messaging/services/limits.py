@@ -218,6 +218,17 @@ def limits_take(*, sender: AgentSession, recipient: AgentSession, unread: int | 
         raise queue_full(recipient, unread)
 
 
+def bucket_take(*parts: object, capacity: int, per: float) -> float:
+    """Take one token from the bucket named by `parts` (`capacity` per `per` seconds), for limits
+    other apps keep on the same store. Returns 0 when taken, else the seconds until one is free."""
+    try:
+        [(taken, wait)] = bucket_store().take_many([Want(_key(*parts), capacity, per, 1)], time.time())
+    except Exception:  # Redis down: what the caller bounds is still bounded by the database
+        log.warning("rate-limit store unavailable; letting a bounded notice through", exc_info=True)
+        return 0.0
+    return 0.0 if taken else max(wait, 1e-6)
+
+
 def unread_count(recipient_id: object) -> int:
     """How many of the recipient's deliveries are accepted but unread (what the unread cap checks):
     the count the database keeps (models.UnreadCount), so reading it costs the same for any inbox."""

@@ -103,6 +103,8 @@ def idle_notify_lead(*, member: Membership, final_answer: str, actor: Principal 
         kind=MessageKind.FRAME,
         frame_type="idle_notification",
         actor=actor,
+        # One unread idle notification per teammate: a newer one replaces it (see notify.py).
+        notice="idle_notification",
     )
 
 

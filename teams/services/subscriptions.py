@@ -2,7 +2,10 @@
 
 It fires once; immediately if the target is idle (or gone) already; it lapses after
 SWITCHBOARD_IDLE_SUBSCRIPTION_SECONDS (12 h). Subscribing sends nothing to the target, so it
-never wakes it or costs it a turn.
+never wakes it or costs it a turn. Any session may subscribe, but the notice carries the target's
+final answer only to a reader `final_answer_allowed` accepts (its lead, its teammates, a watcher it
+or an operator allowed); others learn only that it is idle. A subscriber keeps at most
+SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION waiting subscriptions (`409 too_many_subscriptions`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from messaging.errors import Forbidden, Invalid, NotFound
+from messaging.errors import Conflict, Forbidden, Invalid, NotFound
 from messaging.models import AgentSession, SessionStatus
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from teams.models import Observer, Subscription, SubscriptionState
 from teams.services.notify import clip, notify_safely
+from teams.services.watchers import final_answer_allowed
 
 
 def subscription_create(*, subscriber: AgentSession, target: AgentSession, actor: Principal) -> Subscription:
@@ -35,6 +39,16 @@ def subscription_create(*, subscriber: AgentSession, target: AgentSession, actor
     if existing is not None:
         return existing
     subscriptions_lapse_due(now=now)
+    waiting = Subscription.objects.filter(
+        subscriber=subscriber, state=SubscriptionState.WAITING, expires_at__gt=now
+    ).count()
+    if waiting >= settings.SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION:
+        raise Conflict(
+            f"You already wait on {waiting} sessions (the limit is "
+            f"{settings.SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION}). Cancel one you no longer need "
+            "(DELETE /api/v1/teams/subscriptions/{id}) or wait until some fire.",
+            reason="too_many_subscriptions",
+        )
     try:
         with transaction.atomic():
             sub = Subscription.objects.create(
@@ -83,7 +97,12 @@ def _fire(sub: Subscription, target: AgentSession, *, on: str) -> int:
         ):
             return 0  # fired already (twice is never)
         answer, _ = clip(target.final_answer or "")
-        if on == "idle":
+        if on == "idle" and not final_answer_allowed(reader=sub.subscriber, target=target):
+            text = (
+                f"{target.label} is idle now. Its final answer goes only to its lead, its teammates and "
+                "the watchers it allowed; ask it (or an operator) to allow you (POST /api/v1/teams/watchers)."
+            )
+        elif on == "idle":
             text = f"{target.label} is idle now." + (
                 f" Its last final answer:\n\n{answer}" if answer else " It reported no final answer."
             )
@@ -94,6 +113,7 @@ def _fire(sub: Subscription, target: AgentSession, *, on: str) -> int:
             recipient=sub.subscriber,
             text=text,
             summary=f"{target.name} is {'idle' if on == 'idle' else 'gone'}",
+            notice="subscription",
         )
         if outcome is not None:
             Subscription.objects.filter(pk=sub.pk).update(notification=outcome.message)
@@ -151,4 +171,6 @@ def subscription_summary(sub: Subscription) -> dict[str, Any]:
         "fired_at": sub.fired_at.isoformat() if sub.fired_at else None,
         "fired_on": sub.fired_on or None,
         "notification_id": str(sub.notification_id) if sub.notification_id else None,
+        # Whether its notice carries the target's final answer (decided again when it fires).
+        "final_answer": final_answer_allowed(reader=sub.subscriber, target=sub.target),
     }

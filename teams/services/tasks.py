@@ -388,10 +388,24 @@ def _tell_unblocked(done: Task, actor: Principal) -> None:
                         "team_id": str(done.team_id),
                         "task": {"id": dependant.pk, "title": dependant.title, "status": dependant.status},
                         "unblocked_by": done.pk,
+                        # The newest notice replaces an unread older one, so it lists them all.
+                        "ready_tasks": _ready_tasks_of(dependant.owner),
                     },
                 ),
                 summary=f"Task {dependant.pk} is unblocked: {dependant.title}",
+                notice="task_unblocked",
+                source=done.team_id,
             )
+
+
+def _ready_tasks_of(member: Membership) -> list[int]:
+    """The member's unfinished tasks with no unfinished blocker (at most 50)."""
+    owned = Task.objects.filter(owner=member, status__in=[TaskStatus.PENDING, TaskStatus.IN_PROGRESS])
+    return list(
+        owned.filter(~Exists(_unfinished_blockers(OuterRef("pk"))))
+        .order_by("id")
+        .values_list("id", flat=True)[:50]
+    )
 
 
 def task_summary(task: Task) -> dict[str, Any]:

@@ -181,12 +181,27 @@ def team_create(*, lead: AgentSession, name: str, actor: Principal) -> Team:
 def team_add_member(
     *, team: Team, session: AgentSession, actor: Principal, name: str | None = None
 ) -> Membership:
-    """Put `session` on the roster as a teammate (lead or operator only). Returns its new member id."""
-    member_require_lead(team=team, actor=actor)
+    """An operator puts `session` on the roster at once. A lead cannot: it invites, and the session
+    joins when it accepts (teams.services.invitations)."""
+    actor.require_operator()
+    return roster_join(team=team, session=session, actor=actor, name=name)
+
+
+def roster_check_joinable(*, team: Team, session: AgentSession, name: str | None) -> tuple[str, str]:
+    """Refuse a session that cannot join `team` now; return its roster name and that name's key."""
+    team_require_live(team=team)
     _require_free(session)
     if live_membership(session) is not None:
         raise Conflict(f"{session.label} is already on a team's roster.", reason="already_member")
-    member_name, key = _member_name(session, name)
+    return _member_name(session, name)
+
+
+def roster_join(
+    *, team: Team, session: AgentSession, actor: Principal, name: str | None = None
+) -> Membership:
+    """Put `session` on the roster as a teammate. Call it only once joining is consented to: by an
+    operator, or by both the lead and the session (an accepted invitation). Returns the member."""
+    member_name, key = roster_check_joinable(team=team, session=session, name=name)
     try:
         with transaction.atomic():
             member = Membership.objects.create(

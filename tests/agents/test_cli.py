@@ -117,6 +117,33 @@ def test_tasks_commands_work_the_board(inprocess_hub: str, register, api, capsys
     assert team["id"]
 
 
+def test_team_commands_invite_accept_and_allow_a_watcher(
+    inprocess_hub: str, register, api, capsys, monkeypatch
+) -> None:
+    lead, mate = register("lead-2"), register("mate-2")
+    register("other-2")
+    api.post("teams", lead.token, {"name": "core"})
+    monkeypatch.setenv("SWITCHBOARD_TOKEN", lead.token)
+    code, out, err = run(capsys, "team", "invite", "mate-2", "--json")
+    assert code == 0, err
+    invitation = json.loads(out)["invitation"]
+    assert (
+        invitation["answer_by"] == "session" and api.get("teams/mine", mate.token).json_body["team"] is None
+    )
+
+    monkeypatch.setenv("SWITCHBOARD_TOKEN", mate.token)
+    code, out, _ = run(capsys, "team", "invitations")
+    assert code == 0 and invitation["id"] in out
+    code, out, _ = run(capsys, "team", "accept", invitation["id"])
+    assert code == 0 and out.startswith("mate-2 joined the team")
+    assert api.get("teams/mine", mate.token).json_body["member"]["name"] == "mate-2"
+
+    code, out, _ = run(capsys, "team", "allow-watcher", "other-2")
+    assert code == 0 and "may read your final answers" in out
+    code, out, _ = run(capsys, "team", "watchers")
+    assert code == 0 and "other-2" in out
+
+
 def test_install_hooks_prints_then_merges_without_clobbering(tmp_path: Path, capsys) -> None:
     settings = tmp_path / ".claude" / "settings.json"
     settings.parent.mkdir()

@@ -32,13 +32,14 @@ def test_the_tool_schemas_stay_small() -> None:
     assert {t.name for t in tools} >= {
         "list_agents", "send_message", "check_inbox", "ack", "message_status", "set_status",
         "notify_when_idle", "create_team", "add_member", "create_task", "list_tasks", "claim_task",
-        "update_task", "shutdown_request", "shutdown_response",
+        "update_task", "shutdown_request", "shutdown_response", "join_team", "answer_invitation",
+        "allow_watcher",
     }  # fmt: skip
     assert all(len(t.description or "") <= 200 for t in tools)
 
 
 def test_an_agent_lists_sends_receives_acks_and_works_the_task_board(
-    inprocess_hub: str, register, send, monkeypatch: pytest.MonkeyPatch
+    inprocess_hub: str, api, register, send, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SWITCHBOARD_NAME", "alice")
     bob = register("bob")
@@ -62,6 +63,11 @@ def test_an_agent_lists_sends_receives_acks_and_works_the_task_board(
             seen["status"] = text(await client.call_tool("message_status", {"id": sent_id}))
 
             seen["team"] = text(await client.call_tool("create_team", {"name": "billing"}))
+            # Bob asks to join, so the lead's add_member puts it on the roster at once.
+            asked = await anyio.to_thread.run_sync(
+                lambda: api.post("teams/join", bob.token, {"lead": "alice"})
+            )
+            assert asked.status_code == 202, asked.json_body
             seen["member"] = text(await client.call_tool("add_member", {"session": "bob"}))
             seen["task"] = text(await client.call_tool("create_task", {"title": "Fix rounding"}))
             seen["claim"] = text(await client.call_tool("claim_task", {"task_id": 0}))
@@ -87,7 +93,7 @@ def test_an_agent_lists_sends_receives_acks_and_works_the_task_board(
     assert seen["ack"].startswith("1 of 1 message(s) are now marked read.")
     assert Delivery.objects.get(message_id=seen["reply_id"]).state == "read"
     assert seen["status"].startswith("Message ") and "is queued." in seen["status"].split("\n")[0]
-    assert seen["member"].startswith("bob joined your team.")
+    assert seen["member"].startswith("bob joined the team.")
     assert seen["claim"].startswith("You own task")
     assert seen["done"].startswith(
         f"Task {json.loads(seen['claim'].split(chr(10), 1)[1])['id']} is completed"

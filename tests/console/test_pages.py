@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from console import selectors
 from messaging.models import AgentSession, AuditEvent
+from tests.teams.conftest import join_team
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ def team(api, register):
     """A team `checkout` led by `lead1` with teammate `ui`, and three tasks: one claimed, one blocked."""
     lead, ui = register("lead1"), register("ui")
     made = api.post("teams", lead.token, {"name": "checkout"}).json_body
-    api.post(f"teams/{made['id']}/members", lead.token, {"session": ui.id})
+    join_team(api, lead, made["id"], ui)
     first = api.post(f"teams/{made['id']}/tasks", lead.token, {"title": "Schema <draft>"}).json_body
     api.post(f"teams/{made['id']}/tasks", lead.token, {"title": "Endpoints", "blocked_by": [first["id"]]})
     claimed = api.post(f"tasks/{first['id']}/claim", ui.token, {})

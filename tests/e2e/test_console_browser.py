@@ -80,8 +80,13 @@ class World:
 
     def operator(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         r = self.http.request(method, f"/api/v1/{path}", json=body, headers=self._auth(self.operator_token))
-        assert r.status_code in (200, 201), r.text
+        assert r.status_code in (200, 201, 202), r.text
         return r.json()
+
+    def join(self, lead: Agent, team_id: str, agent: Agent) -> dict[str, Any]:
+        """The lead invites `agent` and it accepts (a lead cannot add a session alone)."""
+        invited = self.as_agent(lead, "POST", f"teams/{team_id}/members", {"session": agent.id})
+        return self.as_agent(agent, "POST", f"teams/invitations/{invited['invitation']['id']}/accept")
 
     def as_agent(self, agent: Agent, method: str, path: str, body: Any = None) -> dict[str, Any]:
         r = self.http.request(method, f"/api/v1/{path}", json=body, headers=self._auth(agent.token))
@@ -363,7 +368,7 @@ def test_the_team_board_and_roster_update_live(world: World, browser: Any) -> No
     page.goto(world.hub.url + f"/teams/{team['id']}/")
     _wait_live(page)
     page.evaluate("() => { window.__reloaded = false; }")
-    world.as_agent(lead, "POST", f"teams/{team['id']}/members", {"session": mate.id})
+    world.join(lead, team["id"], mate)
     page.locator("table", has_text=f"mate-live [{mate.ref}]").wait_for(timeout=5_000)
     task = world.as_agent(lead, "POST", f"teams/{team['id']}/tasks", {"title": "Appears <live>"})
     card = page.locator('[data-column="pending"] .card', has_text="Appears <live>")
@@ -385,7 +390,7 @@ def _populate_for_screenshots(world: World) -> dict[str, Any]:
     team_id = team["id"]
     members = {}
     for agent in (ui, api):
-        members[agent.name] = world.as_agent(lead, "POST", f"teams/{team_id}/members", {"session": agent.id})
+        members[agent.name] = world.join(lead, team_id, agent)
     schema = world.as_agent(lead, "POST", f"teams/{team_id}/tasks", {"title": "Design the orders schema"})
     world.as_agent(
         lead,

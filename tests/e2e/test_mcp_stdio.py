@@ -89,6 +89,8 @@ def test_an_mcp_client_uses_the_hub_end_to_end(hub: Hub, tmp_path: Path) -> None
             seen["status"] = data(await client.call_tool("message_status", {"id": sent_id}))
 
             await client.call_tool("create_team", {"name": "docs"})
+            # Bob asks to join, so the lead's add_member puts it on the roster at once.
+            assert bob_api.post("teams/join", json={"lead": "alice"}).status_code == 202
             await client.call_tool("add_member", {"session": "bob"})
             task = data(await client.call_tool("create_task", {"title": "Write the API docs"}))
             claimed = bob_api.post(f"tasks/{task['id']}/claim", json={})

@@ -41,7 +41,10 @@ def _crew(hub: Any, tag: str) -> tuple[Any, Any, str, str]:
     mate = hub.register(f"mate-{tag}", web=1)
     with hub.client(0, headers=lead.headers) as c:
         team = c.post("/api/v1/teams", json={"name": tag}).json()
-        member = c.post(f"/api/v1/teams/{team['id']}/members", json={"session": mate.id}).json()
+        invited = c.post(f"/api/v1/teams/{team['id']}/members", json={"session": mate.id}).json()
+    # A lead invites; the session joins when it accepts.
+    with hub.client(1, headers=mate.headers) as c:
+        member = c.post(f"/api/v1/teams/invitations/{invited['invitation']['id']}/accept").json()
     return lead, mate, team["id"], member["member_id"]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from messaging.models import AgentSession, AuditEvent, Delivery, Message
+from tests.teams.conftest import join_team
 
 
 def end_turn(api, agent, final_answer="", **fields):
@@ -64,7 +65,7 @@ def test_unless_inbox_only_goes_with_idle_and_plain_patches_are_unchanged(api, r
 def test_a_teammate_ending_its_turn_in_one_call_still_notifies_its_lead(api, register):
     lead, alice = register("lead-one"), register("alice", status="busy")
     team = api.post("teams", lead.token, {"name": "build"}).json_body
-    assert api.post(f"teams/{team['id']}/members", lead.token, {"session": alice.id}).status_code == 201
+    join_team(api, lead, team["id"], alice)
 
     end_turn(api, alice, "Schema migrated.")
 
@@ -76,7 +77,7 @@ def test_a_teammate_ending_its_turn_in_one_call_still_notifies_its_lead(api, reg
 def test_a_teammate_kept_busy_by_waiting_messages_does_not_notify_its_lead(api, register, send):
     lead, alice = register("lead-one"), register("alice", status="busy")
     team = api.post("teams", lead.token, {"name": "build"}).json_body
-    api.post(f"teams/{team['id']}/members", lead.token, {"session": alice.id})
+    join_team(api, lead, team["id"], alice)
     send(lead, "alice", "one more thing")
 
     assert end_turn(api, alice, "Done?")["messages"]

@@ -24,7 +24,7 @@ BARRIER_TIMEOUT = 60.0
 
 def prepare(*, workers: int, rounds: int) -> dict[str, Any]:
     """Create a lead, `workers` teammates and `rounds` tasks. Returns their ids (Django must be set up)."""
-    from messaging.principals import session_principal
+    from messaging.principals import operator_principal, session_principal
     from messaging.services.sessions import session_register
     from teams.services.tasks import task_create
     from teams.services.teams import team_add_member, team_create
@@ -35,7 +35,7 @@ def prepare(*, workers: int, rounds: int) -> dict[str, Any]:
     sessions = []
     for i in range(workers):
         mate = session_register(name=f"racer-{i}").session
-        team_add_member(team=team, session=mate, actor=lead_actor)
+        team_add_member(team=team, session=mate, actor=operator_principal("race"))
         sessions.append(str(mate.id))
     tasks = [task_create(team=team, actor=lead_actor, title=f"prize {r}").pk for r in range(rounds)]
     return {"team": str(team.id), "sessions": sessions, "tasks": tasks}

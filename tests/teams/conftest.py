@@ -33,10 +33,17 @@ def crew(api: Any, register: Callable[..., Any]) -> Crew:
     team_id = created.json_body["id"]
     members = {"lead-one": created.json_body["members"][0]["member_id"]}
     for agent in (alice, bob):
-        added = api.post(f"teams/{team_id}/members", lead.token, {"session": agent.id})
-        assert added.status_code == 201, added.json_body
-        members[agent.name] = added.json_body["member_id"]
+        members[agent.name] = join_team(api, lead, team_id, agent)["member_id"]
     return Crew(team_id=team_id, lead=lead, alice=alice, bob=bob, members=members)
+
+
+def join_team(api: Any, lead: Any, team_id: str, agent: Any, **fields: Any) -> dict[str, Any]:
+    """The lead invites `agent` and `agent` accepts: its roster entry (a lead cannot add alone)."""
+    invited = api.post(f"teams/{team_id}/members", lead.token, {"session": agent.id, **fields})
+    assert invited.status_code == 202, invited.json_body
+    accepted = api.post(f"teams/invitations/{invited.json_body['invitation']['id']}/accept", agent.token)
+    assert accepted.status_code == 201, accepted.json_body
+    return accepted.json_body
 
 
 def frames_in(api: Any, agent: Any, frame_type: str | None = None) -> list[dict[str, Any]]:

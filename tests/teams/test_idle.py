@@ -31,10 +31,12 @@ def test_a_teammate_going_idle_sends_its_final_answer_to_the_lead(api, crew):
 
 
 def test_each_turn_end_is_reported_and_a_lead_going_idle_reports_nothing(api, crew):
+    answers = []
     for answer in ("first", "second"):
         _status(api, crew.alice, "busy")
         _status(api, crew.alice, "idle", final_answer=answer)
-    answers = [m["frame"]["final_answer"] for m in frames_in(api, crew.lead, "idle_notification")]
+        # The lead reads each; an unread one would be replaced by the next (tests/security).
+        answers += [m["frame"]["final_answer"] for m in frames_in(api, crew.lead, "idle_notification")]
     assert answers == ["first", "second"]
     _status(api, crew.lead, "busy")
     _status(api, crew.lead, "idle", final_answer="lead's own")
@@ -110,6 +112,8 @@ def test_notify_when_idle_fires_once_at_the_next_idle_and_does_not_wake_the_targ
     assert sub["state"] == "waiting"
     assert api.get("inbox", worker.token).json_body["messages"] == []  # nothing sent to the target
     assert _subscribe(api, me, worker)["id"] == sub["id"]  # subscribing again is the same one
+    # `me` is not on worker's team, so worker allows it to read its final answers.
+    assert api.post("teams/watchers", worker.token, {"watcher": me.id}).status_code == 201
     _status(api, worker, "idle", final_answer="all green")
     [note] = api.get("inbox", me.token).json_body["messages"]
     assert "all green" in note["text"]

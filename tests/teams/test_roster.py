@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from messaging.models import AuditEvent
 from teams.models import Task
+from tests.teams.conftest import join_team
 
 
 def test_lead_creates_team_and_adds_teammates_with_their_own_member_ids(api, crew):
@@ -44,8 +45,7 @@ def test_a_stale_member_id_is_refused_even_when_its_name_is_reused(api, crew, re
     old_bob = crew.members["bob"]
     assert api.delete(crew.path(f"/members/{old_bob}"), crew.bob.token).status_code == 200
     new_bob = register("bob")
-    added = api.post(crew.path("/members"), crew.lead.token, {"session": new_bob.id, "name": "bob"})
-    assert added.status_code == 201
+    added = join_team(api, crew.lead, crew.team_id, new_bob, name="bob")
 
     stale = api.post(crew.path("/messages"), crew.lead.token, {"to_member": old_bob, "message": "ship it"})
     assert stale.status_code == 409
@@ -53,7 +53,7 @@ def test_a_stale_member_id_is_refused_even_when_its_name_is_reused(api, crew, re
     assert api.get("inbox", new_bob.token).json_body["messages"] == []
 
     fresh = api.post(
-        crew.path("/messages"), crew.lead.token, {"to_member": added.json_body["member_id"], "message": "hi"}
+        crew.path("/messages"), crew.lead.token, {"to_member": added["member_id"], "message": "hi"}
     )
     assert fresh.status_code == 201
     assert fresh.json_body["to"]["id"] == new_bob.id

@@ -3,7 +3,7 @@ dependencies, idle reports with final answers, a subscription, and a negotiated 
 
 from __future__ import annotations
 
-from tests.teams.conftest import frames_in
+from tests.teams.conftest import frames_in, join_team
 
 
 def test_a_lead_runs_a_small_team_from_board_to_shutdown(api, register, operator_token):
@@ -12,10 +12,7 @@ def test_a_lead_runs_a_small_team_from_board_to_shutdown(api, register, operator
     # The lead builds the team and the board: "api" waits on "schema".
     team = api.post("teams", lead.token, {"name": "story"}).json_body
     path = f"teams/{team['id']}"
-    ids = {
-        a.name: api.post(f"{path}/members", lead.token, {"session": a.id}).json_body["member_id"]
-        for a in (ana, ben)
-    }
+    ids = {a.name: join_team(api, lead, team["id"], a)["member_id"] for a in (ana, ben)}
     schema = api.post(f"{path}/tasks", lead.token, {"title": "schema"}).json_body
     api_task = api.post(f"{path}/tasks", lead.token, {"title": "api", "blocked_by": [schema["id"]]}).json_body
 

@@ -1,0 +1,313 @@
+"""Joining a team takes two yeses: the lead's and the session's (or one operator's).
+
+Joining matters to the session that joins: its final answer goes to the lead at every turn's end,
+and it can join no other team meanwhile. So a lead cannot put an existing session on its roster by
+itself. Either side opens an `Invitation`: the lead invites (`team_invite`), or the session asks to
+join (`team_ask_to_join`). The other side accepts (the session joins then) or declines; asking from
+the other side while one is open counts as accepting it, so a teammate that asked to join is on the
+roster as soon as its lead adds it, with no further step. An operator adds a session directly
+(`teams.services.teams.team_add_member`). Invitations expire after
+SWITCHBOARD_TEAM_INVITATION_SECONDS.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from messaging.errors import Conflict, Forbidden, NotFound
+from messaging.models import AgentSession
+from messaging.principals import Principal
+from messaging.services.audit import audit_event
+from teams.models import Invitation, InvitationAsker, InvitationState, Membership, Role, Team
+from teams.services.notify import frame_text, hub_notify, notice_withdraw
+from teams.services.teams import (
+    member_require_lead,
+    roster_check_joinable,
+    roster_join,
+    team_add_member,
+    team_require_live,
+)
+
+Asker = InvitationAsker
+
+
+def team_invite(
+    *, team: Team, session: AgentSession, actor: Principal, name: str | None = None
+) -> tuple[Invitation | None, Membership | None]:
+    """The lead invites `session` to its team (an operator adds it at once). Returns (invitation,
+    None) while the session has not accepted; (the accepted invitation or None, member) once it is
+    on the roster, which is at once when the session had asked to join this team."""
+    if actor.is_operator:
+        return None, team_add_member(team=team, session=session, actor=actor, name=name)
+    member_require_lead(team=team, actor=actor)
+    return _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.LEAD)
+
+
+def team_ask_to_join(
+    *, team: Team, actor: Principal, name: str | None = None
+) -> tuple[Invitation | None, Membership | None]:
+    """The calling session asks to join `team`. Its lead answers; if the lead has invited it
+    already, it joins now. Returns as `team_invite` does."""
+    session = actor.require_session()
+    return _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.SESSION)
+
+
+def _say_yes(
+    *, team: Team, session: AgentSession, actor: Principal, name: str | None, side: str
+) -> tuple[Invitation | None, Membership | None]:
+    member_name, _ = roster_check_joinable(team=team, session=session, name=name)
+    now = timezone.now()
+    Invitation.objects.filter(
+        team=team, session=session, state=InvitationState.OPEN, expires_at__lte=now
+    ).update(state=InvitationState.EXPIRED)
+    open_one = Invitation.objects.filter(team=team, session=session, state=InvitationState.OPEN).first()
+    if open_one is not None and open_one.asked_by != side:
+        # The other side said yes already: this is the second yes.
+        return _accept(open_one, actor=actor, name=name)
+    if open_one is not None:
+        return open_one, None  # asking twice is the same request, and tells nobody twice
+    try:
+        with transaction.atomic():
+            invitation = Invitation.objects.create(
+                team=team,
+                session=session,
+                name=member_name,
+                asked_by=side,
+                expires_at=now + timedelta(seconds=settings.SWITCHBOARD_TEAM_INVITATION_SECONDS),
+            )
+            audit_event(
+                "team.invitation_opened",
+                actor=actor.actor,
+                target=str(team.id),
+                detail={"invitation": str(invitation.id), "session": str(session.id), "asked_by": side},
+            )
+            _tell_other_side(invitation)
+    except IntegrityError:
+        # The other side opened one at the same moment; answer with the state now.
+        raced = Invitation.objects.filter(team=team, session=session, state=InvitationState.OPEN).first()
+        if raced is None:
+            raise
+        return (_accept(raced, actor=actor, name=name)) if raced.asked_by != side else (raced, None)
+    return invitation, None
+
+
+def _lead_of(team: Team) -> AgentSession:
+    return (
+        Membership.objects.select_related("session")
+        .get(team=team, role=Role.LEAD, left_at__isnull=True)
+        .session
+    )
+
+
+def _tell_other_side(invitation: Invitation) -> None:
+    team, session = invitation.team, invitation.session
+    lead = _lead_of(team)
+    fields: dict[str, Any] = {
+        "invitation_id": str(invitation.id),
+        "team_id": str(team.id),
+        "team_name": team.name,
+        "lead": lead.label,
+        "session": session.label,
+        "name": invitation.name,
+        "expires_at": invitation.expires_at.isoformat(),
+    }
+    accept = f"POST /api/v1/teams/invitations/{invitation.id}/accept"
+    if invitation.asked_by == Asker.LEAD:
+        fields["detail"] = (
+            f"{lead.label}, lead of team {team.name!r}, invites you to join it as {invitation.name}. "
+            "On a team your final answer goes to its lead each time your turn ends, and you join no "
+            f"other team meanwhile. Accept: {accept} (MCP answer_invitation, CLI `switchboard team "
+            f"accept {invitation.id}`); decline: .../decline. It is only an invitation: nothing "
+            "changes unless you accept."
+        )
+        hub_notify(
+            recipient=session,
+            text=frame_text("team_invitation", fields),
+            summary=f"{lead.name} invites you to team {team.name}",
+            notice="team_invitation",
+            source=team.id,
+        )
+        return
+    fields["detail"] = (
+        f"{session.label} asks to join your team {team.name!r} as {invitation.name}. Add it "
+        f"(POST /api/v1/teams/{team.id}/members, MCP add_member) or {accept}; decline: .../decline."
+    )
+    hub_notify(
+        recipient=lead,
+        text=frame_text("team_join_request", fields),
+        summary=f"{session.name} asks to join team {team.name}",
+        notice="team_join_request",
+        source=session.id,
+    )
+
+
+def invitation_get(*, invitation_id: Any) -> Invitation:
+    try:
+        return Invitation.objects.select_related("team", "session").get(pk=invitation_id)
+    except (Invitation.DoesNotExist, ValueError, Exception) as exc:  # a malformed UUID: ValidationError
+        raise NotFound("No such invitation.") from exc
+
+
+def _is_lead(team: Team, actor: Principal) -> bool:
+    return (
+        actor.session is not None
+        and Membership.objects.filter(
+            team=team, session=actor.session, role=Role.LEAD, left_at__isnull=True
+        ).exists()
+    )
+
+
+def _require_answerer(invitation: Invitation, actor: Principal) -> None:
+    """The side that did not open the invitation answers it (or an operator)."""
+    if actor.is_operator:
+        return
+    session = actor.require_session()
+    if invitation.asked_by == Asker.LEAD and session.id == invitation.session_id:
+        return
+    if invitation.asked_by == Asker.SESSION and _is_lead(invitation.team, actor):
+        return
+    if session.id == invitation.session_id or _is_lead(invitation.team, actor):
+        raise Forbidden("You opened this invitation; the other side answers it.", reason="not_answerer")
+    raise NotFound("No such invitation.")
+
+
+def _require_open(invitation: Invitation) -> None:
+    if invitation.state == InvitationState.OPEN and invitation.expires_at <= timezone.now():
+        Invitation.objects.filter(pk=invitation.pk, state=InvitationState.OPEN).update(
+            state=InvitationState.EXPIRED
+        )
+        invitation.state = InvitationState.EXPIRED
+    if invitation.state != InvitationState.OPEN:
+        raise Conflict(
+            f"Invitation {invitation.id} is {invitation.state}; nothing changed.", reason="stale_invitation"
+        )
+
+
+def invitation_answer(
+    *, invitation_id: Any, actor: Principal, accept: bool
+) -> tuple[Invitation, Membership | None]:
+    """Accept (the session joins the roster) or decline an open invitation addressed to you."""
+    invitation = invitation_get(invitation_id=invitation_id)
+    _require_answerer(invitation, actor)
+    _require_open(invitation)
+    if accept:
+        return _accept(invitation, actor=actor, name=None)
+    _close(invitation, actor=actor, state=InvitationState.DECLINED)
+    return invitation, None
+
+
+def invitation_cancel(*, invitation_id: Any, actor: Principal) -> Invitation:
+    """Withdraw an open invitation you opened (or any, as an operator)."""
+    invitation = invitation_get(invitation_id=invitation_id)
+    if not actor.is_operator:
+        session = actor.require_session()
+        mine = (invitation.asked_by == Asker.LEAD and _is_lead(invitation.team, actor)) or (
+            invitation.asked_by == Asker.SESSION and session.id == invitation.session_id
+        )
+        if not mine:
+            raise NotFound("No such invitation of yours.")
+    _require_open(invitation)
+    _close(invitation, actor=actor, state=InvitationState.CANCELLED)
+    return invitation
+
+
+def _close(invitation: Invitation, *, actor: Principal, state: str) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        if not Invitation.objects.filter(pk=invitation.pk, state=InvitationState.OPEN).update(
+            state=state, answered_at=now, answered_by=actor.actor
+        ):
+            raise Conflict(
+                f"Invitation {invitation.id} was answered a moment ago.", reason="stale_invitation"
+            )
+        invitation.state, invitation.answered_at, invitation.answered_by = state, now, actor.actor
+        audit_event(
+            f"team.invitation_{state}",
+            actor=actor.actor,
+            target=str(invitation.team_id),
+            detail={"invitation": str(invitation.id), "session": str(invitation.session_id)},
+        )
+        _withdraw_notice(invitation, why=f"invitation {state}")
+        if state == InvitationState.DECLINED or (
+            state == InvitationState.ACCEPTED and invitation.asked_by == Asker.SESSION
+        ):
+            _tell_opener(invitation)
+
+
+def _withdraw_notice(invitation: Invitation, *, why: str) -> None:
+    """An invitation that no longer stands leaves no unread notice asking for an answer."""
+    if invitation.asked_by == Asker.LEAD:
+        notice_withdraw(
+            kind="team_invitation", source=invitation.team_id, recipient=invitation.session, why=why
+        )
+    else:
+        lead = _lead_of(invitation.team)
+        notice_withdraw(kind="team_join_request", source=invitation.session_id, recipient=lead, why=why)
+
+
+def _tell_opener(invitation: Invitation) -> None:
+    """The side that opened the invitation hears a decline, and a session that asked hears it joined."""
+    team, session = invitation.team, invitation.session
+    if invitation.asked_by == Asker.LEAD:
+        recipient, source = _lead_of(team), session.id
+        text = f"{session.label} {invitation.state} your invitation to team {team.name!r}."
+    else:
+        recipient, source = session, team.id
+        text = f"The lead of team {team.name!r} {invitation.state} your request to join it."
+    hub_notify(
+        recipient=recipient,
+        text=text,
+        summary=text[:200],
+        notice="team_invitation_answer",
+        source=source,
+    )
+
+
+def _accept(
+    invitation: Invitation, *, actor: Principal, name: str | None
+) -> tuple[Invitation, Membership | None]:
+    team_require_live(team=invitation.team)
+    with transaction.atomic():
+        _close(invitation, actor=actor, state=InvitationState.ACCEPTED)
+        member = roster_join(
+            team=invitation.team, session=invitation.session, actor=actor, name=name or invitation.name
+        )
+    return invitation, member
+
+
+def invitations_visible(*, actor: Principal) -> list[Invitation]:
+    """Open invitations: to or from the calling session and the team it leads; all for an operator."""
+    now = timezone.now()
+    qs = Invitation.objects.select_related("team", "session").filter(
+        state=InvitationState.OPEN, expires_at__gt=now
+    )
+    if not actor.is_operator:
+        session = actor.require_session()
+        led = Membership.objects.filter(session=session, role=Role.LEAD, left_at__isnull=True).values(
+            "team_id"
+        )
+        qs = qs.filter(session=session) | qs.filter(team_id__in=led)
+    return list(qs.order_by("-created_at")[:200])
+
+
+def invitation_summary(invitation: Invitation) -> dict[str, Any]:
+    """An invitation as the API shows it; `answer_by` says which side accepts or declines."""
+    return {
+        "id": str(invitation.id),
+        "team_id": str(invitation.team_id),
+        "team_name": invitation.team.name,
+        "session": str(invitation.session_id),
+        "session_label": invitation.session.label,
+        "name": invitation.name,
+        "asked_by": invitation.asked_by,
+        "answer_by": "session" if invitation.asked_by == Asker.LEAD else "lead",
+        "state": invitation.state,
+        "created_at": invitation.created_at.isoformat() if invitation.created_at else None,
+        "expires_at": invitation.expires_at.isoformat() if invitation.expires_at else None,
+        "answered_at": invitation.answered_at.isoformat() if invitation.answered_at else None,
+    }

@@ -1,0 +1,194 @@
+"""Authority between agents (issue 30, items 12-14): who reads a session's final answers, who puts
+a session on a team, and how much the hub writes on a session's behalf. Each test replays an attack."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from messaging.models import AuditEvent
+from tests.teams import conftest as team_fixtures
+from tests.teams.conftest import frames_in, join_team
+
+crew = team_fixtures.crew  # a lead with a team and two teammates, alice and bob
+
+
+def _idle(api: Any, agent: Any, answer: str) -> None:
+    assert api.patch("sessions/me", agent.token, {"status": "busy"}).status_code == 200
+    done = api.patch("sessions/me", agent.token, {"status": "idle", "final_answer": answer})
+    assert done.status_code == 200, done.json_body
+
+
+def _inbox(api: Any, agent: Any) -> list[dict[str, Any]]:
+    return api.get("inbox", agent.token).json_body["messages"]
+
+
+# --- 12: final answers reach the lead, teammates and allowed watchers only --------------------------
+
+
+def test_a_stranger_that_subscribes_gets_the_idle_event_but_never_the_final_answer(api, crew, register):
+    stranger = register("stranger")
+    _idle(api, crew.alice, "the deploy key is in vault/prod")
+    for _ in range(60):
+        made = api.post("teams/subscriptions", stranger.token, {"target": crew.alice.id})
+        assert made.status_code == 201, made.json_body
+        assert made.json_body["final_answer"] is False
+    notes = _inbox(api, stranger)
+    assert notes and all("vault/prod" not in n["text"] for n in notes)
+    assert "is idle now" in notes[0]["text"]
+
+
+def test_the_lead_a_teammate_and_allowed_watchers_read_the_final_answer(api, crew, register, operator_token):
+    mine, theirs = register("mine"), register("theirs")
+    assert api.post("teams/watchers", crew.alice.token, {"watcher": mine.id}).status_code == 201
+    # A session allows watchers only for itself; an operator for anyone.
+    refused = api.post("teams/watchers", mine.token, {"watcher": theirs.id, "target": crew.alice.id})
+    assert refused.status_code == 403
+    by_operator = api.post("teams/watchers", operator_token, {"watcher": theirs.id, "target": crew.alice.id})
+    assert by_operator.status_code == 201, by_operator.json_body
+    assert api.patch("sessions/me", crew.alice.token, {"status": "busy"}).status_code == 200
+    for reader in (crew.lead, crew.bob, mine, theirs):
+        assert api.post("teams/subscriptions", reader.token, {"target": crew.alice.id}).status_code == 201
+    _idle(api, crew.alice, "shipped build 42")
+    for reader in (crew.lead, crew.bob, mine, theirs):
+        notes = [m for m in _inbox(api, reader) if m["kind"] == "notification"]
+        assert any("shipped build 42" in n["text"] for n in notes), reader.name
+
+    # Revoked: the next notice carries no answer.
+    grant = api.get("teams/watchers", crew.alice.token).json_body["watchers"]
+    mine_grant = next(g for g in grant if g["watcher"] == mine.id)
+    assert api.delete(f"teams/watchers/{mine_grant['id']}", crew.alice.token).status_code == 200
+    api.post("teams/subscriptions", mine.token, {"target": crew.alice.id})
+    assert all("shipped build 42" not in n["text"] for n in _inbox(api, mine))
+
+
+def test_subscriptions_per_subscriber_are_bounded(api, register, settings):
+    settings.SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION = 3
+    me = register("collector")
+    targets = [register(f"busy-{i}") for i in range(4)]
+    for target in targets:
+        assert api.patch("sessions/me", target.token, {"status": "busy"}).status_code == 200
+    for target in targets[:3]:
+        assert api.post("teams/subscriptions", me.token, {"target": target.id}).status_code == 201
+    refused = api.post("teams/subscriptions", me.token, {"target": targets[3].id})
+    assert refused.status_code == 409
+    assert refused.json_body["reason"] == "too_many_subscriptions"
+    # Withdrawing one makes room.
+    first = api.get("teams/subscriptions", me.token).json_body["subscriptions"][-1]
+    assert api.delete(f"teams/subscriptions/{first['id']}", me.token).status_code == 200
+    assert api.post("teams/subscriptions", me.token, {"target": targets[3].id}).status_code == 201
+
+
+# --- 13: joining a team takes the session's consent (or an operator) --------------------------------
+
+
+def test_a_lead_cannot_put_a_session_on_its_team_without_its_consent(api, register):
+    lead, victim, other_lead = register("grabber"), register("victim"), register("fair-lead")
+    team = api.post("teams", lead.token, {"name": "grab"}).json_body
+    grabbed = api.post(f"teams/{team['id']}/members", lead.token, {"session": victim.id})
+    assert grabbed.status_code == 202, grabbed.json_body
+    assert grabbed.json_body["member_id"] is None
+
+    # Not a member: its final answer does not reach the lead, and it may join another team.
+    assert api.get("teams/mine", victim.token).json_body["team"] is None
+    assert victim.id not in {
+        m["session"]["id"] for m in api.get(f"teams/{team['id']}", lead.token).json_body["members"]
+    }
+    _idle(api, victim, "private notes")
+    assert all("private notes" not in m["text"] for m in _inbox(api, lead))
+    [invitation] = [m for m in _inbox(api, victim) if m["kind"] == "notification"]
+    assert json.loads(invitation["text"])["type"] == "team_invitation"
+
+    other = api.post("teams", other_lead.token, {"name": "fair"}).json_body
+    joined = join_team(api, other_lead, other["id"], victim)
+    assert joined["role"] == "teammate"
+    # The first invitation can no longer be accepted while it is on a team.
+    late = api.post(f"teams/invitations/{grabbed.json_body['invitation']['id']}/accept", victim.token)
+    assert late.status_code == 409
+
+
+def test_an_invited_session_joins_by_accepting_and_may_decline(api, register):
+    lead, yes, no = register("inviter"), register("yes-mate"), register("no-mate")
+    team = api.post("teams", lead.token, {"name": "t"}).json_body
+    inv_yes = api.post(f"teams/{team['id']}/members", lead.token, {"session": yes.id}).json_body["invitation"]
+    inv_no = api.post(f"teams/{team['id']}/members", lead.token, {"session": no.id}).json_body["invitation"]
+    seen = api.get("teams/invitations", yes.token).json_body["invitations"]
+    assert [i["id"] for i in seen] == [inv_yes["id"]]
+    # Only the invited session answers: the lead cannot accept for it.
+    assert api.post(f"teams/invitations/{inv_yes['id']}/accept", lead.token).status_code == 403
+    assert api.post(f"teams/invitations/{inv_yes['id']}/accept", no.token).status_code == 404
+    accepted = api.post(f"teams/invitations/{inv_yes['id']}/accept", yes.token)
+    assert accepted.status_code == 201 and accepted.json_body["member_id"]
+    declined = api.post(f"teams/invitations/{inv_no['id']}/decline", no.token)
+    assert declined.status_code == 200 and declined.json_body["state"] == "declined"
+    assert api.get("teams/mine", no.token).json_body["team"] is None
+    assert AuditEvent.objects.filter(kind="team.invitation_declined").count() == 1
+
+
+def test_an_operator_adds_a_session_directly(api, register, operator_token):
+    lead, mate = register("op-lead"), register("op-mate")
+    team = api.post("teams", lead.token, {"name": "ops"}).json_body
+    added = api.post(f"teams/{team['id']}/members", operator_token, {"session": mate.id})
+    assert added.status_code == 201 and added.json_body["member_id"]
+    assert api.get("teams/mine", mate.token).json_body["member"]["member_id"] == added.json_body["member_id"]
+
+
+def test_a_session_that_asked_to_join_is_added_by_its_lead_with_no_further_step(api, register):
+    lead, mate = register("spawner"), register("spawned")
+    team = api.post("teams", lead.token, {"name": "spawn"}).json_body
+    asked = api.post("teams/join", mate.token, {"lead": lead.id})
+    assert asked.status_code == 202 and asked.json_body["invitation"]["answer_by"] == "lead"
+    added = api.post(f"teams/{team['id']}/members", lead.token, {"session": mate.id})
+    assert added.status_code == 201, added.json_body
+    assert api.get("teams/mine", mate.token).json_body["team"]["id"] == team["id"]
+
+
+# --- 14: hub-made notices are bounded --------------------------------------------------------------
+
+
+def test_a_hundred_and_twenty_idle_reports_leave_the_lead_one_unread_idle_notification(api, crew):
+    for i in range(120):
+        _idle(api, crew.alice, f"answer {i}")
+    notes = frames_in(api, crew.lead, "idle_notification")
+    assert [n["frame"]["final_answer"] for n in notes] == ["answer 119"]
+    # Direct sends on the same pair still obey their own limits.
+    assert (
+        AuditEvent.objects.filter(kind="delivery.expired", detail__reason__startswith="superseded").count()
+        == 119
+    )
+
+
+def test_idle_notifications_read_as_they_come_respect_the_rate_bound(api, crew, settings):
+    settings.SWITCHBOARD_NOTICE_RATE = 5
+    settings.SWITCHBOARD_NOTICE_RATE_SECONDS = 600
+    received = 0
+    for i in range(20):
+        _idle(api, crew.alice, f"answer {i}")
+        received += len(frames_in(api, crew.lead, "idle_notification"))  # read each: none left to replace
+    assert received == 5
+    assert AuditEvent.objects.filter(kind="team.notice_dropped").count() == 15
+
+
+def test_repeated_subscriptions_leave_one_unread_notice(api, register):
+    me, worker = register("repeat"), register("idle-worker")
+    for _ in range(60):
+        assert api.post("teams/subscriptions", me.token, {"target": worker.id}).status_code == 201
+    assert len(_inbox(api, me)) == 1
+
+
+def test_task_unblocked_notices_are_one_unread_listing_every_ready_task(api, crew):
+    def task(title: str, **fields: Any) -> dict[str, Any]:
+        return api.post(crew.path("/tasks"), crew.lead.token, {"title": title, **fields}).json_body
+
+    first, second = task("first"), task("second")
+    for blocker in (first, second):
+        assert api.post(f"tasks/{blocker['id']}/claim", crew.alice.token, {}).status_code == 200
+    waiting = [task(f"waits {i}", blocked_by=[first["id"] if i % 2 else second["id"]]) for i in range(2)]
+    for t in waiting:
+        assigned = api.post(f"tasks/{t['id']}/assign", crew.lead.token, {"member_id": crew.members["bob"]})
+        assert assigned.status_code == 200
+    api.get("inbox", crew.bob.token)  # bob reads its assignment frames
+    for blocker in (first, second):
+        assert api.post(f"tasks/{blocker['id']}/complete", crew.alice.token, {}).status_code == 200
+    [note] = [m for m in _inbox(api, crew.bob) if '"task_unblocked"' in m["text"]]
+    assert sorted(json.loads(note["text"])["ready_tasks"]) == sorted(t["id"] for t in waiting)
