@@ -62,7 +62,7 @@ def register_team_tools(
 
     @tool(structured_output=False)
     def add_member(session: str, name: str = "") -> CallToolResult:
-        """Lead only: invite a session (name, `name [ref]` or ref) to your team; it joins on accepting."""
+        """Lead only: invite a session (name or ref) to your team; it joins when it accepts."""
 
         def add(c: HubClient) -> dict[str, Any]:
             return c.team_add_member(team_id=my_team(c)["id"], session=session, name=name or None)
@@ -71,7 +71,7 @@ def register_team_tools(
 
     @tool(structured_output=False)
     def join_team(lead: str, name: str = "") -> CallToolResult:
-        """Ask to join the team `lead` leads; you join at once if it invited you."""
+        """Ask `lead` to add you to its team; you join at once if it invited you."""
         return _joined(
             hub(lambda c: c.team_join(lead=lead, name=name or None)),
             f"Asked {lead} to add you; you join when it does.",
@@ -79,8 +79,7 @@ def register_team_tools(
 
     @tool(structured_output=False)
     def answer_invitation(invitation_id: str = "", accept: bool = True) -> CallToolResult:
-        """Accept or decline a team invitation (no id: list the open ones). Accepting sends your lead
-        your final answer at each turn's end."""
+        """Accept or decline a team invitation by id (no id: list open ones)."""
         if not invitation_id:
             open_ones = hub(lambda c: c.invitations())
             return answer(f"{len(open_ones)} open invitation(s).", open_ones, key="invitations")
@@ -91,8 +90,7 @@ def register_team_tools(
 
     @tool(structured_output=False)
     def allow_watcher(watcher: str) -> CallToolResult:
-        """Let `watcher` read your final answers when its notify_when_idle fires (your lead and
-        teammates always do)."""
+        """Let `watcher` read your final answers in its notify_when_idle notices."""
         grant = hub(lambda c: c.watcher_allow(watcher=watcher))
         return answer(f"{watcher} may read your final answers now.", {"grant": grant["id"]})
 
