@@ -22,9 +22,10 @@ from federation.services.forwarding import (
     local_agents_public,
 )
 from federation.services.identity import hub_identity
-from federation.services.keys import hub_key_refusal, keys_refused_recently
+from federation.services.keys import keys_refused_recently
 from federation.services.peers import (
     peer_pin,
+    peer_refusal,
     peer_restore,
     peer_revoke,
     peer_seen,
@@ -68,10 +69,10 @@ HUB_SIGNED_PATHS = (
 
 def hub_request_precheck(headers: Mapping[str, str]) -> RequestClaim:
     """What can be refused before a hub request's body is read: its signature headers (key, time,
-    nonce, destination: `request_precheck`), and a key this hub's policy refuses (revoked with
-    mode `refuse`; unknown while trust on first use is off and the registry does not vouch)."""
+    nonce, destination: `request_precheck`), and a key this hub's policy refuses outright
+    (`peers.peer_refusal`: revoked with mode `refuse`, or unvouched while trust on first use is off)."""
     claim = request_precheck(headers=headers)
-    refusal = hub_key_refusal(claim.hub_key)
+    refusal = peer_refusal(claim.hub_key)
     if refusal is not None:
         raise refusal
     return claim

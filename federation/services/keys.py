@@ -22,7 +22,6 @@ from django.conf import settings
 from federation.errors import TransientError, Unreachable
 from federation.models import Peer
 from federation.services.identity import verify_key_from
-from messaging.errors import SwitchboardError
 
 log = logging.getLogger(__name__)
 _relay_keys: dict[str, tuple[float, str]] = {}
@@ -40,14 +39,6 @@ def _well_formed(key: str) -> bool:
 def hub_key_pinned(public_key: str) -> bool:
     """Whether an operator pinned this hub key (and has not revoked it)."""
     return Peer.objects.filter(public_key=public_key, pinned=True, revoked=False).exists()
-
-
-def hub_key_refusal(public_key: str) -> SwitchboardError | None:
-    """Why this hub refuses calls from `public_key` outright, as `peers.peer_seen` would (None when
-    it does not): `peers.peer_refusal`. Checked before a request's body is read."""
-    from federation.services.peers import peer_refusal
-
-    return peer_refusal(public_key)
 
 
 def lan_peer_key(url: str) -> str | None:
