@@ -1,0 +1,291 @@
+"""`switchboard install-hooks --client claude|codex|gemini` writes each client's own config (merged
+into what the user has), and the written command lines, run as each client runs them with the
+payloads its documentation shows, reach the same hub as the written MCP server."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import stat
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from console.cli import main
+from tests.agents.client_stub import Stub
+from tests.agents.test_hook_identity import REGISTERED, agent_env, enroll
+from tests.e2e.conftest import REPO, Hub
+
+
+def install_cli(project: Path, *args: str) -> int:
+    try:
+        return main(["install-hooks", "--project-dir", str(project), "--write", *args])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def client_env(hub: Hub, home: Path) -> dict[str, str]:
+    """What the agent client passes on: the user's environment, which does not name this hub
+    (only the installed config does)."""
+    env = agent_env(hub, home)
+    del env["SWITCHBOARD_URL"]
+    return env
+
+
+def agents(hub: Hub, token: str) -> dict[str, dict[str, Any]]:
+    found = httpx.get(
+        f"{hub.url}/api/v1/agents",
+        params={"include_exited": "true"},
+        headers={"Authorization": f"Bearer {token}"},
+    ).json()["agents"]
+    return {a["name"]: a for a in found}
+
+
+# --- Claude Code --------------------------------------------------------------------------------
+@pytest.mark.e2e
+def test_claude_code_hooks_reach_the_mcp_server_s_hub_on_a_non_default_port(
+    hub_process: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = hub_process
+    project, home = tmp_path / "payments", tmp_path / "agent-home"
+    project.mkdir()
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("SWITCHBOARD_URL", hub.url)  # the hub the user installs against
+
+    assert install_cli(project) == 0
+
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    server = json.loads((project / ".mcp.json").read_text())["mcpServers"]["switchboard"]
+    assert server["env"]["SWITCHBOARD_URL"] == hub.url
+    line = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    assert all(
+        h["command"] == line for groups in settings["hooks"].values() for g in groups for h in g["hooks"]
+    )
+    stub = Stub(client_env(hub, home), str(REPO))
+    try:
+        out = stub.hook(
+            line,
+            {
+                "session_id": "0d9a7c2e-4f61-4b8a-9c3e-5a1b2c3d4e5f",
+                "transcript_path": "/tmp/t.jsonl",
+                "cwd": str(project),
+                "permission_mode": "default",
+                "hook_event_name": "SessionStart",
+                "source": "startup",
+            },
+        )
+    finally:
+        stub.close()
+    assert out["code"] == 0 and out["answer"] is not None, (home / "agent.log").read_text()
+    assert REGISTERED.search(out["answer"]["hookSpecificOutput"]["additionalContext"])
+    assert agents(hub, enroll(hub, "watcher")["token"])["payments"]["status"] == "busy"
+
+
+# --- Gemini CLI ---------------------------------------------------------------------------------
+GEMINI_USER_SETTINGS = {
+    "theme": "GitHub",
+    "hooks": {
+        "AfterTool": [{"matcher": "write_file", "hooks": [{"type": "command", "command": "./lint.sh"}]}]
+    },
+    "mcpServers": {"github": {"command": "gh-mcp", "args": []}},
+}
+
+
+def gemini_event(name: str, **fields: Any) -> dict[str, Any]:
+    """Gemini CLI's hook input (docs/hooks/reference.md: base fields, then the event's own)."""
+    return {
+        "session_id": "8a1c3f5e-2b4d-4e6f-9a0b-1c2d3e4f5a6b",
+        "transcript_path": "/home/u/.gemini/tmp/chats/session.json",
+        "cwd": "/work/frontend",
+        "hook_event_name": name,
+        "timestamp": "2026-12-04T12:00:00.000Z",
+        **fields,
+    }
+
+
+def test_gemini_install_merges_settings_json_keeping_the_user_s(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SWITCHBOARD_URL", "http://127.0.0.1:9123")
+    settings = tmp_path / ".gemini" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(GEMINI_USER_SETTINGS))
+    settings.chmod(0o644)
+
+    assert install_cli(tmp_path, "--client", "gemini") == 0
+    assert install_cli(tmp_path, "--client", "gemini") == 0  # twice: still one entry per event
+
+    written = json.loads(settings.read_text())
+    assert written["theme"] == "GitHub" and written["mcpServers"]["github"] == {
+        "command": "gh-mcp",
+        "args": [],
+    }
+    assert set(written["hooks"]) == {"SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd"}
+    after_tool = [h["command"] for g in written["hooks"]["AfterTool"] for h in g["hooks"]]
+    assert after_tool[0] == "./lint.sh" and len(after_tool) == 2
+    ours = written["hooks"]["AfterAgent"][0]["hooks"][0]
+    assert ours["timeout"] == 10_000  # Gemini's timeouts are in milliseconds
+    assert shlex.split(ours["command"])[-4:] == ["--client", "gemini", "--url", "http://127.0.0.1:9123"]
+    server = written["mcpServers"]["switchboard"]
+    assert server["env"] == {"SWITCHBOARD_URL": "http://127.0.0.1:9123", "SWITCHBOARD_ATTACH": "hooks"}
+    assert stat.S_IMODE(settings.stat().st_mode) == 0o644  # the user's file keeps its mode
+
+
+@pytest.mark.e2e
+def test_a_gemini_cli_session_through_the_written_hooks_and_mcp_server(
+    hub_process: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = hub_process
+    home = tmp_path / "agent-home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("SWITCHBOARD_URL", hub.url)
+    assert install_cli(tmp_path, "--client", "gemini") == 0
+    written = json.loads((tmp_path / ".gemini" / "settings.json").read_text())
+    line = written["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    server = written["mcpServers"]["switchboard"]
+    bob = enroll(hub, "bob")
+    bob_api = httpx.Client(base_url=f"{hub.url}/api/v1", headers={"Authorization": f"Bearer {bob['token']}"})
+
+    stub = Stub(client_env(hub, home), str(REPO))  # stands for the gemini process
+    try:
+        started = stub.hook(line, gemini_event("SessionStart", source="startup"))
+        assert REGISTERED.search(started["answer"]["hookSpecificOutput"]["additionalContext"])
+        bob_api.post("messages", json={"to": "frontend", "message": "The API moved to /v2."})
+        tool = stub.hook(
+            line,
+            gemini_event(
+                "AfterTool",
+                tool_name="read_file",
+                tool_input={"absolute_path": "/work/frontend/api.ts"},
+                tool_response={"llmContent": "export const API = '/v1'", "returnDisplay": "api.ts"},
+            ),
+        )
+        assert "The API moved to /v2." in tool["answer"]["hookSpecificOutput"]["additionalContext"]
+
+        bob_api.post("messages", json={"to": "frontend", "message": "Also bump the client."})
+        kept = stub.hook(
+            line,
+            gemini_event("AfterAgent", prompt="fix it", prompt_response="Fixed.", stop_hook_active=False),
+        )
+        assert kept["answer"]["decision"] == "deny" and "Also bump the client." in kept["answer"]["reason"]
+        done = stub.hook(
+            line,
+            gemini_event(
+                "AfterAgent", prompt="fix it", prompt_response="Moved to /v2.", stop_hook_active=True
+            ),
+        )
+        assert done["answer"] is None
+        assert agents(hub, bob["token"])["frontend"]["status"] == "idle"
+
+        # Its MCP server (same gemini process) acts as the same session.
+        mcp_env = {**server["env"]}
+        assert stub.send(op="mcp_start", argv=[server["command"], *server["args"]], env=mcp_env) == {
+            "ok": True
+        }
+        sent = stub.send(op="mcp_call", tool="send_message", args={"to": "bob", "message": "Done, see /v2."})
+        assert not sent["is_error"], sent
+        pulled = bob_api.get("inbox").json()["messages"]
+        assert [m["from"]["name"] for m in pulled] == ["frontend"]
+
+        prompt = stub.hook(line, gemini_event("BeforeAgent", prompt="next: tests"))
+        assert prompt["code"] == 0
+        assert agents(hub, bob["token"])["frontend"]["status"] == "busy"
+        stub.hook(line, gemini_event("SessionEnd", reason="exit"))
+        everyone = agents(hub, bob["token"])
+        assert everyone["frontend"]["status"] == "exited" and everyone["frontend"]["kind"] == "gemini-cli"
+    finally:
+        stub.close()
+
+
+# --- Codex CLI ----------------------------------------------------------------------------------
+CODEX_USER_CONFIG = """\
+# my Codex settings
+model = "gpt-5-codex"
+
+[mcp_servers.docs]
+command = "docs-mcp"  # keeps its comment
+args = ["--stdio"]
+"""
+
+
+def test_codex_install_merges_config_toml_keeping_the_user_s(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SWITCHBOARD_URL", "http://127.0.0.1:9123")
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(CODEX_USER_CONFIG)
+
+    assert install_cli(tmp_path, "--client", "codex") == 0
+    assert install_cli(tmp_path, "--client", "codex") == 0  # twice: the same file
+
+    text = config.read_text()
+    parsed = tomllib.loads(text)
+    assert "# my Codex settings" in text and "# keeps its comment" in text
+    assert parsed["model"] == "gpt-5-codex" and parsed["mcp_servers"]["docs"]["args"] == ["--stdio"]
+    server = parsed["mcp_servers"]["switchboard"]
+    assert server["args"][-1] == "mcp"
+    assert server["env"] == {
+        "SWITCHBOARD_URL": "http://127.0.0.1:9123",
+        "SWITCHBOARD_ATTACH": "hooks",
+        "SWITCHBOARD_CLIENT": "codex",
+    }
+    assert parsed["notify"][-5:] == ["hook", "--client", "codex", "--url", "http://127.0.0.1:9123"]
+
+
+def test_codex_install_keeps_a_notify_program_the_user_has(tmp_path: Path, monkeypatch, capsys) -> None:
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('notify = ["notify-send", "Codex"]\n')
+
+    assert install_cli(tmp_path, "--client", "codex") == 0
+
+    assert tomllib.loads(config.read_text())["notify"] == ["notify-send", "Codex"]
+    assert "it was kept" in capsys.readouterr().out
+
+
+def test_a_new_codex_config_is_its_owner_s_alone(tmp_path: Path) -> None:
+    assert install_cli(tmp_path, "--client", "codex") == 0
+    assert stat.S_IMODE((tmp_path / ".codex" / "config.toml").stat().st_mode) == 0o600
+
+
+@pytest.mark.e2e
+def test_a_codex_session_through_the_written_mcp_server_and_notify(
+    hub_process: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = hub_process
+    home = tmp_path / "agent-home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("SWITCHBOARD_URL", hub.url)
+    monkeypatch.setenv("SWITCHBOARD_NAME", "codex-api")
+    assert install_cli(tmp_path, "--client", "codex") == 0
+    parsed = tomllib.loads((tmp_path / ".codex" / "config.toml").read_text())
+    server = parsed["mcp_servers"]["switchboard"]
+    bob = enroll(hub, "bob")
+
+    env = client_env(hub, home) | {"SWITCHBOARD_NAME": "codex-api"}
+    stub = Stub(env, str(REPO))  # stands for the codex process
+    try:
+        assert stub.send(op="mcp_start", argv=[server["command"], *server["args"]], env=server["env"]) == {
+            "ok": True
+        }
+        listed = stub.send(op="mcp_call", tool="list_agents", args={})
+        assert not listed["is_error"], listed
+        assert agents(hub, bob["token"])["codex-api"]["status"] == "busy"
+        # Codex's notify after a turn: argv plus the JSON (codex-rs legacy notify) as the last argument.
+        turn = {
+            "type": "agent-turn-complete",
+            "thread-id": "b5f6c1c2-1111-2222-3333-444455556666",
+            "turn-id": "12345",
+            "cwd": "/work/api",
+            "client": "codex-tui",
+            "input-messages": ["Rename `foo` to `bar` and update the callsites."],
+            "last-assistant-message": "Rename complete and verified `cargo build` succeeds.",
+        }
+        notified = stub.send(op="notify", argv=parsed["notify"], payload=json.dumps(turn), env={})
+        assert notified["code"] == 0
+        row = agents(hub, bob["token"])["codex-api"]
+        assert row["status"] == "idle" and row["kind"] == "codex", (home / "agent.log").read_text()
+    finally:
+        stub.close()
+    assert agents(hub, bob["token"])["codex-api"]["status"] == "exited"  # its MCP server ended it
+    assert not list((home / "sessions").glob("*.json"))
