@@ -54,6 +54,18 @@ def marker_line(delivery: Delivery) -> str:
     return "[SWITCHBOARD " + " ".join(p for p in parts if p) + "]"
 
 
+def _sender_facts(sender: Any) -> dict[str, str] | None:
+    """Who sent it, as a recipient's client reads it; an agent of another hub carries its `hub`."""
+    if sender is None:
+        return None
+    facts = {"id": str(sender.id), "name": sender.name, "ref": sender.ref}
+    if sender.kind == "remote":
+        from federation.services.forwarding import remote_hub_name
+
+        facts["hub"] = remote_hub_name(sender.id)
+    return facts
+
+
 def label_for(delivery: Delivery) -> str:
     kind = delivery.message.kind
     if kind == MessageKind.OBSERVER_REPORT:
@@ -106,7 +118,7 @@ def frame_for_recipient(delivery: Delivery, *, has_files: bool = True) -> dict[s
         "delivery_id": delivery.pk,
         "kind": message.kind,
         "frame_type": message.frame_type or None,
-        "from": {"id": str(sender.id), "name": sender.name, "ref": sender.ref} if sender else None,
+        "from": _sender_facts(sender),
         "summary": message.summary,
         "text": message.text,
         "marker": marker,

@@ -36,6 +36,7 @@ def test_a_signed_forward_is_queued_for_the_local_agent_as_verified(hub_client, 
     assert frame["trust"] == "channel-verified"
     assert frame["delivery_tier"] == "channel"
     assert "DELIVERY=channel" in frame["marker"] and 'FROM="alice@other-hub"' in frame["marker"]
+    assert frame["from"]["name"] == "alice" and frame["from"]["hub"] == "other-hub"
     assert Peer.objects.filter(public_key=other_hub.public_key).exists()
 
 
