@@ -362,6 +362,10 @@ SWITCHBOARD_FEDERATION_POLL_SECONDS = float(os.environ.get("SWITCHBOARD_FEDERATI
 SWITCHBOARD_RELAY_EXPIRY_SECONDS = _env_int("SWITCHBOARD_RELAY_EXPIRY_SECONDS", 24 * 3600)
 SWITCHBOARD_RELAY_LEASE_SECONDS = _env_int("SWITCHBOARD_RELAY_LEASE_SECONDS", 60)
 SWITCHBOARD_RELAY_CLAIM_SECONDS = _env_int("SWITCHBOARD_RELAY_CLAIM_SECONDS", 120)
+# Uploaded files no message uses yet: at most this many bytes per session, and removed once this
+# many seconds have passed since they were stored and last uploaded (federation.services.files).
+SWITCHBOARD_FILE_QUOTA_BYTES = _env_int("SWITCHBOARD_FILE_QUOTA_BYTES", 400 * 1024 * 1024)
+SWITCHBOARD_FILE_ORPHAN_SECONDS = _env_int("SWITCHBOARD_FILE_ORPHAN_SECONDS", 24 * 3600)
 SWITCHBOARD_FILES_DIR = Path(
     os.environ.get("SWITCHBOARD_FILES_DIR", "").strip() or SWITCHBOARD_HOME / "files"
 )

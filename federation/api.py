@@ -10,11 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import File, Router, Schema, Status
-from ninja.files import UploadedFile
+from ninja import Router, Schema, Status
 
 from federation.models import FederationTier
-from federation.services.files import file_store
+from federation.services.files import file_upload
 from federation.services.forwarding import (
     envelope_open,
     hosts_answer,
@@ -256,12 +255,31 @@ def isolation(request: HttpRequest, session_id: uuid.UUID, body: IsolationIn) ->
     }
 
 
-@router.post("/files", auth=AUTH, response={200: dict, 201: dict})
-def upload(request: HttpRequest, file: UploadedFile = File(...)) -> Status:  # noqa: B008
-    """Upload a file to attach to a message: answers its SHA-256 (name it in `files` when sending)."""
-    principal(request).require_session()
-    data = file.read()
-    attachment = file_store(data=data)
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                    "required": ["file"],
+                }
+            }
+        },
+    }
+}
+
+
+@router.post("/files", auth=AUTH, response={200: dict, 201: dict}, openapi_extra=_UPLOAD_BODY)
+def upload(request: HttpRequest) -> Status:
+    """Upload a file (multipart, field `file`) to attach to a message: answers its SHA-256 (name
+    it in `files` when sending). Streamed to disk; refused past the size limit or the session's
+    quota of files no message uses yet."""
+    session = principal(request).require_session()
+    attachment = file_upload(
+        session_id=session.id, meta=request.META, stream=request, encoding=request.encoding
+    )
     return Status(201, {"sha256": attachment.sha256, "size": attachment.size})
 
 

@@ -4,6 +4,8 @@ from django.apps import AppConfig
 
 from messaging.jobs import PeriodicJob
 
+FILES_CLEANUP_SECONDS = 600  # unused files are removed within this long of their grace period's end
+
 
 class FederationConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
@@ -25,8 +27,8 @@ class FederationConfig(AppConfig):
 def federation_jobs() -> list[PeriodicJob]:
     """Federation's periodic jobs, as the settings of this process (beat's, or `serve`'s) call for:
     a hub pulls from a relay only when SWITCHBOARD_RELAY_URL names one, and only a relay cleans
-    up after its pulls. Forwards and receipts run always: peers and inbound messages come and go
-    while the hub runs."""
+    up after its pulls. Forwards, receipts and the cleanup of unused files run always: peers,
+    inbound messages and uploads come and go while the hub runs."""
     from django.conf import settings
 
     every = settings.SWITCHBOARD_FEDERATION_POLL_SECONDS
@@ -36,6 +38,7 @@ def federation_jobs() -> list[PeriodicJob]:
         PeriodicJob("federation.tasks.send_receipts", every),
         PeriodicJob("federation.tasks.registry_refresh", 60),
         PeriodicJob("federation.tasks.nonces_prune", 300),
+        PeriodicJob("federation.tasks.files_cleanup", FILES_CLEANUP_SECONDS),
     ]
     if settings.SWITCHBOARD_RELAY_URL and not relay:
         jobs.append(PeriodicJob("federation.tasks.relay_pull", every))

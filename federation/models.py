@@ -165,6 +165,25 @@ class Attachment(models.Model):
         return f"attachment {self.sha256[:12]}"
 
 
+class FileUpload(models.Model):
+    """A session's upload of a stored file. Until a message uses the file, its size counts against
+    the session's quota (`SWITCHBOARD_FILE_QUOTA_BYTES`); the last upload's time keeps an unused
+    file from the orphan cleanup for its grace period."""
+
+    session_id = models.UUIDField(db_index=True)
+    attachment = models.ForeignKey(Attachment, on_delete=models.CASCADE, related_name="uploads")
+    size = models.PositiveBigIntegerField()
+    uploaded_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session_id", "attachment"], name="file_upload_once_per_session")
+        ]
+
+    def __str__(self) -> str:
+        return f"upload of {self.attachment_id} by {self.session_id}"
+
+
 class MessageAttachment(models.Model):
     """One file of one message, in order, with the display name it was sent under."""
 

@@ -71,6 +71,14 @@ def prune_nonces() -> int:
     return nonces_prune()
 
 
+@shared_task(name="federation.tasks.files_cleanup")
+def files_cleanup() -> int:
+    """Remove stored files no message uses, once their grace period has passed."""
+    from federation.services.files import files_orphans_remove
+
+    return files_orphans_remove()
+
+
 @shared_task(name="federation.tasks.relay_lease_drop")
 def relay_lease_drop_task(name: str) -> None:
     from federation.services.relay import relay_lease_drop

@@ -1,6 +1,10 @@
 """Files attached to messages: stored once under their SHA-256, checked end to end, limited per
 tier, and delivered into the recipient's own folder under names the hub makes up.
 
+Uploads stream to disk (hashed as they are written, stopped at the limit); a session's uploads
+that no message uses yet are bounded by its quota, and a periodic job removes stored files no
+message uses once their grace period has passed (`files_orphans_remove`).
+
 Store:     $SWITCHBOARD_FILES_DIR/store/<sha[:2]>/<sha>
 Delivered: $SWITCHBOARD_FILES_DIR/sessions/<recipient id>/<message id>/<n>-<sha[:12]><.ext>
 Between hubs the bytes travel inside the (signed, for the relay also sealed) envelope; the
@@ -14,13 +18,18 @@ import hashlib
 import os
 import re
 import secrets
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.conf import settings
+from django.core.files.uploadhandler import FileUploadHandler, SkipFile, StopFutureHandlers
 from django.db import IntegrityError, transaction
+from django.db.models import Max, ProtectedError, Sum
+from django.http.multipartparser import MultiPartParser, MultiPartParserError
+from django.utils import timezone
 
-from federation.models import Attachment, MessageAttachment
+from federation.models import Attachment, FileUpload, MessageAttachment
 from messaging.errors import Invalid, NotFound, TooLarge
 
 MAX_FILES = 10
@@ -50,29 +59,173 @@ def _store_path(sha256: str) -> Path:
     return _root() / "store" / sha256[:2] / sha256
 
 
+def _new_temp() -> tuple[Path, BinaryIO]:
+    """A new private file in the store's folder (the same file system, so keeping it is a rename)."""
+    folder = _root() / "store"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / f".upload.{secrets.token_hex(8)}.tmp"
+    return path, os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+
+
 def file_store(*, data: bytes) -> Attachment:
-    """Keep `data` under its SHA-256 (once, whoever uploads it again) and return its record."""
-    if len(data) > TIER_LIMITS["host"][0]:
+    """Keep `data` under its SHA-256 (once, whoever stores it again) and return its record. For
+    bytes already in memory (a forwarded message's files); uploads stream (`file_upload`)."""
+    if len(data) > upload_limit():
         raise TooLarge(
-            f"A file takes at most {TIER_LIMITS['host'][0] // MB} MB.",
-            size=len(data),
-            limit=TIER_LIMITS["host"][0],
+            f"A file takes at most {upload_limit() // MB} MB.", size=len(data), limit=upload_limit()
         )
-    sha256 = hashlib.sha256(data).hexdigest()
+    tmp, handle = _new_temp()
+    with handle:
+        handle.write(data)
+    return _keep(tmp, sha256=hashlib.sha256(data).hexdigest(), size=len(data), session_id=None)
+
+
+def _keep(tmp: Path, *, sha256: str, size: int, session_id: Any) -> Attachment:
+    """Move a finished temporary file to its place in the store and record it (and, for an
+    upload, the session's use of its quota). The file is put in place under the record's row
+    lock, which the orphan cleanup takes too: a file being stored again is never removed."""
     path = _store_path(sha256)
-    if not path.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name(f".{sha256}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for attempt in range(2):
+        try:
+            with transaction.atomic():
+                attachment, _ = Attachment.objects.select_for_update().get_or_create(
+                    sha256=sha256, defaults={"size": size}
+                )
+                os.replace(tmp, path)  # the same bytes, whoever stored them first
+                if session_id is not None:
+                    FileUpload.objects.update_or_create(
+                        session_id=session_id,
+                        attachment=attachment,
+                        defaults={"size": size, "uploaded_at": timezone.now()},
+                    )
+            return attachment
+        except IntegrityError:
+            if attempt:  # two first stores of the same bytes: the other one created the row
+                raise
+    raise AssertionError("unreachable")
+
+
+def _unused_uploads(session_id: Any) -> Any:
+    """The session's uploads of files no message uses yet: what its quota counts."""
+    return FileUpload.objects.filter(session_id=session_id, attachment__uses__isnull=True)
+
+
+class StoreUploadHandler(FileUploadHandler):
+    """Django upload handler that writes the `file` field straight into the store's folder,
+    hashing as it writes, and stops at `limit` bytes (the partial file is removed and the upload
+    refused with TooLarge before another chunk is read). Memory holds one chunk at a time."""
+
+    def __init__(self, *, limit: int, refusal: str) -> None:
+        super().__init__()
+        self.limit = limit
+        self.refusal = refusal
+        self.size = 0
+        self.digest = hashlib.sha256()
+        self.path: Path | None = None
+        self._handle: BinaryIO | None = None
+
+    def new_file(self, field_name: str, *args: Any, **kwargs: Any) -> None:
+        super().new_file(field_name, *args, **kwargs)
+        if field_name != "file" or self.path is not None:
+            raise SkipFile()  # one file per upload, in the field named `file`
+        self.path, self._handle = _new_temp()
+        raise StopFutureHandlers()
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> None:
+        assert self._handle is not None
+        self.size += len(raw_data)
+        if self.size > self.limit:
+            self.discard()
+            raise TooLarge(self.refusal, limit=self.limit)
+        self.digest.update(raw_data)
+        self._handle.write(raw_data)
+
+    def file_complete(self, file_size: int) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        # None: nothing goes into request.FILES; the bytes are in `self.path`, kept by `file_upload`.
+
+    def discard(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+def file_upload(*, session_id: Any, meta: dict[str, Any], stream: Any, encoding: str | None) -> Attachment:
+    """Store the file of a multipart upload (field `file`) for a session, streaming it to disk.
+    Refused with TooLarge, with nothing kept, past the per-file limit or past the session's
+    quota: the bytes of its uploads that no message uses yet (SWITCHBOARD_FILE_QUOTA_BYTES), where
+    uploading a file it already holds again adds nothing. Reading stops at the per-file limit or
+    at the room left plus the largest file the session holds (a repeat of which still fits)."""
+    held = _unused_uploads(session_id).aggregate(total=Sum("size"), largest=Max("size"))
+    room = settings.SWITCHBOARD_FILE_QUOTA_BYTES - (held["total"] or 0)
+    limit = min(upload_limit(), room + (held["largest"] or 0))
+    if limit <= 0:
+        raise TooLarge(_quota_refusal(), quota=settings.SWITCHBOARD_FILE_QUOTA_BYTES)
+    refusal = (
+        _quota_refusal() if limit < upload_limit() else f"A file takes at most {upload_limit() // MB} MB."
+    )
+    handler = StoreUploadHandler(limit=limit, refusal=refusal)
     try:
-        with transaction.atomic():
-            attachment, _ = Attachment.objects.get_or_create(sha256=sha256, defaults={"size": len(data)})
-    except IntegrityError:
-        attachment = Attachment.objects.get(sha256=sha256)
-    return attachment
+        MultiPartParser(meta, stream, [handler], encoding).parse()
+        if handler.path is None or not handler.path.exists():
+            raise MultiPartParserError("no file field")
+        sha256 = handler.digest.hexdigest()
+        if handler.size > room and not _unused_uploads(session_id).filter(attachment__sha256=sha256).exists():
+            raise TooLarge(_quota_refusal(), quota=settings.SWITCHBOARD_FILE_QUOTA_BYTES)
+        return _keep(handler.path, sha256=sha256, size=handler.size, session_id=session_id)
+    except MultiPartParserError as exc:
+        raise Invalid("bad_upload", "Send the file as multipart/form-data in a field named `file`.") from exc
+    finally:
+        handler.discard()  # the partial or refused file; a kept one was renamed into the store
+
+
+def _quota_refusal() -> str:
+    return (
+        f"This session's uploads that no message uses yet reach its quota of "
+        f"{settings.SWITCHBOARD_FILE_QUOTA_BYTES // MB} MB: attach them to messages, or wait until unused "
+        f"ones are removed ({settings.SWITCHBOARD_FILE_ORPHAN_SECONDS // 3600} h after their last upload)."
+    )
+
+
+def files_orphans_remove(*, now: datetime | None = None, batch: int = 500) -> int:
+    """Remove stored files that no message uses, stored and last uploaded more than
+    SWITCHBOARD_FILE_ORPHAN_SECONDS ago; return how many. Each goes under its row's lock, checked
+    again there, so a send attaching it or an upload storing it again at that moment keeps it
+    (the send's lookup locks the row too, `files_attach`). Safe to run on two workers at once."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.SWITCHBOARD_FILE_ORPHAN_SECONDS)
+    candidates = list(
+        Attachment.objects.filter(created_at__lt=cutoff, uses__isnull=True)
+        .exclude(uploads__uploaded_at__gte=cutoff)
+        .values_list("pk", "sha256")[:batch]
+    )
+    removed = 0
+    for pk, sha256 in candidates:
+        path = _store_path(sha256)
+        aside = path.with_name(f".{sha256}.{secrets.token_hex(4)}.removed")
+        try:
+            with transaction.atomic():
+                if not Attachment.objects.select_for_update().filter(pk=pk).exists():
+                    continue
+                if (
+                    MessageAttachment.objects.filter(attachment_id=pk).exists()
+                    or FileUpload.objects.filter(attachment_id=pk, uploaded_at__gte=cutoff).exists()
+                ):
+                    continue
+                if path.exists():
+                    os.replace(path, aside)  # put back below if the delete does not commit
+                Attachment.objects.filter(pk=pk).delete()
+        except (IntegrityError, ProtectedError):
+            if aside.exists():
+                os.replace(aside, path)
+            continue
+        aside.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 def file_read(*, sha256: str) -> bytes:
@@ -90,9 +243,9 @@ def files_attach(*, message_id: Any, files: list[dict[str, str]], tier: str) -> 
     if len(files) > MAX_FILES:
         raise Invalid("too_many_files", f"A message takes at most {MAX_FILES} files.")
     per_file, per_message = TIER_LIMITS.get(tier, TIER_LIMITS["host"])
-    found = {
-        a.sha256: a for a in Attachment.objects.filter(sha256__in=[str(f.get("sha256", "")) for f in files])
-    }
+    # Locked until the send commits: the orphan cleanup cannot remove a file a send is attaching.
+    wanted = [str(f.get("sha256", "")) for f in files]
+    found = {a.sha256: a for a in Attachment.objects.select_for_update().filter(sha256__in=wanted)}
     total = 0
     rows = []
     for position, ref in enumerate(files):

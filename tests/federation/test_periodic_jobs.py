@@ -18,6 +18,7 @@ ALWAYS = {
     "federation.tasks.registry_refresh",
     "federation.tasks.nonces_prune",
     "federation.tasks.remote_sessions_prune",
+    "federation.tasks.files_cleanup",
 }
 
 

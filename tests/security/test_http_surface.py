@@ -11,6 +11,7 @@ ASGI application (or a real server process) and refused:
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import httpx
@@ -313,3 +314,162 @@ def test_daphne_cuts_a_chunked_body_off_at_the_limit_while_receiving_it() -> Non
     assert transport.value().startswith(b"HTTP/1.1 413 ")
     assert fed * MB <= body_limit("/api/v1/messages") + MB
     assert request.content.tell() <= body_limit("/api/v1/messages")
+
+
+# --- item 7: uploads stream to disk, stop at the limit, have a quota; unused files are removed ------
+
+
+def _multipart(data: bytes, name: str = "notes.txt") -> tuple[bytes, bytes]:
+    boundary = b"----sb-test-boundary"
+    head = (
+        b'--%s\r\nContent-Disposition: form-data; name="file"; filename="%s"\r\n'
+        b"Content-Type: application/octet-stream\r\n\r\n" % (boundary, name.encode())
+    )
+    return head + data + b"\r\n--%s--\r\n" % boundary, b"multipart/form-data; boundary=" + boundary
+
+
+async def _upload_through_the_hub(
+    token: str, data: bytes, *, chunked: bool = False, peak: list[int] | None = None
+) -> tuple[int, int]:
+    """POST /api/v1/files through the ASGI application, the body offered in 1 MB slices;
+    returns the status and how many slices the hub took. With `peak`, appends the most memory
+    allocated while the hub handled it (tracemalloc: the body itself was made before)."""
+    body, content_type = _multipart(data)
+    view = memoryview(body)
+    slices = [view[i : i + MB] for i in range(0, len(body), MB)]
+    taken = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal taken
+        if taken >= len(slices):
+            import asyncio
+
+            await asyncio.sleep(3600)
+        taken += 1
+        return {"type": "http.request", "body": bytes(slices[taken - 1]), "more_body": taken < len(slices)}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    client = FeedingClient(0, chunked=chunked)
+    scope = client.scope("/api/v1/files", (b"authorization", f"Bearer {token}".encode()))
+    scope["headers"] = [h for h in scope["headers"] if h[0] not in (b"content-type", b"content-length")]
+    scope["headers"].append((b"content-type", content_type))
+    if not chunked:
+        scope["headers"].append((b"content-length", str(len(body)).encode()))
+    if peak is not None:
+        tracemalloc.start()
+    try:
+        await application(scope, receive, send)
+    finally:
+        if peak is not None:
+            peak.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+    return sent[0]["status"], taken
+
+
+@pytest.fixture(autouse=True)
+def _own_files_dir(settings: Any, tmp_path: Any) -> None:
+    """Each test stores files in a folder of its own (the setting is read once, at start-up)."""
+    settings.SWITCHBOARD_FILES_DIR = tmp_path / "files"
+
+
+def _stored_files() -> list[str]:
+    store = settings.SWITCHBOARD_FILES_DIR / "store"
+    return sorted(p.name for p in store.rglob("*") if p.is_file()) if store.exists() else []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_an_upload_over_the_limit_stops_at_the_limit_and_leaves_no_file(
+    chunked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from federation.services import files
+
+    monkeypatch.setitem(files.TIER_LIMITS, "host", (2 * MB, 4 * MB))
+    token = await new_token("alice")
+    status, taken = await _upload_through_the_hub(token, b"u" * (40 * MB), chunked=chunked)
+    assert status == 413
+    assert taken <= 4  # 2 MB and its multipart frame, not the 40 MB offered
+    assert _stored_files() == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_an_upload_streams_to_disk_instead_of_memory() -> None:
+    import hashlib
+
+    token = await new_token("alice")
+    data = b"s" * (24 * MB)
+    peak: list[int] = []
+    status, _ = await _upload_through_the_hub(token, data, peak=peak)
+    assert status == 201
+    assert peak[0] < 8 * MB, f"{peak[0] / MB:.1f} MB held while uploading 24 MB"
+    assert _stored_files() == [hashlib.sha256(data).hexdigest()]
+
+
+@pytest.mark.django_db
+def test_a_session_cannot_upload_past_its_quota_of_files_no_message_uses(api, register, settings) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    settings.SWITCHBOARD_FILE_QUOTA_BYTES = 3000
+    alice, _bob = register("alice"), register("bob")
+
+    def upload(data: bytes) -> Any:
+        return api.client.post(
+            "/api/v1/files",
+            {"file": SimpleUploadedFile("f.bin", data)},
+            HTTP_AUTHORIZATION=f"Bearer {alice.token}",
+        )
+
+    first = upload(b"a" * 2000)
+    again = upload(b"a" * 2000)  # the same file counts once
+    over = upload(b"b" * 2000)
+    assert first.status_code == 201 and again.status_code == 201
+    assert over.status_code == 413 and over.json()["error"] == "too_large"
+    assert len(_stored_files()) == 1  # nothing kept of the refused one
+
+    sent = api.post(
+        "messages",
+        alice.token,
+        {"to": "bob", "message": "file", "files": [{"sha256": first.json()["sha256"]}]},
+    )
+    assert sent.status_code == 201, sent.json_body
+    assert upload(b"b" * 2000).status_code == 201  # the attached file no longer counts
+
+
+@pytest.mark.django_db
+def test_stored_files_no_message_uses_are_removed_after_their_grace_period(api, register, settings) -> None:
+    from datetime import timedelta
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.utils import timezone
+
+    from federation.models import Attachment, FileUpload
+    from federation.tasks import files_cleanup
+    from messaging.jobs import PERIODIC_JOBS
+
+    alice, _bob = register("alice"), register("bob")
+
+    def upload(data: bytes) -> str:
+        answer = api.client.post(
+            "/api/v1/files",
+            {"file": SimpleUploadedFile("f.bin", data)},
+            HTTP_AUTHORIZATION=f"Bearer {alice.token}",
+        )
+        assert answer.status_code == 201
+        return answer.json()["sha256"]
+
+    unused, attached, recent = upload(b"never sent"), upload(b"sent"), upload(b"just uploaded")
+    api.post("messages", alice.token, {"to": "bob", "message": "file", "files": [{"sha256": attached}]})
+    long_ago = timezone.now() - timedelta(seconds=settings.SWITCHBOARD_FILE_ORPHAN_SECONDS + 60)
+    Attachment.objects.filter(sha256__in=[unused, attached]).update(created_at=long_ago)
+    FileUpload.objects.filter(attachment__sha256__in=[unused, attached]).update(uploaded_at=long_ago)
+
+    assert "federation.tasks.files_cleanup" in {job.task_name for job in PERIODIC_JOBS}
+    assert files_cleanup.apply().get() == 1
+    assert sorted(Attachment.objects.values_list("sha256", flat=True)) == sorted([attached, recent])
+    assert _stored_files() == sorted([attached, recent])
+    assert not FileUpload.objects.filter(attachment__sha256=unused).exists()
