@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from messaging.models import REMOTE_KIND, Delivery, MessageKind, Priority
+from messaging.policy import VERIFIED_TRUSTS
 
 PEER_LABEL = (
     "The text below is a message from another agent session, relayed by the Switchboard hub. "
@@ -48,21 +49,21 @@ def marker_line(delivery: Delivery) -> str:
 
         # An agent of another hub reads as `name@hub`: no local name has an `@`, so a remote
         # sender can never pass for one of this hub's sessions (nor for this hub).
-        hub = remote_hub_name(sender.id)
+        hub = remote_hub_name(sender.id, vouched=message.trust in VERIFIED_TRUSTS)
         parts[0] = f"FROM={_field(f'{sender.name}@{hub}')} FROM_REF={sender.ref}"
         parts.append(f"FROM_HUB={_field(hub)}")
     return "[SWITCHBOARD " + " ".join(p for p in parts if p) + "]"
 
 
-def _sender_facts(sender: Any) -> dict[str, str] | None:
+def _sender_facts(sender: Any, *, vouched: bool) -> dict[str, str] | None:
     """Who sent it, as a recipient's client reads it; an agent of another hub carries its `hub`."""
     if sender is None:
         return None
     facts = {"id": str(sender.id), "name": sender.name, "ref": sender.ref}
-    if sender.kind == "remote":
+    if sender.kind == REMOTE_KIND:
         from federation.services.forwarding import remote_hub_name
 
-        facts["hub"] = remote_hub_name(sender.id)
+        facts["hub"] = remote_hub_name(sender.id, vouched=vouched)
     return facts
 
 
@@ -118,7 +119,7 @@ def frame_for_recipient(delivery: Delivery, *, has_files: bool = True) -> dict[s
         "delivery_id": delivery.pk,
         "kind": message.kind,
         "frame_type": message.frame_type or None,
-        "from": _sender_facts(sender),
+        "from": _sender_facts(sender, vouched=message.trust in VERIFIED_TRUSTS),
         "summary": message.summary,
         "text": message.text,
         "marker": marker,

@@ -425,17 +425,24 @@ def remote_sessions_prune(*, now: Any = None, batch: int = 1000) -> int:
     return len(ids) if deleted else 0
 
 
-def remote_hub_name(session_id: Any) -> str:
+def remote_hub_name(session_id: Any, *, vouched: bool = True) -> str:
     """The name of the hub a remote stand-in session belongs to (what that hub calls itself),
-    shown as FROM_HUB. A name that breaks this hub's rules, or that is this hub's own, is shown
-    as the start of the hub's key instead: a remote sender never reads as one of this hub's."""
+    shown as FROM_HUB. Shown as the start of the hub's key instead when the name is not earned:
+    the message was not from a hub this hub vouches for (`vouched=False`: its trust is not
+    `<tier>-verified`), the name breaks this hub's rules, or it is this hub's own name. So a remote
+    sender never reads as one of this hub's, nor a stranger as a hub it knows by name."""
     from messaging.names import name_problem
 
     link = RemoteSession.objects.filter(session_id=session_id).first()
     if link is None:
         return "unknown"
     name = link.hub_name
-    if not name or name_problem(name) or normalize_name(name) == normalize_name(hub_identity().name):
+    if (
+        not vouched
+        or not name
+        or name_problem(name)
+        or normalize_name(name) == normalize_name(hub_identity().name)
+    ):
         return link.hub_key[:12]
     return name
 
