@@ -23,6 +23,11 @@ class FederationConfig(AppConfig):
 
         database_collector_add(forward_figures)
 
+        from federation.services.files import files_of_purged_messages_drop
+        from messaging.services.retention import messages_purged
+
+        messages_purged.connect(files_of_purged_messages_drop, dispatch_uid="federation.files")
+
 
 def federation_jobs() -> list[PeriodicJob]:
     """Federation's periodic jobs, as the settings of this process (beat's, or `serve`'s) call for:

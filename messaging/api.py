@@ -194,6 +194,15 @@ def deregister(request: HttpRequest) -> dict[str, Any]:
     return session_summary(session_deregister(session=caller.require_session(), actor=caller))
 
 
+@router.delete("/sessions/{session_id}/data", response={200: dict, **ERRORS}, auth=AUTH)
+def session_data(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+    """Delete one session's data on request (operators): every message it sent or received, its pins
+    and per-sender policies either way. Answers the counts; the deletion is audited."""
+    from messaging.services.retention import session_data_delete
+
+    return session_data_delete(session_id=session_id, actor=operator(request))
+
+
 class PingOut(Schema):
     ok: bool
     caller: str

@@ -37,6 +37,7 @@ class PeriodicJob:
 PERIODIC_JOBS: list[PeriodicJob] = [
     PeriodicJob("messaging.tasks.sweep_due_deliveries", settings.SWITCHBOARD_SWEEP_SECONDS),
     PeriodicJob("messaging.tasks.purge_audit", 3600),
+    PeriodicJob("messaging.tasks.purge_expired", settings.SWITCHBOARD_PURGE_SECONDS),
     PeriodicJob("messaging.tasks.retry_socket_deliveries", settings.SWITCHBOARD_SOCKET_RETRY_SECONDS),
 ]
 if connections["default"].vendor == "postgresql":  # messaging.services.statistics

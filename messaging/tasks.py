@@ -32,6 +32,15 @@ def purge_audit() -> int:
     return audit_purge_expired()
 
 
+@shared_task(name="messaging.tasks.purge_expired")
+def purge_expired() -> int:
+    """Messages and exited sessions past their retention (messaging.services.retention)."""
+    from messaging.services.retention import retention_purge
+
+    purged = retention_purge()
+    return purged.messages + purged.sessions
+
+
 def socket_retry_delay(attempts: int) -> float | None:
     """Backoff after the `attempts`-th failed socket write (0.5 s, 1 s, 2 s, ...), or None once the
     attempts are used up: the delivery then stays queued for pull and WebSocket push."""

@@ -404,3 +404,10 @@ def files_receive(
         )
     MessageAttachment.objects.bulk_create(rows)
     return [{"name": r.name, "problem": r.problem} for r in rows]
+
+
+def files_of_purged_messages_drop(*, message_ids: list[Any], **_: Any) -> int:
+    """Forget which files purged messages carried (`messages_purged`): a stored file no message
+    refers to any more is then cleaned up like any other unreferenced file."""
+    deleted, _ = MessageAttachment.objects.filter(message_id__in=message_ids).delete()
+    return deleted
