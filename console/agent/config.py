@@ -93,6 +93,14 @@ class SavedSession:
     anchor: str = ""
     client: str = "claude"
 
+    @classmethod
+    def registered(cls, body: dict[str, Any], *, key: str, hub: str, **fields: Any) -> SavedSession:
+        """The saved session for a registration's answer (`POST /sessions`: token, id, name, ref)."""
+        fields.setdefault("keys", [key])
+        return cls(
+            key=key, hub=hub, token=body["token"], id=body["id"], name=body["name"], ref=body["ref"], **fields
+        )
+
 
 def _session_path(key: str) -> Path:
     if not SESSION_ID_CHARS.match(key):

@@ -191,17 +191,13 @@ class Hook:
                     permission_mode=mode,
                     status="busy",
                 )
-            keys = found.keys if found is not None else [self.key]
-            saved = SavedSession(
+            saved = SavedSession.registered(
+                body,
                 key=self.key,
                 hub=self.url,
-                token=body["token"],
-                id=body["id"],
-                name=body["name"],
-                ref=body["ref"],
                 cwd=self.cwd,
                 status="busy",
-                keys=keys,
+                keys=found.keys if found is not None else [self.key],
                 anchor=self.anchor,
                 client=self.client_name,
             )

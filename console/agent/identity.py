@@ -134,22 +134,12 @@ class Identity:
             anchor = client_anchor()
             key = f"{self.kind}-{anchor.replace(':', '-')}" if anchor else f"{self.kind}-{os.getpid()}"
             self._saved_key = key
-            session_save(self._saved(key, anchor, self.session, client="codex"))
+            session_save(
+                SavedSession.registered(
+                    self.session, key=key, hub=self.url, cwd=self.cwd, anchor=anchor, client="codex"
+                )
+            )
         return client
-
-    def _saved(self, key: str, anchor: str, body: dict[str, Any], *, client: str) -> SavedSession:
-        return SavedSession(
-            key=key,
-            hub=self.url,
-            token=body["token"],
-            id=body["id"],
-            name=body["name"],
-            ref=body["ref"],
-            cwd=self.cwd,
-            keys=[key],
-            anchor=anchor,
-            client=client,
-        )
 
     def client(self) -> HubClient:
         """The client acting as this process's session, resolved on first use."""
@@ -201,7 +191,8 @@ class Identity:
             body = client.register(
                 name=session_name(self.cwd), cwd=self.cwd, kind="claude-code", status="busy"
             )
-            session_save(self._saved(key, client_anchor(), body, client="claude"))
+            saved = SavedSession.registered(body, key=key, hub=self.url, cwd=self.cwd, anchor=client_anchor())
+            session_save(saved)
         self.session = {"id": body["id"], "name": body["name"], "ref": body["ref"]}
         self._client = client
         return client
