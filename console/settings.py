@@ -351,13 +351,13 @@ SWITCHBOARD_LAN_PEER_KEYS = {url: key for url, key in _lan_peers if key}
 SWITCHBOARD_RELAY_URL, _relay_key = _url_and_key(os.environ.get("SWITCHBOARD_RELAY_URL", ""))
 SWITCHBOARD_RELAY_KEY = os.environ.get("SWITCHBOARD_RELAY_KEY", "").strip() or _relay_key
 SWITCHBOARD_LAN_DISCOVERY = _env_bool("SWITCHBOARD_LAN_DISCOVERY", False)  # mDNS, needs `zeroconf`
+# Trust on first use (on by default): a hub key that neither the registry, a configured LAN
+# peer nor an operator's pin vouches for is recorded on first use and its messages are held for
+# an operator (`unknown_peer`, escalate=required, trust `unverified`); off, such a key is refused.
 SWITCHBOARD_PEER_TOFU = _env_bool("SWITCHBOARD_PEER_TOFU", True)
 SWITCHBOARD_ISOLATED = _env_bool("SWITCHBOARD_ISOLATED", False)
 SWITCHBOARD_MAX_HOPS = _env_int("SWITCHBOARD_MAX_HOPS", 3)
 SWITCHBOARD_HOSTS_CACHE_SECONDS = _env_int("SWITCHBOARD_HOSTS_CACHE_SECONDS", 60)
-# SWITCHBOARD_PEER_TOFU (on by default): a hub key that neither the registry, a configured LAN
-# peer nor an operator's pin vouches for is recorded on first use and its messages are held for
-# an operator (`unknown_peer`, escalate=required, trust `unverified`); off, such a key is refused.
 # Stand-ins for another hub's senders: at most this many per hub (past it, new senders share one),
 # and one that nothing refers to is deleted after this long unused.
 SWITCHBOARD_REMOTE_SESSIONS_PER_PEER = _env_int("SWITCHBOARD_REMOTE_SESSIONS_PER_PEER", 200)

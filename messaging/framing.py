@@ -55,8 +55,9 @@ def marker_line(delivery: Delivery) -> str:
     return "[SWITCHBOARD " + " ".join(p for p in parts if p) + "]"
 
 
-def _sender_facts(sender: Any, *, vouched: bool) -> dict[str, str] | None:
-    """Who sent it, as a recipient's client reads it; an agent of another hub carries its `hub`."""
+def sender_facts(sender: Any, *, vouched: bool) -> dict[str, str] | None:
+    """Who sent it, as a recipient (or an operator) reads it; an agent of another hub carries its
+    `hub` (`vouched`: the message's trust is `<tier>-verified`, see `remote_hub_name`)."""
     if sender is None:
         return None
     facts = {"id": str(sender.id), "name": sender.name, "ref": sender.ref}
@@ -119,7 +120,7 @@ def frame_for_recipient(delivery: Delivery, *, has_files: bool = True) -> dict[s
         "delivery_id": delivery.pk,
         "kind": message.kind,
         "frame_type": message.frame_type or None,
-        "from": _sender_facts(sender, vouched=message.trust in VERIFIED_TRUSTS),
+        "from": sender_facts(sender, vouched=message.trust in VERIFIED_TRUSTS),
         "summary": message.summary,
         "text": message.text,
         "marker": marker,

@@ -16,7 +16,9 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from messaging.errors import Invalid
+from messaging.framing import sender_facts
 from messaging.models import AgentSession, Delivery
+from messaging.policy import VERIFIED_TRUSTS
 from messaging.principals import HUB, Principal
 from messaging.services.delivery import Moved, delivery_transition
 from messaging.services.notifications import Notice, notifications_send
@@ -101,7 +103,7 @@ def hold_summary(d: Delivery) -> dict[str, Any]:
         "id": d.pk,
         "delivery_id": d.pk,
         "message_id": str(m.id),
-        "sender": {"id": str(sender.id), "name": sender.name, "ref": sender.ref} if sender else None,
+        "sender": sender_facts(sender, vouched=m.trust in VERIFIED_TRUSTS),
         "recipient": {"id": str(d.recipient.id), "name": d.recipient.name, "ref": d.recipient.ref},
         "tier": m.tier,
         "trust": m.trust,

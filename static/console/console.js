@@ -15,7 +15,7 @@
   const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
 
   // ---------------------------------------------------------------- small formatting helpers
-  const who = (p) => (p ? p.name + " [" + p.ref + "]" : "");
+  const who = (p) => (p ? p.name + (p.hub ? "@" + p.hub : "") + " [" + p.ref + "]" : "");
   const clock = (iso) => (iso ? String(iso).slice(11, 19) : "");
   const truncate = (text, n) => (text && text.length > n ? text.slice(0, n - 1) + "…" : text || "");
 

@@ -156,6 +156,7 @@ def test_an_unknown_key_claiming_the_channel_tier_is_held_unverified_and_marked_
     held = api.get("holds", operator_token).json_body
     [row] = [h for h in held["holds"] if h["message_id"] == sent.json_body["message_id"]]
     assert row["hold_reason"] == "unknown_peer"
+    assert (row["sender"]["name"], row["sender"]["hub"]) == ("alice", attacker.public_key[:12])  # remote
     from messaging.framing import marker_line
 
     marker = marker_line(delivery)
