@@ -550,8 +550,12 @@ def envelope_send(
     `route_key_verified`): straight to its URL (channel, LAN) or into the relay at `url` for the
     agent's leased name. Raises UnverifiedKey, TransientError or PermanentError."""
     route_key_verified(tier=tier, url=url, hub_key=hub_key)
+    payload = _json_bytes(envelope if tier == FederationTier.RELAY else {"tier": tier, "envelope": envelope})
+    try:
+        sealed = seal_for_hub(hub_key=hub_key, payload=payload)
+    except (ValueError, CryptoError) as exc:
+        raise UnverifiedKey(f"the hub key {hub_key[:16]}… is not a usable key ({exc})") from exc
     if tier == FederationTier.RELAY:
-        sealed = seal_for_hub(hub_key=hub_key, payload=_json_bytes(envelope))
         hub_call(
             "POST",
             url,
@@ -565,7 +569,6 @@ def envelope_send(
             dest_key=relay_key(),
         )
         return {"status": "at_relay"}
-    sealed = seal_for_hub(hub_key=hub_key, payload=_json_bytes({"tier": tier, "envelope": envelope}))
     return hub_call("POST", url, "/federation/messages", sealed=sealed, dest_key=hub_key) or {}
 
 
