@@ -21,6 +21,7 @@ from messaging.errors import Conflict, Forbidden, Invalid, NotFound
 from messaging.models import AgentSession, SessionStatus
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
+from messaging.states import DeliveryState
 from teams.models import Observer, Subscription, SubscriptionState
 from teams.services.notify import clip, notify_safely
 from teams.services.watchers import final_answer_allowed
@@ -38,6 +39,9 @@ def subscription_create(*, subscriber: AgentSession, target: AgentSession, actor
     ).first()
     if existing is not None:
         return existing
+    told = _told_and_unread(subscriber=subscriber, target=target)
+    if told is not None:
+        return told
     subscriptions_lapse_due(now=now)
     waiting = Subscription.objects.filter(
         subscriber=subscriber, state=SubscriptionState.WAITING, expires_at__gt=now
@@ -76,6 +80,22 @@ def subscription_create(*, subscriber: AgentSession, target: AgentSession, actor
         return found
     sub.refresh_from_db()
     return sub
+
+
+def _told_and_unread(*, subscriber: AgentSession, target: AgentSession) -> Subscription | None:
+    """The subscription that already told `subscriber` about `target`, while that notice is still
+    unread: subscribing again to an idle target then adds nothing (no new row, no new notice)."""
+    return (
+        Subscription.objects.filter(
+            subscriber=subscriber,
+            target=target,
+            state=SubscriptionState.FIRED,
+            notification__deliveries__recipient=subscriber,
+            notification__deliveries__state__in=[DeliveryState.QUEUED, DeliveryState.HELD],
+        )
+        .order_by("-fired_at")
+        .first()
+    )
 
 
 def subscriptions_fire(*, target: AgentSession, on: str) -> int:

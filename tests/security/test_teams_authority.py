@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from messaging.models import AuditEvent
+from teams.models import Subscription
 from tests.teams import conftest as team_fixtures
 from tests.teams.conftest import frames_in, join_team
 
@@ -172,6 +173,10 @@ def test_repeated_subscriptions_leave_one_unread_notice(api, register):
     me, worker = register("repeat"), register("idle-worker")
     for _ in range(60):
         assert api.post("teams/subscriptions", me.token, {"target": worker.id}).status_code == 201
+    assert Subscription.objects.filter(subscriber_id=me.id).count() == 1  # told already, still unread
+    assert len(_inbox(api, me)) == 1
+    # Once read, subscribing again tells it again.
+    assert api.post("teams/subscriptions", me.token, {"target": worker.id}).json_body["state"] == "fired"
     assert len(_inbox(api, me)) == 1
 
 
