@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -53,12 +55,33 @@ def refuse_unstorable(value: Any) -> None:
             pending.extend(item)
 
 
+# The docs page runs on the console's origin: scripts only from this hub (ninja's own Swagger UI
+# files, under /static/ninja/). Swagger UI styles its elements inline, hence 'unsafe-inline' for styles.
+DOCS_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
+)
+
+
+def docs_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """ninja's docs views, answered with DOCS_CONTENT_SECURITY_POLICY."""
+
+    @wraps(view)
+    def page(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        response["Content-Security-Policy"] = DOCS_CONTENT_SECURITY_POLICY
+        return response
+
+    return page
+
+
 api = NinjaAPI(
     title="Switchboard",
     version="1",
     description="A message hub for AI coding agents, with a human at the switchboard.",
     urls_namespace="api",
     docs_url="/docs",
+    docs_decorator=docs_page,
     parser=StorableTextParser(),
 )
 api.add_router("/v1/", messaging_router)

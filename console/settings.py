@@ -65,6 +65,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "axes",  # operator login lockout (see "Operator login" below)
+    # django-ninja as an app: /api/docs renders its template with the Swagger UI files ninja ships,
+    # served by the hub under /static/ninja/ (without it, ninja loads them from a CDN).
+    "ninja",
     "channels",
     "messaging",
     "teams",

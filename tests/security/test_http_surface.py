@@ -473,3 +473,120 @@ def test_stored_files_no_message_uses_are_removed_after_their_grace_period(api, 
     assert sorted(Attachment.objects.values_list("sha256", flat=True)) == sorted([attached, recent])
     assert _stored_files() == sorted([attached, recent])
     assert not FileUpload.objects.filter(attachment__sha256=unused).exists()
+
+
+# --- item 10: the API docs load nothing from another origin ----------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_api_docs_load_only_scripts_and_styles_the_hub_serves() -> None:
+    import re
+
+    async with hub_client() as http:
+        page = await http.get("/api/docs")
+        assert page.status_code == 200
+        assets = re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', page.text)
+        scripts = re.findall(r'<script[^>]+src="([^"]+)"', page.text)
+        assert scripts, page.text
+        assert all(a.startswith("/") and not a.startswith("//") for a in assets), assets
+        loaded = {a: await http.get(a) for a in assets}
+    assert all(r.status_code == 200 and r.content for r in loaded.values()), {
+        a: r.status_code for a, r in loaded.items()
+    }
+    assert any("SwaggerUIBundle" in loaded[s].text for s in scripts)
+    assert "script-src 'self'" in page.headers["Content-Security-Policy"]
+
+
+# --- against a real `switchboard serve` process (daphne) -------------------------------------------
+
+
+@pytest.fixture
+def served_hub(tmp_path: Any) -> Any:
+    """A real `switchboard serve` process (daphne on its own loopback port)."""
+    from tests.e2e.conftest import start_hub
+
+    home = tmp_path / "served-home"
+    home.mkdir(mode=0o700)
+    hub = start_hub(home)
+    try:
+        yield hub
+    finally:
+        hub.stop()
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def _post_chunked(url: str, path: str, *, megabytes: int, seconds: float) -> tuple[int, bytes]:
+    """POST `megabytes` of chunked body on a raw socket until the hub stops reading; returns the
+    megabytes sent and the start of the answer."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    chunk = b"%x\r\n%s\r\n" % (MB, b"x" * MB)
+    sent = 0
+    deadline = time.monotonic() + seconds
+    with socket.create_connection((where.hostname, where.port), timeout=10) as conn:
+        conn.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {where.netloc}\r\nTransfer-Encoding: chunked\r\n"
+            "Content-Type: application/json\r\n\r\n".encode()
+        )
+        try:
+            while sent < megabytes and time.monotonic() < deadline:
+                conn.sendall(chunk)
+                sent += 1
+        except OSError:
+            pass  # the hub closed the connection: it stopped reading
+        try:
+            answer = conn.recv(200)
+        except OSError:
+            answer = b""
+    return sent, answer
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("path", ["/api/v1/messages", "/api/v1/federation/messages"])
+def test_a_real_hub_cuts_off_a_huge_chunked_post_and_its_memory_stays_flat(
+    served_hub: Any, path: str
+) -> None:
+    """The reported attack: 1.2 GB chunked took the hub from 0.14 to 2.6 GB before its 401."""
+    from console.request_guard import body_limit
+
+    pid = served_hub.process.pid
+    before = _rss_kb(pid)
+    sent, answer = _post_chunked(served_hub.url, path, megabytes=1200, seconds=120)
+    after = _rss_kb(pid)
+    assert sent < 1200, "the hub read the whole body"
+    assert sent * MB <= body_limit(path) + 64 * MB  # the socket buffers hold some beyond the cut
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 413 "), answer
+    assert after - before < 64 * 1024, f"RSS grew from {before} kB to {after} kB"
+    assert httpx.get(served_hub.url + "/api/v1/ping", timeout=10).status_code == 401  # still serving
+
+
+@pytest.mark.e2e
+def test_the_api_docs_render_in_a_browser_from_the_hubs_own_files(served_hub: Any) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS
+
+    requested: list[str] = []
+    problems: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            page.on("request", lambda request: requested.append(request.url))
+            page.on(
+                "console", lambda message: problems.append(message.text) if message.type == "error" else None
+            )
+            page.goto(served_hub.url + "/api/docs")
+            page.wait_for_selector(".swagger-ui .opblock", timeout=15_000)  # the operations rendered
+        finally:
+            browser.close()
+    assert requested and all(url.startswith(served_hub.url + "/") for url in requested), requested
+    assert not problems, problems
