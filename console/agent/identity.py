@@ -183,7 +183,8 @@ class Identity:
         saved = session_find(key, self.url)
         if saved is not None and saved.token != stale_token:
             return self._use(saved)
-        with session_lock(key):
+        # The hooks lock the session id they serve now (after /clear, a later one than `key`).
+        with session_lock(saved.key if saved is not None else key):
             saved = session_find(key, self.url)
             if saved is not None and saved.token != stale_token:
                 return self._use(saved)
@@ -191,8 +192,17 @@ class Identity:
             body = client.register(
                 name=session_name(self.cwd), cwd=self.cwd, kind="claude-code", status="busy"
             )
-            saved = SavedSession.registered(body, key=key, hub=self.url, cwd=self.cwd, anchor=client_anchor())
-            session_save(saved)
+            # A refused token is replaced in the same saved session (its ids and process kept).
+            session_save(
+                SavedSession.registered(
+                    body,
+                    key=saved.key if saved is not None else key,
+                    hub=self.url,
+                    cwd=self.cwd,
+                    keys=saved.keys if saved is not None else [key],
+                    anchor=saved.anchor if saved is not None else client_anchor(),
+                )
+            )
         self.session = {"id": body["id"], "name": body["name"], "ref": body["ref"]}
         self._client = client
         return client

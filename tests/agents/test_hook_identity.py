@@ -237,3 +237,23 @@ def test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id
 
     assert me["name"] == "shop" and AgentSession.objects.count() == 1
     assert time.monotonic() - started < 5
+
+
+def test_an_mcp_server_that_registers_first_registers_the_session_its_hooks_then_use(
+    inprocess_hub: str, monkeypatch
+) -> None:
+    """The hub was down when the hooks ran: the MCP server (which knows the session id) registers
+    it, under the hooks' lock and key, and the hooks carry on as that session."""
+    from console.agent.identity import Identity
+
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    identity = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+
+    me = identity.call(lambda c: c.me())
+    fire("PostToolUse", SID_A, tool_name="Read", tool_input={}, tool_use_id="toolu_1")
+
+    assert _registered(fire("SessionStart", SID_A, source="resume")) == (me["name"], me["ref"])
+    assert AgentSession.objects.count() == 1
+    identity.close()
+    assert AgentSession.objects.get().status == "busy"  # the hooks' session: SessionEnd ends it
