@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.staticfiles.views import serve as static_serve
 from django.urls import include, path
 
-from console import health, views
+from console import export_views, health, views
 from console.api import api
 
 console_patterns = [
@@ -16,7 +16,9 @@ console_patterns = [
     path(
         "sessions/<uuid:session_id>/sender-policy", views.session_sender_policy, name="session-sender-policy"
     ),
+    path("sessions/<uuid:session_id>/export", export_views.session_pair_export, name="session-export"),
     path("teams/<uuid:team_id>/", views.team_detail, name="team"),
+    path("teams/<uuid:team_id>/export", export_views.team_export, name="team-export"),
     path("messages/<uuid:message_id>/", views.message_detail, name="message"),
     path("audit/", views.audit, name="audit"),
     path("peers/", views.peers, name="peers"),
