@@ -111,12 +111,14 @@ def test_after_a_failure_later_hooks_skip_the_hub_for_a_while(
     later = [hook_process(tmp_path, hung.url, "PostToolUse")[0] for _ in range(3)]
 
     assert first >= HOOK_DEADLINE - 0.5  # the first one paid the deadline
-    assert max(later) < HOOK_DEADLINE  # the next ones did not wait for the hub (it saw no more)
+    assert max(later) < first  # the next ones did not wait for the hub (it saw no more of them)
     assert hung.accepted == 1
     breaker = Breaker(hung.url)
     assert stat.S_IMODE(breaker.path.stat().st_mode) == 0o600
     log = (tmp_path / "agent.log").read_text().splitlines()
-    assert sum("skipped: the hub failed recently" in line for line in log) == 3
+    skipped = [line for line in log if "skipped: the hub failed recently" in line]
+    assert len(skipped) == 3
+    assert all(float(re.search(r"([\d.]+) ms$", line)[1]) < 100 for line in skipped)  # inside the hook
 
     # The pause over, the next hook tries the hub again; failing again doubles the pause.
     state = json.loads(breaker.path.read_text())
