@@ -103,8 +103,15 @@ def test_a_receiver_that_never_reads_leaves_the_message_queued_and_pullable(
 
     assert found["state"] == "queued"
     assert "did not take the frame" in found["last_error"]
+    # A pull skips a row another transaction holds (SKIP LOCKED): the attempt that closing the
+    # receiver ended may be recording its failure at this moment, so the message comes with a pull
+    # once that commits.
     with socket_hub.client() as c:
-        pulled = c.get("/api/v1/inbox", headers=bob.headers).json()["messages"]
+        pulled = wait_until(
+            lambda: c.get("/api/v1/inbox", headers=bob.headers).json()["messages"],
+            timeout=10,
+            what="a pull to hand over the queued message",
+        )
     assert [m["id"] for m in pulled] == [message_id]
 
 
