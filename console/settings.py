@@ -327,6 +327,20 @@ SWITCHBOARD_HUB_NAME = os.environ.get("SWITCHBOARD_HUB_NAME", "").strip()
 SWITCHBOARD_ROLE = os.environ.get("SWITCHBOARD_ROLE", "").strip() or "hub"  # "hub" | "relay"
 # Where this hub answers other hubs; `switchboard serve` sets it. Empty: no channel registration.
 SWITCHBOARD_PUBLIC_URL = os.environ.get("SWITCHBOARD_PUBLIC_URL", "").strip().rstrip("/")
+
+
+def _public_host(url: str) -> str | None:
+    """The Host other hubs send when they call this hub at its public URL (console.request_guard
+    refuses every Host outside ALLOWED_HOSTS): the hub's own advertised address is always one."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname if url else None
+    return f"[{host}]" if host and ":" in host else host
+
+
+_public = _public_host(SWITCHBOARD_PUBLIC_URL)
+if _public and _public not in ALLOWED_HOSTS:
+    ALLOWED_HOSTS.append(_public)
 # The machine-wide registry (channel tier). A hub on the default home joins ~/.switchboard-registry;
 # a hub with its own SWITCHBOARD_HOME (a dev build, a test) joins only when this is set explicitly.
 _registry_dir = os.environ.get("SWITCHBOARD_REGISTRY_DIR", "").strip()

@@ -590,3 +590,19 @@ def test_the_api_docs_render_in_a_browser_from_the_hubs_own_files(served_hub: An
             browser.close()
     assert requested and all(url.startswith(served_hub.url + "/") for url in requested), requested
     assert not problems, problems
+
+
+def test_the_hubs_own_public_url_is_a_host_it_answers_to(tmp_path: Any) -> None:
+    """Other hubs call this one at its public URL: that name is allowed, no other is added."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_") and k != "DATABASE_URL"}
+    env.update(SWITCHBOARD_HOME=str(tmp_path), SWITCHBOARD_PUBLIC_URL="http://relay.example:9000")
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'console.settings'; django.setup(); "
+        "from django.conf import settings; print(','.join(settings.ALLOWED_HOSTS))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().split(",") == ["127.0.0.1", "localhost", "[::1]", "::1", "relay.example"]
