@@ -160,6 +160,9 @@ class Message(models.Model):
     size = models.PositiveIntegerField()
     sha256 = models.CharField(max_length=64)
     tier = models.CharField(max_length=12, choices=Tier.choices, default=Tier.INFO)
+    # What made it sensitive: codes of the sensitive tier's rules (`messaging.sensitivity`), space
+    # separated, "@summary" / "@file" when not in the text. Never the matched text.
+    matched = models.CharField(max_length=500, blank=True, default="")
     priority = models.SmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
     trust = models.CharField(max_length=24, default="host-verified")
     to_label = models.CharField(max_length=256, blank=True, default="", help_text="the address as sent")

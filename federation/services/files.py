@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from federation.models import Attachment, FileUpload, MessageAttachment
 from messaging.errors import Invalid, NotFound, TooLarge
+from messaging.sensitivity import FILE_SCAN_BYTES
 
 MAX_FILES = 10
 MB = 1024 * 1024
@@ -230,6 +231,33 @@ def files_orphans_remove(*, now: datetime | None = None, batch: int = 500) -> in
 
 def file_read(*, sha256: str) -> bytes:
     return _store_path(sha256).read_bytes()
+
+
+def file_head(*, sha256: str, size: int = FILE_SCAN_BYTES) -> bytes:
+    """The first `size` bytes of a stored file (what the sensitive tier scans); empty when no
+    file has that SHA-256 (attaching it fails later, with its own error)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        return b""
+    try:
+        with _store_path(sha256).open("rb") as handle:
+            return handle.read(size)
+    except OSError:
+        return b""
+
+
+def envelope_file_heads(envelope: dict[str, Any], size: int = FILE_SCAN_BYTES) -> list[bytes]:
+    """The first `size` bytes of each file a forwarded message carries, decoded from the envelope
+    (for the sensitive tier; a file that does not decode is left out: it is not stored either)."""
+    heads = []
+    for item in (envelope.get("files") or [])[:MAX_FILES] if isinstance(envelope.get("files"), list) else []:
+        if not isinstance(item, dict):
+            continue
+        data = str(item.get("data", ""))[: (size // 3 + 1) * 4]  # base64: 4 characters per 3 bytes
+        try:
+            heads.append(base64.b64decode(data, validate=True)[:size])
+        except ValueError:
+            continue
+    return heads
 
 
 def _display_name(name: str) -> str:

@@ -32,7 +32,7 @@ from nacl.public import PublicKey, SealedBox
 
 from federation.errors import HopLimit, PermanentError, TransientError, Unreachable
 from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
-from federation.services.files import files_for_envelope, files_limits_check
+from federation.services.files import envelope_file_heads, files_for_envelope, files_limits_check
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
 from federation.services.keys import hub_key_pinned, lan_peer_key, relay_key
 from federation.services.peers import UNKNOWN_PEER_HOLD, peer_seen, peer_vouched_tier
@@ -846,6 +846,7 @@ def inbound_accept(
                 actor=HUB,
                 trust=trust,
                 signature_failed=not signed_ok,
+                attached=envelope_file_heads(envelope),
                 remote=InboundContext(
                     message_id=message_id,
                     tier=tier,

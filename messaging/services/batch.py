@@ -483,7 +483,8 @@ class _Batch:
     def _decide(self, item: _Item, inbox: _Inbox) -> Decision:
         """`decide_inbound` for a live local recipient, with its reads done once per recipient."""
         recipient = inbox.recipient
-        tier = classify(item.text, kind=MessageKind.TEXT).tier
+        classification = classify(item.text, summary=item.summary, kind=MessageKind.TEXT)
+        tier = classification.tier
         sensitive = tier == Tier.SENSITIVE
         assert inbox.override is not None  # read with the recipient (`_read_recipient`)
         override, by_operator = inbox.override
@@ -497,7 +498,12 @@ class _Batch:
                 override=override,
                 by_operator=by_operator,
             )
-        marks = {"tier": tier, "trust": inbox.trust, "escalate": verdict.escalate}
+        marks = {
+            "tier": tier,
+            "trust": inbox.trust,
+            "escalate": verdict.escalate,
+            "sensitivity": classification if classification.matches else None,
+        }
         if verdict.action == REFUSE:
             return Decision(state=S.REFUSED, reason=f"inbound policy: {verdict.reason}", **marks)
         if verdict.action == HOLD:

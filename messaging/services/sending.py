@@ -57,7 +57,7 @@ from messaging.models import (
 from messaging.names import strip_invisible
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, Verdict, inbound_decide
 from messaging.principals import Principal, session_principal
-from messaging.sensitivity import classify
+from messaging.sensitivity import Classification, classify, mask_preview, mask_text, match_labels
 from messaging.services.audit import audit_events_write, audit_rows
 from messaging.services.bulk import (
     as_uuid,
@@ -153,6 +153,8 @@ class Decision:
     tier: str = Tier.INFO
     trust: str = "host-verified"
     reason: str = ""
+    # What the sensitive tier found (`messaging.sensitivity.Classification`), when it found anything.
+    sensitivity: Classification | None = None
 
 
 def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: bool = False) -> str:
@@ -510,10 +512,14 @@ def decide_inbound(
     facts: PairFacts,
     trust: str = HOST_VERIFIED,
     signature_failed: bool = False,
+    classification: Classification | None = None,
 ) -> Decision:
     """Classify the message (tier, trust), apply the recipient's inbound policy (messaging.policy),
     catch reply loops, then route by the recipient's state. Reads only; writes nothing."""
-    tier = classify(text, kind=kind, signature_failed=signature_failed).tier
+    if classification is None:
+        classification = classify(text, kind=kind, signature_failed=signature_failed)
+    tier = classification.tier
+    found = classification if classification.matches else None
     override, by_operator = facts.policy, facts.policy_by_operator
     verdict = inbound_verdict(
         sender=sender,
@@ -523,7 +529,7 @@ def decide_inbound(
         override=override,
         by_operator=by_operator,
     )
-    marks = {"tier": tier, "trust": trust, "escalate": verdict.escalate}
+    marks = {"tier": tier, "trust": trust, "escalate": verdict.escalate, "sensitivity": found}
     if verdict.action == REFUSE or recipient.status == SessionStatus.USER_STOPPED:
         why = (
             "the recipient was stopped by its user"
@@ -547,6 +553,7 @@ def decide_inbound(
         )
     decision = decide_by_recipient_state(recipient, now)
     decision.tier, decision.trust, decision.escalate = tier, trust, verdict.escalate
+    decision.sensitivity = found
     return decision
 
 
@@ -602,15 +609,17 @@ def message_send(
     hub_made: bool = False,
     files: list[dict[str, str]] | None = None,
     remote: Any = None,
+    attached: list[bytes] | None = None,
 ) -> SendOutcome:
     """Send `text` from `sender` to the session `to` names. See the module docstring for the steps.
 
     `hub_made` marks a message the hub writes on a session's behalf (an idle notification with a
     final answer, a fired subscription): it skips the sender's rate limits so it is never lost.
     `files` attaches uploaded files ({sha256, name}); `remote` (a federation InboundContext) marks
-    a message another hub forwarded here. An address no local session (live or stopped) takes is
-    tried on the other hubs (channel → LAN → relay, federation.services.forwarding) before it is
-    `not_found`."""
+    a message another hub forwarded here, and `attached` holds the start of each file it carried
+    (scanned with the text and the summary: `messaging.sensitivity.FILE_SCAN_BYTES`). An address
+    no local session (live or stopped) takes is tried on the other hubs (channel → LAN → relay,
+    federation.services.forwarding) before it is `not_found`."""
     actor = actor or session_principal(sender)
     checked = send_input_checked(
         to=to,
@@ -668,8 +677,17 @@ def message_send(
             if earlier:
                 return earlier
             raise
+    classification = classify(
+        text,
+        summary=summary,
+        files=attached if attached is not None else files_scanned(files),
+        kind=kind,
+        signature_failed=signature_failed,
+    )
     if route is not None:
         decision = route.decide(sender=sender, text=text, kind=kind, now=now)
+        if classification.matches:  # the summary and files count too, wherever the message goes
+            decision.tier, decision.sensitivity = classification.tier, classification
     else:
         decision = decide_inbound(
             sender=sender,
@@ -680,6 +698,7 @@ def message_send(
             facts=facts,
             trust=trust,
             signature_failed=signature_failed,
+            classification=classification,
         )
     if remote is not None:
         decision = remote.adjust(decision, recipient=recipient, now=now)
@@ -784,6 +803,7 @@ def accepted_message(
             "size": size,
             "sha256": sha256,
             "tier": decision.tier,
+            "matched": " ".join(decision.sensitivity.matches)[:500] if decision.sensitivity else "",
             "priority": priority,
             "trust": decision.trust,
             "to_label": target,
@@ -904,6 +924,9 @@ def acceptance_audit(
     the message accepted, and its delivery's first state (with the hold or refusal reason)."""
     target = str(delivery.recipient_id)
     why = decision.hold_reason or decision.reason
+    # What the sensitive tier found, in words and masked ("AWS secret access key wJal…EKEY"):
+    # the audit names what matched, never the secret.
+    matched = [f.described for f in decision.sensitivity.findings] if decision.sensitivity else []
     return [
         {
             "kind": "message.accepted",
@@ -918,7 +941,11 @@ def acceptance_audit(
             "target": target,
             "message": message,
             "delivery_id": DELIVERY_OF_ITS_MESSAGE,  # written with it: `messages_write` fills it in
-            "detail": {"from": S.ACCEPTED, **({"reason": why} if why else {})},
+            "detail": {
+                "from": S.ACCEPTED,
+                **({"reason": why} if why else {}),
+                **({"matched": matched[:20]} if matched else {}),
+            },
         },
     ]
 
@@ -954,9 +981,20 @@ def _earlier_send(sender: AgentSession, key: str, fingerprint: str) -> SendOutco
     return SendOutcome(message=earlier, delivery=delivery, recipient=delivery.recipient, duplicate=True)
 
 
+def files_scanned(files: list[dict[str, str]] | None) -> list[bytes]:
+    """The start of each uploaded file a send attaches, for the sensitive tier to scan."""
+    if not files:
+        return []
+    from federation.services.files import file_head
+
+    return [file_head(sha256=str(ref.get("sha256", ""))) for ref in files]
+
+
 def message_event(message: Message, delivery: Delivery, recipient: AgentSession) -> dict[str, Any]:
-    """The live-feed description of a message: metadata and a short preview, never for the audit."""
+    """The live-feed description of a message: metadata and a short preview, never for the audit.
+    A sensitive message's matched secrets are masked in its preview and summary."""
     sender = message.sender
+    sensitive = message.tier == Tier.SENSITIVE
     return {
         "message_id": str(message.id),
         "delivery_id": delivery.pk,
@@ -967,8 +1005,9 @@ def message_event(message: Message, delivery: Delivery, recipient: AgentSession)
         "trust": message.trust,
         "kind": message.kind,
         "priority": Priority(message.priority).label,
-        "summary": message.summary,
-        "preview": message.text[:200],
+        "summary": mask_text(message.summary) if sensitive else message.summary,
+        "preview": mask_preview(message.text, 200) if sensitive else message.text[:200],
+        "matched": match_labels(message.matched) if message.matched else [],
         "hold_reason": delivery.hold_reason,
         "escalate": delivery.escalate,
         "expires_at": delivery.expires_at.isoformat() if delivery.expires_at else None,

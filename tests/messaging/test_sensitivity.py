@@ -1,4 +1,6 @@
-"""The sensitive-pattern table: each row matches what it should and leaves its near misses alone."""
+"""The sensitive-rule table: each row matches what it should and leaves its near misses alone, and
+the scanner's shortcuts (needles, token runs, leads) never change what the regexes find. The
+corpora of leaks and near misses are in test_sensitivity_corpus.py."""
 
 from __future__ import annotations
 
@@ -10,7 +12,12 @@ from hypothesis import strategies as st
 
 from messaging.models import MessageKind, Tier
 from messaging.names import strip_invisible
-from messaging.sensitivity import PATTERNS, classify, lowered_for_needs, sensitive_matches
+from messaging.sensitivity import RULES, classify, findings, lowered_for_needs, sensitive_matches
+from messaging.sensitivity import _accepted as accepted
+from messaging.sensitivity import _rule_matches as rule_matches
+from tests.messaging.sensitivity_corpus import LEAKS
+
+PATTERNS = RULES
 
 # (pattern name, text that must match, near miss that must not match any pattern)
 CASES: list[tuple[str, str, str]] = [
@@ -26,7 +33,7 @@ CASES: list[tuple[str, str, str]] = [
     ("llm_api_key", "export KEY=sk-ant-api03-" + "x" * 30, "the task-list sk- prefix is documented"),
     ("slack_token", "xoxb-1234567890-abcdefghij", "xoxo, see you tomorrow"),
     ("google_api_key", "key AIza" + "B" * 35, "AIza is how Google keys start"),
-    ("stripe_secret_key", "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "use sk_test_ keys in CI"),
+    ("stripe_key", "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "use sk_test_ keys in CI"),
     ("switchboard_token", "my token is sbs_" + "Q" * 43, "tokens start with sbs_ or sbo_"),
     (
         "jwt",
@@ -34,7 +41,7 @@ CASES: list[tuple[str, str, str]] = [
         "the header starts eyJ when base64 encoded",
     ),
     (
-        "bearer_header",
+        "auth_header",
         "curl -H 'Authorization: Bearer abcdefghijklmnop1234'",
         "send an Authorization: Bearer header",
     ),
@@ -78,8 +85,9 @@ def test_each_pattern_matches_its_case_and_not_its_near_miss(name: str, hit: str
     assert classify(near_miss).tier == Tier.INFO
 
 
-def test_every_pattern_in_the_table_has_a_case() -> None:
-    assert {p.name for p in PATTERNS} == {c[0] for c in CASES}
+def test_every_rule_in_the_table_has_a_case_or_a_leak_in_the_corpus() -> None:
+    leaked = {code.split("@")[0] for _, text in LEAKS for code in classify(text).matches}
+    assert {p.name for p in PATTERNS} == {c[0] for c in CASES} | leaked
 
 
 def test_names_are_unique_and_categories_known() -> None:
@@ -132,8 +140,16 @@ def test_invisible_characters_cannot_hide_a_pattern(
 
 
 def _every_regex(text: str) -> tuple[str, ...]:
-    """What the table matches with every regex run, no quick check first."""
-    return tuple(p.name for p in PATTERNS if p.regex.search(text))
+    """What the table matches with every regex run over the whole text, no shortcut first."""
+    return tuple(p.name for p in PATTERNS if any(accepted(p, m, text) for m in p.regex.finditer(text)))
+
+
+def _spans_with_shortcuts(text: str) -> set[tuple[str, tuple[int, int]]]:
+    return {(rule.name, m.span()) for rule, m in rule_matches(text)}
+
+
+def _spans_of_every_regex(text: str) -> set[tuple[str, tuple[int, int]]]:
+    return {(p.name, m.span()) for p in PATTERNS for m in p.regex.finditer(text)}
 
 
 def test_every_pattern_names_what_its_matches_need_in_the_case_it_compares() -> None:
@@ -157,7 +173,7 @@ def test_the_quick_check_never_changes_what_matches(pattern, data) -> None:
     around = st.text(alphabet=alphabet, max_size=20)
     match = data.draw(st.from_regex(pattern.regex, fullmatch=True, alphabet=alphabet))
     text = data.draw(around) + match + data.draw(around)
-    assert sensitive_matches(text) == _every_regex(text)
+    assert _spans_with_shortcuts(text) == _spans_of_every_regex(text)
 
 
 @pytest.mark.parametrize("name", [c[0] for c in CASES])
@@ -165,6 +181,7 @@ def test_each_case_is_found_with_and_without_the_quick_check(name: str) -> None:
     hits = [hit for case_name, hit, _miss in CASES if case_name == name]
     for hit in hits:
         assert name in sensitive_matches(hit) and name in _every_regex(hit)
+        assert _spans_with_shortcuts(hit) == _spans_of_every_regex(hit)
 
 
 FOLDED_ONTO_ASCII = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
@@ -194,3 +211,4 @@ def test_a_text_beyond_ascii_is_found() -> None:
     text = "the paſſword = hunter2hunter2 — “see above”"
     assert "secret_assignment" in sensitive_matches(text)
     assert sensitive_matches(text) == _every_regex(text)
+    assert findings(text)[0].hint == "hu…r2"
