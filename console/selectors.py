@@ -31,12 +31,19 @@ HOLD_REASONS = {
     "own_policy": "recipient's own policy",
     "default_bypass_receiver": "recipient runs in bypass mode",
     "default_bypass_sender": "sender runs in bypass mode",
-    "sensitive": "sensitive content",
+    "sensitive": "sensitive",
     "loop_suspected": "suspected reply loop",
     "recipient_stopped": "recipient is stopped",
     "unknown_peer": "from a hub key nobody pinned: pin the key (Peers) to trust its future messages",
     "peer_revoked": "from a revoked hub (mode: hold)",
 }
+
+
+def hold_why(hold_reason: str, matched: list[str]) -> str:
+    """Why a delivery is held, for an operator: the reason, and for a sensitive hold what matched
+    ("sensitive: AWS secret access key, destructive command: git push --force")."""
+    why = HOLD_REASONS.get(hold_reason, hold_reason)
+    return f"{why}: {', '.join(matched)}" if matched else why
 
 
 def audit_cursor() -> int:

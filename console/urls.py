@@ -20,6 +20,7 @@ console_patterns = [
     path("teams/<uuid:team_id>/", views.team_detail, name="team"),
     path("teams/<uuid:team_id>/export", export_views.team_export, name="team-export"),
     path("messages/<uuid:message_id>/", views.message_detail, name="message"),
+    path("messages/<uuid:message_id>/reveal", views.message_reveal_view, name="message-reveal"),
     path("audit/", views.audit, name="audit"),
     path("peers/", views.peers, name="peers"),
     path("peers/pin", views.peer_pin_new, name="peer-pin-new"),

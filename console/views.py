@@ -33,10 +33,11 @@ from federation.services.identity import hub_identity
 from federation.services.keys import keys_refused_recently
 from federation.services.peers import peer_pin, peer_restore, peer_revoke
 from messaging.errors import NotFound, SwitchboardError
-from messaging.models import AgentSession
+from messaging.models import AgentSession, Tier
 from messaging.principals import Principal, operator_principal
 from messaging.selectors import message_for_viewer, message_status
-from messaging.services.holds import holds_decide, holds_list
+from messaging.sensitivity import mask_text, match_labels
+from messaging.services.holds import holds_decide, holds_list, message_reveal
 from messaging.services.policies import policy_set, sender_policy_set
 
 # No inline script or style anywhere in the console, so the page may forbid them outright.
@@ -155,7 +156,7 @@ def holds(request: HttpRequest) -> HttpResponse:
     # What must stand out comes first: escalated, then sensitive; otherwise the service's order.
     rows.sort(key=lambda h: (h["escalate"] != "required", h["tier"] != "sensitive"))
     for row in rows:
-        row["why"] = selectors.HOLD_REASONS.get(row["hold_reason"], row["hold_reason"])
+        row["why"] = selectors.hold_why(row["hold_reason"], row["matched"])
     return _page(
         request,
         "console/holds.html",
@@ -278,13 +279,51 @@ def team_detail(request: HttpRequest, team_id: UUID) -> HttpResponse:
     return _page(request, "console/team.html", detail)
 
 
+def _message_page(request: HttpRequest, message: Any, *, revealed: bool) -> HttpResponse:
+    """The message page: a sensitive message's secrets masked in its text and summary, unless the
+    operator revealed them (`message_reveal_view`, audited)."""
+    status = message_status(message)
+    masked = message.tier == Tier.SENSITIVE and not revealed
+    shown = {
+        "text": mask_text(message.text) if masked else message.text,
+        "summary": mask_text(message.summary) if masked else message.summary,
+    }
+    return _page(
+        request,
+        "console/message.html",
+        {
+            "message": message,
+            "status": status,
+            "shown": shown,
+            "sensitive": message.tier == Tier.SENSITIVE,
+            "masked": masked and (shown["text"] != message.text or shown["summary"] != message.summary),
+            "revealed": revealed,
+            "matched": match_labels(message.matched),
+        },
+    )
+
+
 @console_page
 def message_detail(request: HttpRequest, message_id: UUID) -> HttpResponse:
     try:
         message = message_for_viewer(message_id=str(message_id), viewer=_operator(request))
     except NotFound as exc:
         raise Http404(exc.detail) from exc
-    return _page(request, "console/message.html", {"message": message, "status": message_status(message)})
+    return _message_page(request, message, revealed=False)
+
+
+@require_POST
+@operator_required
+def message_reveal_view(request: HttpRequest, message_id: UUID) -> HttpResponse:
+    """Show a message as sent, its secrets unmasked: a deliberate action, audited."""
+    request.console_cursor = selectors.audit_cursor()  # type: ignore[attr-defined]
+    try:
+        message = message_reveal(message_id=message_id, actor=_operator(request))
+    except NotFound as exc:
+        raise Http404(exc.detail) from exc
+    response = _message_page(request, message, revealed=True)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @console_page

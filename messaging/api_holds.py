@@ -19,7 +19,7 @@ from messaging.errors import Conflict, NotFound
 from messaging.models import AgentSession, Delivery, SessionStatus
 from messaging.principals import Principal
 from messaging.services.delivery import Moved
-from messaging.services.holds import holds_decide, holds_list
+from messaging.services.holds import holds_decide, holds_list, message_reveal
 from messaging.services.policies import (
     policy_set,
     policy_view,
@@ -41,7 +41,11 @@ ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: Erro
 
 
 class ReasonIn(Schema):
-    reason: str = Field("", max_length=500, description="Shown to the sender; kept in the audit.")
+    reason: str = Field(
+        "",
+        max_length=500,
+        description="Shown to the sender; kept in the audit. Required to approve an escalated hold.",
+    )
 
 
 class DecideIn(Schema):
@@ -115,8 +119,25 @@ def _decide_one(request: HttpRequest, delivery_id: int, approve: bool, reason: s
 def approve(
     request: HttpRequest, delivery_id: Annotated[int, Path(ge=1, le=2**63 - 1)], body: ReasonIn | None = None
 ) -> dict[str, Any]:
-    """Approve one hold: it is queued for its recipient and pushed now (operators only)."""
+    """Approve one hold: it is queued for its recipient and pushed now (operators only). An
+    escalated hold (a sensitive message) is approved only with a reason (`reason_required`)."""
     return _decide_one(request, delivery_id, True, body.reason if body else "")
+
+
+@router.post("/holds/{delivery_id}/reveal", response={200: dict, **ERRORS}, auth=AUTH)
+def reveal(request: HttpRequest, delivery_id: Annotated[int, Path(ge=1, le=2**63 - 1)]) -> dict[str, Any]:
+    """The held message as sent, its secrets unmasked (operators only; the reveal is audited)."""
+    caller = operator(request)
+    message_id = Delivery.objects.filter(pk=delivery_id).values_list("message_id", flat=True).first()
+    if message_id is None:
+        raise NotFound(f"No hold with id {delivery_id}.")
+    message = message_reveal(message_id=message_id, actor=caller)
+    return {
+        "id": delivery_id,
+        "message_id": str(message.id),
+        "summary": message.summary,
+        "text": message.text,
+    }
 
 
 @router.post("/holds/{delivery_id}/deny", response={200: dict, **ERRORS}, auth=AUTH)

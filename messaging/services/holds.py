@@ -4,6 +4,9 @@ An operator approves (→ queued, then pushed) or denies (→ denied) each one, 
 No decision before the deadline → expired by the periodic sweeper (database clock). At most
 `SWITCHBOARD_HOLDS_PER_RECIPIENT` wait per recipient: the oldest is expired to make room.
 The sender learns every outcome from the delivery's state and from a hub notification.
+
+What an operator reads of a sensitive message has its matched secrets masked; approving an
+escalated hold takes a reason; revealing the text as sent is an audited action of its own.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 
-from messaging.errors import Invalid
+from messaging.errors import Invalid, NotFound
 from messaging.framing import sender_facts
-from messaging.models import AgentSession, Delivery
+from messaging.models import AgentSession, Delivery, Message, Tier
 from messaging.policy import VERIFIED_TRUSTS
 from messaging.principals import HUB, Principal
+from messaging.sensitivity import mask_preview, mask_text, match_labels
+from messaging.services.audit import audit_event
 from messaging.services.delivery import Moved, delivery_transition
 from messaging.services.notifications import Notice, notifications_send
 from messaging.services.transports import schedule_pushes
@@ -95,10 +100,15 @@ def holds_list(*, recipient_id: str | None = None) -> list[dict[str, Any]]:
     return [hold_summary(d) for d in qs.order_by("-priority", "held_at", "id")[:MAX_BULK]]
 
 
+PREVIEW_CHARS = 300
+
+
 def hold_summary(d: Delivery) -> dict[str, Any]:
-    """One hold as the API and console show it (a preview, never the audit)."""
+    """One hold as the API and console show it (a preview, never the audit): a sensitive
+    message's secrets masked, and what the sensitive tier matched, in words."""
     m = d.message
     sender = m.sender
+    sensitive = m.tier == Tier.SENSITIVE
     return {
         "id": d.pk,
         "delivery_id": d.pk,
@@ -110,8 +120,9 @@ def hold_summary(d: Delivery) -> dict[str, Any]:
         "priority": "urgent" if m.priority else "normal",
         "escalate": d.escalate or None,
         "hold_reason": d.hold_reason,
-        "summary": m.summary,
-        "preview": m.text[:300],
+        "matched": match_labels(m.matched),
+        "summary": mask_text(m.summary) if sensitive else m.summary,
+        "preview": mask_preview(m.text, PREVIEW_CHARS) if sensitive else m.text[:PREVIEW_CHARS],
         "size": m.size,
         "held_at": d.held_at.isoformat() if d.held_at else None,
         "expires_at": d.expires_at.isoformat() if d.expires_at else None,
@@ -132,6 +143,16 @@ def holds_decide(
         raise Invalid("bad_limit", f"Decide at most {MAX_BULK} holds at a time.")
     reason = (reason or "").strip()[:500]
     to = S.QUEUED if approve else S.DENIED
+    if (
+        approve
+        and not reason
+        and Delivery.objects.filter(pk__in=ids, state=S.HELD, escalate="required").exists()
+    ):
+        raise Invalid(
+            "reason_required",
+            "Approving an escalated hold takes a reason: say why this message may reach its recipient "
+            "(the reason is kept in the audit and told to the sender).",
+        )
     with transaction.atomic():
         moved = delivery_transition(
             Delivery.objects.filter(pk__in=ids, state=S.HELD),
@@ -147,6 +168,23 @@ def holds_decide(
             schedule_pushes([(m.delivery_id, recipients[m.recipient_id]) for m in moved])
         holds_notify(moved, outcome="approved" if approve else "denied", reason=reason)
     return moved
+
+
+def message_reveal(*, message_id: Any, actor: Principal) -> Message:
+    """An operator asks to see a message as sent, secrets unmasked: returns it, and audits who
+    revealed it (the audit keeps the message's length and SHA-256, never its text)."""
+    actor.require_operator()
+    message = Message.objects.filter(pk=message_id).first()
+    if message is None:
+        raise NotFound(f"No message {message_id}.")
+    audit_event(
+        "message.revealed",
+        actor=actor.actor,
+        target=str(message.id),
+        message=message,
+        detail={"matched": match_labels(message.matched)},
+    )
+    return message
 
 
 def holds_notify(moved: list[Moved], *, outcome: str, reason: str = "") -> None:

@@ -188,10 +188,16 @@
     setSlot(row, "tier", h.tier);
     setSlot(row, "escalate", h.escalate === "required" ? "escalated" : "");
     setSlot(row, "priority", h.priority === "urgent" ? "urgent" : "");
-    setSlot(row, "why", holdReasons[h.hold_reason] || h.hold_reason);
+    // A sensitive hold says what matched ("sensitive: AWS secret access key"); the hub masked the
+    // secret itself in the preview and summary before sending them here.
+    const why = holdReasons[h.hold_reason] || h.hold_reason;
+    setSlot(row, "why", h.matched && h.matched.length ? why + ": " + h.matched.join(", ") : why);
     $$('[data-slot="why"]', row).forEach((el) => (el.title = h.hold_reason || ""));
     setSlot(row, "summary", h.summary);
     setSlot(row, "preview", h.preview);
+    $$("[data-reason-input]", row).forEach(
+      (input) => (input.placeholder = h.escalate === "required" ? "reason (required to approve)" : "reason")
+    );
     setLinks(row, "message", h.message_id);
     const countdown = $(".countdown", row);
     if (countdown) countdown.dataset.expires = h.expires_at || "";

@@ -62,7 +62,8 @@ def test_sensitive_text_is_held_for_a_human_with_escalation_even_under_accept(
     assert "a human must look at it first" in r.json_body["result"]
     [hold] = api.get("holds", operator_token).json_body["holds"]
     assert (hold["hold_reason"], hold["escalate"], hold["tier"]) == ("sensitive", "required", "sensitive")
-    api.post(f"holds/{hold['id']}/approve", operator_token)
+    # An escalated hold is approved only with a reason (the operator says why it may go through).
+    api.post(f"holds/{hold['id']}/approve", operator_token, {"reason": "checked: a test fixture"})
     [got] = pull(api, bob)
     assert "TIER=sensitive" in got["marker"] and "ESCALATE=required" in got["marker"]
     assert re.search(r"HELD_FOR=\d+s", got["marker"])
