@@ -196,7 +196,7 @@
     setSlot(row, "summary", h.summary);
     setSlot(row, "preview", h.preview);
     $$("[data-reason-input]", row).forEach(
-      (input) => (input.placeholder = h.escalate === "required" ? "reason (required to approve)" : "reason")
+      (input) => (input.placeholder = h.escalate === "required" ? "reason (required)" : "reason")
     );
     setLinks(row, "message", h.message_id);
     const countdown = $(".countdown", row);

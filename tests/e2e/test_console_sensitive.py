@@ -1,0 +1,86 @@
+"""An escalated hold in a real headless Chromium: the secret shows masked, approving without a
+reason is refused, revealing the text is a deliberate, audited act, and approving with a reason
+delivers the text as sent. (Hub, browser and log-in as in test_console_browser.py.)"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_console_browser import (  # noqa: F401 (world and browser are fixtures)
+    World,
+    _delivery_id,
+    _hold_row,
+    _log_in,
+    _wait_live,
+    browser,
+    world,
+)
+from tests.messaging.sensitivity_corpus import AWS_SECRET
+
+pytestmark = pytest.mark.e2e
+
+SECRET_TEXT = f"creds for the deploy: export AWS_SECRET_ACCESS_KEY={AWS_SECRET} (rotate after)"
+MASKED = f"[AWS secret access key {AWS_SECRET[:4]}…{AWS_SECRET[-4:]}]"
+
+
+def _revealed(world: World, message_id: str) -> list[dict[str, Any]]:  # noqa: F811
+    events = world.operator("GET", "audit?kind=message.revealed&limit=1000")["events"]
+    return [e for e in events if e["message_id"] == message_id]
+
+
+def test_an_escalated_hold_is_masked_revealed_on_purpose_and_approved_only_with_a_reason(
+    world: World,  # noqa: F811
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    alice, bob = world.register("alice-secret"), world.register("bob-secret")
+    page = _log_in(browser, world, viewport={"width": 1400, "height": 700})
+    page.goto(world.hub.url + "/holds/")
+    _wait_live(page)
+
+    # Given alice pastes an AWS secret key to bob, the hold appears live, escalated and masked.
+    sent = world.send(alice, f"{bob.name} [{bob.ref}]", SECRET_TEXT, summary="deploy creds")
+    assert (sent["status"], sent["tier"]) == ("held", "sensitive")
+    row = _hold_row(page, _delivery_id(world, sent["id"]))
+    row.wait_for(state="visible", timeout=5_000)
+    text = row.inner_text()
+    assert MASKED in text and AWS_SECRET not in text
+    assert "sensitive: AWS secret access key" in text and "escalated" in text.lower()
+    assert AWS_SECRET not in page.content()
+    shots = Path(os.environ.get("SWITCHBOARD_SCREENSHOTS") or tmp_path)
+    page.screenshot(path=str(shots / "holds-sensitive.png"), full_page=True)
+
+    # When the operator approves without a reason, the hub refuses and the hold stays.
+    row.get_by_role("button", name="Approve").click()
+    page.wait_for_selector('#notice[data-kind="error"]', timeout=5_000)
+    assert "takes a reason" in page.locator("#notice").inner_text()
+    assert row.is_visible()
+    assert world.status(sent["id"])["status"] == "held"
+
+    # The message page masks too; revealing is a button, and the reveal is audited.
+    row.locator('a[data-link="message"]').click()
+    page.wait_for_selector("[data-reveal]")
+    assert MASKED in page.locator("[data-message-text]").inner_text()
+    assert AWS_SECRET not in page.content()
+    assert _revealed(world, sent["id"]) == []
+    page.locator("[data-reveal]").click()
+    page.wait_for_selector("[data-revealed]")
+    assert page.locator("[data-message-text]").inner_text() == SECRET_TEXT
+    [event] = _revealed(world, sent["id"])
+    assert event["actor"] == f"operator:{'ada'}"
+    assert AWS_SECRET not in str(event)
+
+    # Approving with a reason queues it; bob gets the text exactly as sent.
+    page.goto(world.hub.url + "/holds/")
+    _wait_live(page)
+    row = _hold_row(page, _delivery_id(world, sent["id"]))
+    row.locator('input[name="reason"]').fill("rotating the key right after the deploy")
+    row.get_by_role("button", name="Approve").click()
+    row.wait_for(state="detached", timeout=5_000)
+    [got] = world.inbox(bob)
+    assert got["text"] == SECRET_TEXT
+    page.context.close()
