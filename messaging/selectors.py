@@ -7,8 +7,9 @@ from typing import Any
 from django.db.models import QuerySet
 
 from messaging.errors import NotFound
-from messaging.models import REMOTE_KIND, AgentSession, AuditEvent, Message, SessionStatus
+from messaging.models import REMOTE_KIND, AgentSession, AuditEvent, Message, SessionStatus, Tier
 from messaging.principals import Principal
+from messaging.sensitivity import mask_text
 from messaging.services.sessions import session_summary
 
 
@@ -70,7 +71,8 @@ def message_status(message: Message) -> dict[str, Any]:
         "tier": message.tier,
         "trust": message.trust,
         "priority": "urgent" if message.priority else "normal",
-        "summary": message.summary,
+        # A sensitive message's summary with its secrets masked, as everywhere a status is shown.
+        "summary": mask_text(message.summary) if message.tier == Tier.SENSITIVE else message.summary,
         "size": message.size,
         "sha256": message.sha256,
         "created_at": message.created_at.isoformat(),

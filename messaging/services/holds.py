@@ -216,7 +216,8 @@ def _outcome_text(d: Delivery, outcome: str, reason: str) -> str:
     who = d.recipient.label
     what = f"Your message {d.message_id} to {who}"
     if d.message.summary:
-        what += f" ({d.message.summary!r})"
+        # The notice is hub traffic the console shows as it is: the summary's secrets masked.
+        what += f" ({mask_text(d.message.summary)!r})"
     if outcome == "approved":
         return f"{what} was approved by an operator and is now queued for them. Do not resend it."
     if outcome == "denied":

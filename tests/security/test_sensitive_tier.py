@@ -227,3 +227,19 @@ def test_the_console_form_refuses_approving_an_escalated_hold_without_a_reason(
         assert _held(api, operator_token)["id"] == hold["id"]
     else:
         assert answer.status_code == 200 and answer.json()["moved"] == [hold["id"]]
+
+
+def test_the_message_status_and_the_senders_notice_mask_a_secret_in_the_summary(
+    api, register, send, operator_token
+):
+    """The status an operator reads over REST, and the hub's notice of the decision (hub traffic,
+    shown in the console's feed as it is), carry the summary masked."""
+    from console.selectors import feed_rows
+
+    alice, _bob = register("alice"), register("bob")
+    message_id = send(alice, "bob", "nothing in the text", summary=f"use {GH}").json_body["id"]
+    status = api.get(f"messages/{message_id}", operator_token).json_body
+    assert GH not in json.dumps(status) and "[GitHub token" in status["summary"]
+    hold = _held(api, operator_token)
+    assert api.post(f"holds/{hold['id']}/deny", operator_token, {"reason": "no tokens"}).status_code == 200
+    assert GH not in json.dumps(feed_rows())
