@@ -41,6 +41,13 @@ def inprocess_hub(db: None, settings: Any, monkeypatch: pytest.MonkeyPatch) -> I
     monkeypatch.setenv("SWITCHBOARD_URL", HUB_URL)
     monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", settings.SWITCHBOARD_ENROLL_KEY)
     monkeypatch.setattr(HubClient, "default_transport", httpx.WSGITransport(app=app))
+    # Hooks and MCP servers run in this process stand for one agent client process, whatever
+    # launched the tests: a runner whose ancestors are shells up to PID 1 has no client process
+    # at all, and /clear and the MCP server then find nothing to tie the session by.
+    from console.agent import hooks, identity
+
+    monkeypatch.setattr(identity, "client_anchor", lambda pid=None: "4242:1")
+    monkeypatch.setattr(hooks, "client_anchor", identity.client_anchor)
     yield HUB_URL
 
 
