@@ -4,10 +4,10 @@ transcript.
 
 An export is for an operator, and it never reveals more than the console does: a message that a
 human held, denied or let expire is exported as its state with `[<state> — text not exported]`
-unless the operator asks for held text explicitly, and a sensitive-tier message's text and summary
-are masked (`masked: true`). Messages are read in batches of `BATCH` by a keyset on
-(created_at, id), so an export of any size holds one batch in memory and no long transaction.
-Each export is audited as counts, never text.
+unless the operator asks for held text explicitly, and a sensitive-tier message's matched secrets
+are masked in its text and summary as the console masks them (`mask_text`; `masked: true`).
+Messages are read in batches of `BATCH` by a keyset on (created_at, id), so an export of any size
+holds one batch in memory and no long transaction. Each export is audited as counts, never text.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from django.utils import timezone
 from messaging.errors import Invalid, NotFound
 from messaging.models import AgentSession, Delivery, Message, Tier
 from messaging.principals import Principal
+from messaging.sensitivity import mask_text
 from messaging.services.audit import audit_event
 from messaging.states import DeliveryState
 
@@ -34,7 +35,6 @@ FORMATS = ("jsonl", "md")
 # Deliveries a human stopped (or never let through): the text of a message with one of these in
 # the conversation is not exported unless the operator asks for it.
 WITHHELD_STATES = frozenset({DeliveryState.HELD, DeliveryState.DENIED, DeliveryState.EXPIRED})
-MASKED_TEXT = "[sensitive — masked]"
 
 
 @dataclass(frozen=True)
@@ -156,11 +156,6 @@ def _party(session: AgentSession | None) -> dict[str, Any]:
     return {"id": str(session.pk), "name": session.name, "ref": session.ref}
 
 
-def _mask(text: str) -> str:
-    """A sensitive message's text as exported: the whole text, since no finer masking is known."""
-    return MASKED_TEXT if text else text
-
-
 def export_record(
     message: Message, deliveries: list[Delivery], *, include_held: bool = False
 ) -> dict[str, Any]:
@@ -169,7 +164,7 @@ def export_record(
     masked = message.tier == Tier.SENSITIVE
     text, summary = message.text, message.summary
     if masked:
-        text, summary = _mask(text), _mask(summary)
+        text, summary = mask_text(text), mask_text(summary)
     if withheld and not include_held:
         text, summary = f"[{withheld} — text not exported]", ""
     return {

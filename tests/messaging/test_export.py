@@ -101,7 +101,7 @@ def test_held_and_denied_messages_are_marked_and_their_text_withheld_unless_aske
     assert all(r["withheld"] and r["text_exported"] for r in shown)
 
 
-def test_a_sensitive_message_is_masked_even_with_held_text_included(trio):
+def test_a_sensitive_messages_secrets_are_masked_even_with_held_text_included(trio):
     alice, bob, _ = trio
     sent = message_send(
         sender=alice, to="bob", text=f"use {AWS_KEY} for the deploy", summary=f"key {AWS_KEY}"
@@ -112,6 +112,8 @@ def test_a_sensitive_message_is_masked_even_with_held_text_included(trio):
         [record] = _jsonl(export_pair_scope(a=alice, b=bob), include_held=include_held)
         assert record["masked"] is True and record["tier"] == "sensitive"
         assert AWS_KEY not in json.dumps(record)
+        if include_held:
+            assert record["text"].startswith("use [") and record["text"].endswith("] for the deploy")
     markdown = "".join(
         export_stream(export_pair_scope(a=alice, b=bob), fmt="md", actor=OP, include_held=True)
     )
