@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -276,7 +276,7 @@ def render_markdown(
 
 def export_stream(
     scope: ExportScope, *, fmt: str, actor: Principal, include_held: bool = False
-) -> Iterator[str]:
+) -> Generator[str, None, None]:
     """The export as text chunks, in `fmt` ("jsonl" or "md"), audited once it ends (or is cut
     short by the reader) with what was written: counts, never text."""
     if fmt not in FORMATS:
@@ -285,7 +285,9 @@ def export_stream(
     return _audited(scope, fmt=fmt, actor=actor, include_held=include_held)
 
 
-def _audited(scope: ExportScope, *, fmt: str, actor: Principal, include_held: bool) -> Iterator[str]:
+def _audited(
+    scope: ExportScope, *, fmt: str, actor: Principal, include_held: bool
+) -> Generator[str, None, None]:
     tally = ExportTally()
     records = export_records(scope, include_held=include_held, tally=tally)
     chunks = (

@@ -133,3 +133,26 @@ def test_the_command_exits_non_zero_on_bad_input(chat, capsys):
     with pytest.raises(SystemExit) as exited:
         execute_from_command_line(["manage.py", "export_conversation", "--pair", "nobody", "x"])
     assert exited.value.code == 1 and "No session has the id or ref" in capsys.readouterr().err
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_under_asgi_the_export_streams_as_an_async_iterator_and_is_audited(register, send):
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth import get_user_model
+    from django.test import AsyncClient
+
+    alice, bob = await sync_to_async(register)("alice"), await sync_to_async(register)("bob")
+    for i in range(3):
+        assert (await sync_to_async(send)(alice, "bob", f"note {i}")).status_code == 201
+    user = await get_user_model().objects.acreate_user("op", password="op-password-123", is_staff=True)
+    browser = AsyncClient()
+    await browser.aforce_login(user)
+
+    response = await browser.get(f"/sessions/{alice.id}/export", {"with": bob.ref, "format": "jsonl"})
+
+    assert response.status_code == 200 and response.is_async
+    body = "".join([part.decode() async for part in response.streaming_content])
+    assert [json.loads(line)["text"] for line in body.splitlines()] == ["note 0", "note 1", "note 2"]
+    event = await AuditEvent.objects.filter(kind="conversation.exported").aget()
+    assert event.detail["complete"] is True and event.detail["messages"] == 3
