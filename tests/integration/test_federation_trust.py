@@ -136,7 +136,9 @@ def test_an_unknown_key_is_held_for_an_operator_until_pinned_and_always_reads_as
     ]
     assert (hold["hold_reason"], hold["escalate"], hold["priority"]) == ("unknown_peer", "required", "normal")
     assert hub_a.inbox(carol) == []
-    approved = hub_a.call("POST", f"holds/{hold['delivery_id']}/approve", operator, {})
+    approved = hub_a.call(
+        "POST", f"holds/{hold['delivery_id']}/approve", operator, {"reason": "the operator knows this hub"}
+    )
     assert approved.status_code == 200, approved.text
     [frame] = wait_inbox(hub_a, carol)
     marker = frame["marker"]
