@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "messaging",
     "teams",
     "federation",
+    "alerts",
     "console",
 ]
 
@@ -294,6 +295,27 @@ SWITCHBOARD_OUTBOUND_ALLOW_PRIVATE = _env_bool("SWITCHBOARD_OUTBOUND_ALLOW_PRIVA
 SWITCHBOARD_OUTBOUND_ALLOW = [
     h.strip() for h in os.environ.get("SWITCHBOARD_OUTBOUND_ALLOW", "").split(",") if h.strip()
 ]
+# Operator alerts (alerts.services; docs/operations.md "Alerts"): where to post them (empty: no
+# webhook alerts), as what (slack | ntfy | json), how long before a hold's expiry it is called
+# about to expire, the timeout of one post and how many tries a failed one gets. Links in an alert
+# lead to the console at SWITCHBOARD_ALERT_CONSOLE_URL (default SWITCHBOARD_PUBLIC_URL).
+SWITCHBOARD_ALERT_WEBHOOK_URL = os.environ.get("SWITCHBOARD_ALERT_WEBHOOK_URL", "").strip()
+SWITCHBOARD_ALERT_FORMAT = os.environ.get("SWITCHBOARD_ALERT_FORMAT", "").strip().lower() or "slack"
+if SWITCHBOARD_ALERT_FORMAT not in ("slack", "ntfy", "json"):
+    raise ImproperlyConfigured(
+        f"SWITCHBOARD_ALERT_FORMAT is slack, ntfy or json, not {SWITCHBOARD_ALERT_FORMAT!r}."
+    )
+SWITCHBOARD_ALERT_ON = [
+    k.strip()
+    for k in os.environ.get("SWITCHBOARD_ALERT_ON", "escalated_hold,hold_expiring,session_dead").split(",")
+    if k.strip()
+]
+SWITCHBOARD_ALERT_EXPIRY_LEAD_SECONDS = _env_int("SWITCHBOARD_ALERT_EXPIRY_LEAD_SECONDS", 60)
+SWITCHBOARD_ALERT_SECONDS = float(os.environ.get("SWITCHBOARD_ALERT_SECONDS", "").strip() or 5)
+SWITCHBOARD_ALERT_TIMEOUT_SECONDS = float(
+    os.environ.get("SWITCHBOARD_ALERT_TIMEOUT_SECONDS", "").strip() or 5
+)
+SWITCHBOARD_ALERT_ATTEMPTS = _env_int("SWITCHBOARD_ALERT_ATTEMPTS", 3)
 # How long a team invitation (or a session's request to join) waits for the other side's answer.
 SWITCHBOARD_TEAM_INVITATION_SECONDS = _env_int("SWITCHBOARD_TEAM_INVITATION_SECONDS", 24 * 3600)
 # At most this many waiting notify-when-idle subscriptions per subscriber.
@@ -338,9 +360,13 @@ def _public_host(url: str) -> str | None:
     return f"[{host}]" if host and ":" in host else host
 
 
-_public = _public_host(SWITCHBOARD_PUBLIC_URL)
-if _public and _public not in ALLOWED_HOSTS:
-    ALLOWED_HOSTS.append(_public)
+SWITCHBOARD_ALERT_CONSOLE_URL = (
+    os.environ.get("SWITCHBOARD_ALERT_CONSOLE_URL", "").strip().rstrip("/") or SWITCHBOARD_PUBLIC_URL
+)
+for _url in (SWITCHBOARD_PUBLIC_URL, SWITCHBOARD_ALERT_CONSOLE_URL):
+    _public = _public_host(_url)
+    if _public and _public not in ALLOWED_HOSTS:
+        ALLOWED_HOSTS.append(_public)
 # The machine-wide registry (channel tier). A hub on the default home joins ~/.switchboard-registry;
 # a hub with its own SWITCHBOARD_HOME (a dev build, a test) joins only when this is set explicitly.
 _registry_dir = os.environ.get("SWITCHBOARD_REGISTRY_DIR", "").strip()

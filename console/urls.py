@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.staticfiles.views import serve as static_serve
 from django.urls import include, path
 
-from console import export_views, health, views
+from console import alert_views, export_views, health, views
 from console.api import api
 
 console_patterns = [
@@ -28,6 +28,7 @@ console_patterns = [
     path("peers/<int:peer_id>/revoke", views.peer_revoke_view, name="peer-revoke"),
     path("peers/<int:peer_id>/restore", views.peer_restore_view, name="peer-restore"),
     path("console/updates", views.updates, name="updates"),
+    *alert_views.urlpatterns,
 ]
 
 urlpatterns = [

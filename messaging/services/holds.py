@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
+from django.dispatch import Signal
 
 from messaging.errors import Invalid, NotFound
 from messaging.framing import sender_facts
@@ -59,6 +60,45 @@ HOLD_REASONS = {
 
 def hold_reason_text(code: str) -> str:
     return HOLD_REASONS.get(code, code or "inbound policy")
+
+
+# Why a delivery waits, in words an operator reads at a glance (alerts, the console), where
+# HOLD_REASONS speaks to the sender. An unknown code is shown as it is.
+HOLD_REASON_WORDS = {
+    "operator_policy": "operator policy: hold",
+    "sender_override_operator": "operator rule for this sender",
+    "sender_override": "recipient's rule for this sender",
+    "own_policy": "recipient's own policy",
+    "default_bypass_receiver": "recipient runs in bypass mode",
+    "default_bypass_sender": "sender runs in bypass mode",
+    "sensitive": "sensitive",
+    "loop_suspected": "suspected reply loop",
+    STOPPED_HOLD: "recipient is stopped",
+    "unknown_peer": "from a hub key nobody pinned: pin the key (Peers) to trust its future messages",
+    "peer_revoked": "from a revoked hub (mode: hold)",
+    "isolation": "leaving this machine, which an operator isolated",
+}
+
+
+def hold_reason_words(code: str, matched: list[str] | None = None) -> str:
+    """Why a delivery is held, for an operator: the reason, and for a sensitive hold what matched
+    ("sensitive: AWS secret access key"; the rules' labels, never the matched text)."""
+    words = HOLD_REASON_WORDS.get(code, code or "inbound policy")
+    return f"{words}: {', '.join(matched)}" if matched else words
+
+
+# Sent once the transaction that wrote them commits, with `delivery_ids`: new holds with
+# escalate=required (a human must look). For whoever cares (operator alerts): messaging does not
+# know who listens.
+escalated_holds_created = Signal()
+
+
+def escalated_holds_announce(deliveries: list[Delivery]) -> None:
+    """After the commit, tell `escalated_holds_created` listeners which of `deliveries` are new
+    escalated holds (none: nothing is sent)."""
+    ids = [d.pk for d in deliveries if d.state == S.HELD and d.escalate == "required"]
+    if ids:
+        transaction.on_commit(lambda: escalated_holds_created.send(sender=Delivery, delivery_ids=ids))
 
 
 def hold_expiry_for(recipient: AgentSession, now: datetime) -> datetime:

@@ -70,7 +70,12 @@ from messaging.services.bulk import (
     select_columns,
 )
 from messaging.services.events import Announcement
-from messaging.services.holds import hold_expiry_for, hold_reason_text, holds_make_room
+from messaging.services.holds import (
+    escalated_holds_announce,
+    hold_expiry_for,
+    hold_reason_text,
+    holds_make_room,
+)
 from messaging.services.limits import limits_take, loop_suspected
 from messaging.services.pair import PairFacts, dedupe_key, pair_facts, pair_key
 from messaging.services.transports import schedule_pushes
@@ -881,16 +886,18 @@ def messages_write(
         given = _write_with_audit(message_rows, delivery_rows, audit_rows(audit))
         for message, delivery in accepted:
             delivery.pk = given[message.id]
-        return
-    bulk_insert(model=Message, rows=message_rows)
-    ids = bulk_insert(model=Delivery, rows=delivery_rows, returning="id")
-    for (_message, delivery), pk in zip(accepted, ids, strict=True):
-        delivery.pk = pk
-    delivery_of = {message.id: delivery.pk for message, delivery in accepted}
-    for row in audit:
-        if row.get("delivery_id") == DELIVERY_OF_ITS_MESSAGE:
-            row["delivery_id"] = delivery_of[row["message"].id]
-    audit_events_write(audit)
+    else:
+        bulk_insert(model=Message, rows=message_rows)
+        ids = bulk_insert(model=Delivery, rows=delivery_rows, returning="id")
+        for (_message, delivery), pk in zip(accepted, ids, strict=True):
+            delivery.pk = pk
+        delivery_of = {message.id: delivery.pk for message, delivery in accepted}
+        for row in audit:
+            if row.get("delivery_id") == DELIVERY_OF_ITS_MESSAGE:
+                row["delivery_id"] = delivery_of[row["message"].id]
+        audit_events_write(audit)
+    # Every hold a send makes is written here, so this is where new escalated holds are told.
+    escalated_holds_announce([delivery for _message, delivery in accepted])
 
 
 def _write_with_audit(

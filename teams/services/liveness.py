@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from messaging.models import AgentSession, MessageKind, SessionStatus
@@ -21,12 +22,21 @@ from teams.services.notify import clip, frame_text, hub_notify, notify_safely
 LIVE = (SessionStatus.BUSY, SessionStatus.IDLE)
 
 
+def dead_before(now: datetime) -> datetime:
+    """A running session last heard from before this time is dead."""
+    return now - timedelta(seconds=settings.SWITCHBOARD_DEAD_AFTER_SECONDS)
+
+
 def session_is_dead(session: AgentSession, *, now: datetime | None = None) -> bool:
     """True when a session that claims to be running has not been heard from within the timeout."""
     if session.status not in LIVE or session.last_seen is None:
         return False
-    now = now or timezone.now()
-    return session.last_seen < now - timedelta(seconds=settings.SWITCHBOARD_DEAD_AFTER_SECONDS)
+    return session.last_seen < dead_before(now or timezone.now())
+
+
+def dead_sessions_q(now: datetime) -> Q:
+    """`session_is_dead` as a query condition on AgentSession, for finding the dead in bulk."""
+    return Q(status__in=LIVE, last_seen__lt=dead_before(now))
 
 
 def session_liveness(session: AgentSession, *, now: datetime | None = None) -> str:

@@ -15,11 +15,13 @@ class Hook:
     def __init__(self) -> None:
         self.script: list[tuple[int, dict[str, Any], float]] = []
         self.received: list[dict[str, Any]] = []
+        self.paths: list[str] = []  # the path of each POST, in order
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 length = int(self.headers.get("Content-Length", 0))
+                hook.paths.append(self.path)
                 hook.received.append(json.loads(self.rfile.read(length)))
                 status, body, delay = hook.script.pop(0) if hook.script else (200, {}, 0.0)
                 time.sleep(delay)

@@ -1,0 +1,122 @@
+"""The pages an alert links to: one hold, or one session gone silent, with what an operator needs
+to judge it and an "Acknowledge" button. The link carries no secret: the console login is what
+lets a person in, and acknowledging is a CSRF-checked POST (alerts.services.alert_acknowledge)."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import path, reverse
+from django.views.decorators.http import require_POST
+
+from alerts.services import acknowledgements_of, alert_acknowledge
+from console import selectors
+from console.views import CONTENT_SECURITY_POLICY, console_page, operator_required
+from messaging.models import AgentSession, Delivery
+from messaging.principals import operator_principal
+from messaging.sensitivity import match_labels
+from messaging.services.holds import hold_reason_words
+from teams.services.liveness import session_liveness
+
+
+def _render(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+    response = render(
+        request,
+        "console/alert.html",
+        {
+            "cursor": request.console_cursor,  # type: ignore[attr-defined]
+            "held_count": selectors.held_count(),
+            "dead_after": settings.SWITCHBOARD_DEAD_AFTER_SECONDS,
+            **context,
+        },
+    )
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    return response
+
+
+@console_page
+def hold_alert(request: HttpRequest, delivery_id: int) -> HttpResponse:
+    d = Delivery.objects.select_related("message__sender", "recipient").filter(pk=delivery_id).first()
+    if d is None:
+        raise Http404("No such hold.")
+    sender = d.message.sender
+    return _render(
+        request,
+        {
+            "subject": "hold",
+            "heading": f"Hold {d.pk}",
+            "facts": [
+                ("From", sender.label if sender else "the hub"),
+                ("To", d.recipient.label),
+                ("State", d.state + (" (escalated)" if d.escalate == "required" else "")),
+                ("Held because", hold_reason_words(d.hold_reason, match_labels(d.message.matched))),
+                ("Expires", d.expires_at.isoformat() if d.expires_at else "—"),
+            ],
+            "links": [
+                ("Decide it in the holds queue", f"{reverse('console:holds')}?recipient={d.recipient_id}"),
+                ("The message", reverse("console:message", args=[d.message_id])),
+            ],
+            "acknowledgements": acknowledgements_of(delivery_id=d.pk),
+            "acknowledge_url": reverse("console:alert-hold-acknowledge", args=[d.pk]),
+        },
+    )
+
+
+@console_page
+def session_alert(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    session = AgentSession.objects.filter(pk=session_id).first()
+    if session is None:
+        raise Http404("No such session.")
+    return _render(
+        request,
+        {
+            "subject": "session",
+            "heading": session.label,
+            "facts": [
+                ("Kind", session.kind),
+                ("Status", session_liveness(session)),
+                ("Last heard from", session.last_seen.isoformat() if session.last_seen else "—"),
+            ],
+            "links": [("The session", reverse("console:session", args=[session.id]))],
+            "acknowledgements": acknowledgements_of(session_id=session.id),
+            "acknowledge_url": reverse("console:alert-session-acknowledge", args=[session.id]),
+        },
+    )
+
+
+@require_POST
+@operator_required
+def hold_alert_acknowledge(request: HttpRequest, delivery_id: int) -> HttpResponse:
+    if not Delivery.objects.filter(pk=delivery_id).exists():
+        raise Http404("No such hold.")
+    alert_acknowledge(actor=operator_principal(request.user.get_username()), delivery_id=delivery_id)
+    messages.success(request, f"Hold {delivery_id} acknowledged: no more alerts about it.")
+    return HttpResponseRedirect(reverse("console:alert-hold", args=[delivery_id]))
+
+
+@require_POST
+@operator_required
+def session_alert_acknowledge(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    session = AgentSession.objects.filter(pk=session_id).first()
+    if session is None:
+        raise Http404("No such session.")
+    alert_acknowledge(actor=operator_principal(request.user.get_username()), session_id=session.id)
+    messages.success(request, f"{session.label} acknowledged: no more alerts about this silence.")
+    return HttpResponseRedirect(reverse("console:alert-session", args=[session.id]))
+
+
+urlpatterns = [
+    path("alerts/holds/<int:delivery_id>/", hold_alert, name="alert-hold"),
+    path("alerts/holds/<int:delivery_id>/acknowledge", hold_alert_acknowledge, name="alert-hold-acknowledge"),
+    path("alerts/sessions/<uuid:session_id>/", session_alert, name="alert-session"),
+    path(
+        "alerts/sessions/<uuid:session_id>/acknowledge",
+        session_alert_acknowledge,
+        name="alert-session-acknowledge",
+    ),
+]
