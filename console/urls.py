@@ -39,5 +39,7 @@ urlpatterns = [
     # One process serves its own CSS and script (and the admin's): there is no front proxy in the
     # embedded footprint. Production may put `collectstatic` output behind a web server instead.
     path("static/<path:path>", static_serve, {"insecure": True}),
+    # Browsers ask for /favicon.ico on every page whatever the page links.
+    path("favicon.ico", static_serve, {"path": "console/favicon.ico", "insecure": True}),
     path("", include((console_patterns, "console"))),
 ]
