@@ -21,7 +21,10 @@ from messaging.services.audit import audit_event
 
 
 class Command(BaseCommand):
-    help = "Create or reset an operator login for the console (a staff user; --admin also opens the Django admin)."
+    help = (
+        "Create or reset an operator login for the console: a staff user who also opens the Django "
+        "admin, unless --no-admin."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="The operator's username.")
