@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def _django_setup() -> None:
@@ -17,6 +18,54 @@ def _django_setup() -> None:
     import django
 
     django.setup()
+
+
+def _beside_interpreter(name: str) -> Path | None:
+    """`name` in the bin folder of the interpreter running this process (the hub's virtualenv)."""
+    beside = Path(sys.executable).parent / name
+    return beside if beside.is_file() else None
+
+
+def manage_command(arguments: str) -> str:
+    """The shell line that runs a hub management command (`operator_create NAME`, `backup PATH`, ...)
+    with the `switchboard` installed beside this interpreter: by its full path when it is there, so
+    the line works whether or not the virtualenv is on PATH."""
+    program = _beside_interpreter("switchboard") or "switchboard"
+    return f"{program} manage {arguments}"
+
+
+def first_steps(hub_url: str) -> list[str]:
+    """The shell lines a newcomer runs to see two agents talk on this hub: put the hub's `switchboard`
+    on PATH (its virtualenv's activate script, when there is one), name the hub when it is not the
+    CLI's default, register two sessions and send from one to the other."""
+    from console.agent.config import DEFAULT_URL
+
+    lines = []
+    activate = _beside_interpreter("activate")
+    if activate:
+        lines.append(f". {activate}")
+    if hub_url.rstrip("/") != DEFAULT_URL:
+        lines.append(f"export SWITCHBOARD_URL={hub_url.rstrip('/')}")
+    return [
+        *lines,
+        "switchboard register --name alice --save alice",
+        "switchboard register --name bob --save bob",
+        'switchboard --session alice send bob "hello from alice"',
+        "switchboard --session bob inbox --ack",
+    ]
+
+
+def run_manage(arguments: Sequence[str]) -> int:
+    """`switchboard manage COMMAND ...`: Django's management commands with the hub's settings, from any
+    folder and with the interpreter the hub is installed in (no manage.py or system Python needed)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    from django.core.management import execute_from_command_line
+
+    try:
+        execute_from_command_line(["switchboard manage", *arguments])
+    except SystemExit as exc:  # a command's CommandError exits 1; --help exits 0
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -104,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(`switchboard web --help` lists them; see README, Production topology)",
         add_help=False,
     )
+    sub.add_parser(
+        "manage",
+        help="run a hub management command with the hub's settings: operator_create NAME, "
+        "operator_token NAME, operator_unlock NAME, backup PATH, export_conversation, migrate, ... "
+        "(`switchboard manage help` lists them)",
+        add_help=False,
+    )
     add_agent_commands(sub)  # agents, send, inbox, ack, status, tasks, listen, hook, mcp, ...
     return parser
 
@@ -114,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from console.web import run_web
 
         return run_web(arguments[1:])
+    if arguments[:1] == ["manage"]:  # Django parses the command and its options
+        return run_manage(arguments[1:])
     parser = build_parser()
     args = parser.parse_args(arguments)
     try:

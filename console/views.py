@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from console import selectors
+from console.cli import first_steps, manage_command
 from console.consumers import is_operator_user
 from console.forms import (
     HoldDecisionForm,
@@ -101,6 +102,7 @@ class LoginView(auth_views.LoginView):
     template_name = "console/login.html"
     authentication_form = OperatorLoginForm
     redirect_authenticated_user = False
+    extra_context = {"create_operator": manage_command("operator_create NAME")}
 
     def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
         response = super().render_to_response(context, **kwargs)
@@ -119,9 +121,10 @@ def login_locked_out(
         "console/login.html",
         {
             "form": OperatorLoginForm(request),
+            "create_operator": manage_command("operator_create NAME"),
             "locked_out": (
                 f"Too many failed logins for this account: it is locked for {minutes} minute(s). "
-                "Another operator can lift the lock with `python manage.py operator_unlock NAME`."
+                f"Another operator can lift the lock with `{manage_command('operator_unlock NAME')}`."
             ),
         },
         status=429,
@@ -137,12 +140,13 @@ logout_view = auth_views.LogoutView.as_view(next_page=settings.LOGIN_URL)
 @console_page
 def dashboard(request: HttpRequest) -> HttpResponse:
     show_exited = request.GET.get("exited") == "1"
+    sessions = selectors.session_rows(include_exited=show_exited)
     return _page(
         request,
         "console/dashboard.html",
         {
-            "sessions": selectors.session_rows(include_exited=show_exited),
-            "show_exited": show_exited,
+            "sessions": sessions,
+            "first_steps": [] if sessions else first_steps(request.build_absolute_uri("/")),
             "teams": selectors.team_rows(),
             "feed": selectors.feed_rows(),
         },
