@@ -46,6 +46,12 @@ def _client(args: argparse.Namespace, *, need_token: bool = True) -> HubClient:
         if saved is None or saved.ended:
             raise UsageError(f"No saved session {args.session!r} in $SWITCHBOARD_HOME/sessions.")
         token, url = saved.token, url or saved.hub
+    if need_token and not token and "SWITCHBOARD_TOKEN" in os.environ:
+        raise UsageError(
+            "SWITCHBOARD_TOKEN is set but empty: the command that set it printed no token (was "
+            "`switchboard` on PATH? it is .venv/bin/switchboard in a clone). Register again, or use "
+            "`switchboard register --save KEY` and `--session KEY`."
+        )
     if need_token and not token:
         raise UsageError(
             "No session: set SWITCHBOARD_TOKEN or pass --session KEY (see `switchboard register`)."
