@@ -2,8 +2,8 @@
 
 Benchmarks are programs, not tests: each prints its figures with the baseline it measured in the
 same run and the ratio to it, and writes `bench/results/<name>-<UTC time>.json`. They start their
-own processes (the harness of `tests/integration/`) on a fresh database and a private Redis, and
-stop them at the end; none runs longer than a few minutes.
+own processes (`bench/harness.py`) on a fresh database and a private Redis, and stop them at the
+end; none runs longer than a few minutes.
 """
 
 from __future__ import annotations
@@ -26,12 +26,6 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 RESULTS = REPO / "bench" / "results"
-
-# The hub's own sweep interval. The real-services harness shortens it to 1 s so that tests see a
-# sweep soon; a benchmark of the production topology runs the production pace (with 1 s, the
-# worker and beat run twice the periodic tasks, each a burst of CPU in their processes).
-PRODUCTION_SWEEP = {"SWITCHBOARD_SWEEP_SECONDS": "5"}
-
 
 _STARTED = time.monotonic()
 
@@ -314,7 +308,7 @@ def django_in_process(*, database_url: str, redis_url: str | None = None, **env:
 
     for key in [k for k in os.environ if k.startswith("SWITCHBOARD_") or k in {"DATABASE_URL", "REDIS_URL"}]:
         del os.environ[key]
-    from tests.integration.ledger import LOAD_ENV
+    from hub_topology import LOAD_ENV
 
     os.environ.update(
         {

@@ -26,10 +26,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import PRODUCTION_SWEEP, cpu_seconds, line, progress, write_result, wrk_run
-from send_path import production_hub, push_latency, register
-
-from tests.integration.ledger import LOAD_ENV
+from common import cpu_seconds, line, progress, write_result, wrk_run
+from harness import LOAD_ENV, PRODUCTION_SWEEP, production_hub, register
+from send_path import push_latency
 
 LOOPS = ("asyncio", "uvloop")  # the baseline first
 

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from common import django_in_process, line, progress, write_result
-
-from tests.integration.harness import RedisServer, database_drop, database_migrated
+from harness import RedisServer, database_drop, database_migrated
 
 
 def make_holds(n: int, label: str) -> Any:

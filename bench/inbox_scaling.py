@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from common import django_in_process, line, progress, summary_ms, write_result
-
-from tests.integration.harness import database_drop, database_migrated
+from harness import database_drop, database_migrated
 
 
 class FileMailbox:

@@ -25,9 +25,7 @@ from pathlib import Path
 
 import httpx
 from common import django_in_process, line, pct, progress, write_result
-
-from tests.integration.harness import RedisServer, database_drop, database_migrated, hub_start
-from tests.integration.ledger import LOAD_ENV
+from harness import LOAD_ENV, RedisServer, database_drop, database_migrated, hub_start
 
 SENDERS = 8
 RETENTION_DAYS = 30

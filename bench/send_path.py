@@ -24,21 +24,17 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import json
-import os
 import shutil
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 from common import (
-    PRODUCTION_SWEEP,
     add_event_loop_option,
     cpu_seconds,
     line,
@@ -47,22 +43,15 @@ from common import (
     write_result,
     wrk_parallel,
 )
-
-from tests.integration.harness import (
-    ENROLL_KEY,
-    VENV_BIN,
-    Hub,
-    Proc,
-    RedisServer,
+from harness import (
+    LOAD_ENV,
+    PRODUCTION_SWEEP,
     Registered,
-    database_drop,
-    database_migrated,
-    free_port,
-    hub_start,
+    embedded_hub,
+    production_hub,
+    register,
     rss_mb,
-    wait_until,
 )
-from tests.integration.ledger import LOAD_ENV
 
 
 def measure_floor(pg_url: str, redis_url: str, *, n: int) -> dict[str, Any]:
@@ -95,18 +84,6 @@ def measure_floor(pg_url: str, redis_url: str, *, n: int) -> dict[str, Any]:
     a.close()
     b.close()
     return {**summary_ms(times), "per_s": round(n / total, 1)}
-
-
-def register(url: str, name: str, **fields: Any) -> Registered:
-    r = httpx.post(
-        f"{url}/api/v1/sessions",
-        json={"name": name, **fields},
-        headers={"Authorization": f"Bearer {ENROLL_KEY}"},
-        timeout=30,
-    )
-    r.raise_for_status()
-    body = r.json()
-    return Registered(id=body["id"], name=body["name"], ref=body["ref"], token=body["token"])
 
 
 class PushTimer(threading.Thread):
@@ -349,26 +326,6 @@ def _per_request_ms(cpu_s: float, run: dict[str, Any]) -> float:
     return round(cpu_s * 1000 / requests, 3) if requests else float("nan")
 
 
-@contextlib.contextmanager
-def production_hub(workdir: Path, env: dict[str, str]) -> Iterator[tuple[Hub, str, RedisServer]]:
-    """The production topology on a fresh database and a private Redis, stopped afterwards."""
-    (workdir / "redis").mkdir()
-    redis = RedisServer(workdir / "redis").start()
-    db = database_migrated()
-    hub = None
-    try:
-        progress("starting the production topology (PostgreSQL database, Redis, 2 daphne, worker, beat)")
-        hub = hub_start(
-            database_url=db, redis_url=redis.url(), workdir=workdir / "hub", migrate=False, extra_env=env
-        )
-        yield hub, db, redis
-    finally:
-        if hub:
-            hub.stop()
-        redis.stop()
-        database_drop(db)
-
-
 def hub_env(args: argparse.Namespace) -> dict[str, str]:
     """The hub's settings for a run: the anti-flood limits lifted, the production sweep pace,
     sends together unless asked, and the event loop asked for."""
@@ -446,30 +403,7 @@ def batch_only(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 
 def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    home = workdir / "embedded-home"
-    home.mkdir(mode=0o700)
-    port = free_port()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not (k.startswith("SWITCHBOARD_") or k in {"DATABASE_URL", "REDIS_URL"})
-    }
-    env.update(
-        hub_env(args), SWITCHBOARD_HOME=str(home), SWITCHBOARD_ENROLL_KEY=ENROLL_KEY, PYTHONUNBUFFERED="1"
-    )
-    proc = Proc(
-        "serve", [str(VENV_BIN / "switchboard"), "serve", "--port", str(port)], env, workdir / "serve.log"
-    )
-    progress("starting switchboard serve (embedded mode)")
-    proc.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(
-            lambda: httpx.get(f"{url}/api/openapi.json", timeout=2).status_code == 200,
-            timeout=90,
-            what="switchboard serve",
-            interval=0.2,
-        )
+    with embedded_hub(workdir, hub_env(args)) as (url, _home, proc):
         progress(
             f"emb: send → push latency at {args.rate:g}/s, {args.warm_up:g} s warm-up + {args.seconds:g} s"
         )
@@ -491,8 +425,6 @@ def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             connections=args.connections,
         )
         return {"latency": latency, "throughput": tp, "rss_mb": round(rss_mb(proc.pid), 1)}
-    finally:
-        proc.stop()
 
 
 def main() -> None:

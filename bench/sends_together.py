@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common import cpu_seconds_named, django_in_process, line, progress, write_result
-
-from tests.integration.harness import RedisServer, database_drop, database_migrated
+from harness import RedisServer, database_drop, database_migrated
 
 
 def batch_costs(sender: Any, sizes: list[int], messages: int) -> dict[str, Any]:

@@ -25,11 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import PRODUCTION_SWEEP, add_event_loop_option, line, progress, summary_ms, write_result
-from send_path import register
-
-from tests.integration.harness import RedisServer, database_drop, database_migrated, hub_start, rss_mb
-from tests.integration.ledger import LOAD_ENV
+from common import add_event_loop_option, line, progress, summary_ms, write_result
+from harness import (
+    LOAD_ENV,
+    PRODUCTION_SWEEP,
+    RedisServer,
+    database_drop,
+    database_migrated,
+    hub_start,
+    register,
+    rss_mb,
+)
 
 
 async def agent(

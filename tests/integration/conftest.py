@@ -1,7 +1,7 @@
 """Fixtures for the real-services suite: real PostgreSQL, Redis, daphne, Celery worker and beat.
 
-Nothing here is mocked. The process machinery lives in `tests/integration/harness.py` (the
-benchmarks use it too); these fixtures scope and clean it up:
+Nothing here is mocked. The process machinery lives in the `hub_topology` package (the
+benchmarks use it too, through `bench/harness.py`); these fixtures scope and clean it up:
 
 - `redis_server` (session): a private redis-server on a free port; flushing or restarting it
   touches nobody else's data (the shared Redis on 6379 is never used by this suite).
