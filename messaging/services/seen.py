@@ -6,7 +6,7 @@ write the time itself, at most once a second per session, on the request's own c
 UPDATE and a commit in front of the answer. An agent that calls every few seconds, as agents
 do, paid that on every call: in one process, 100 senders taking turns, 6.7-7.1 ms per send
 against 5.4-5.6 ms now, with 0.5-0.8 ms more CPU in the web process and 0.3 ms more in
-PostgreSQL (docs/performance.md, twentieth round).
+PostgreSQL (bench/results/history.md, twentieth round).
 
 Now a call only notes the time in this process's `SeenTimes`, and a background thread writes
 what was noted, at most once a second, for every session at once, in one transaction (rows in
