@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 app = Celery("switchboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["messaging", "teams", "federation"])
+app.autodiscover_tasks(["messaging", "teams", "federation", "alerts"])
 
 
 @worker_init.connect
