@@ -4,6 +4,7 @@ lets a person in, and acknowledging is a CSRF-checked POST (alerts.services.aler
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -12,6 +13,7 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from alerts.services import acknowledgements_of, alert_acknowledge
@@ -22,6 +24,18 @@ from messaging.principals import operator_principal
 from messaging.sensitivity import match_labels
 from messaging.services.holds import hold_reason_words
 from teams.services.liveness import session_liveness
+
+
+def _when(at: datetime | None) -> dict[str, Any] | str:
+    """A time for the facts list, in UTC. A past one turns relative once the console's script
+    runs ("3m ago"); a future one says how far off it is (the script only counts backwards)."""
+    if at is None:
+        return "—"
+    text = at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    left = int((at - timezone.now()).total_seconds())
+    if left <= 0:
+        return {"iso": at.isoformat(), "text": text, "past": True}
+    return {"iso": at.isoformat(), "text": f"{text} (in {left // 60} min {left % 60} s)", "past": False}
 
 
 def _render(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
@@ -55,7 +69,7 @@ def hold_alert(request: HttpRequest, delivery_id: int) -> HttpResponse:
                 ("To", d.recipient.label),
                 ("State", d.state + (" (escalated)" if d.escalate == "required" else "")),
                 ("Held because", hold_reason_words(d.hold_reason, match_labels(d.message.matched))),
-                ("Expires", d.expires_at.isoformat() if d.expires_at else "—"),
+                ("Expires", _when(d.expires_at)),
             ],
             "links": [
                 ("Decide it in the holds queue", f"{reverse('console:holds')}?recipient={d.recipient_id}"),
@@ -80,7 +94,7 @@ def session_alert(request: HttpRequest, session_id: UUID) -> HttpResponse:
             "facts": [
                 ("Kind", session.kind),
                 ("Status", session_liveness(session)),
-                ("Last heard from", session.last_seen.isoformat() if session.last_seen else "—"),
+                ("Last heard from", _when(session.last_seen)),
             ],
             "links": [("The session", reverse("console:session", args=[session.id]))],
             "acknowledgements": acknowledgements_of(session_id=session.id),

@@ -61,6 +61,7 @@
     socket = new WebSocket(scheme + location.host + body.dataset.wsPath);
     socket.addEventListener("open", () => {
       attempts = 0;
+      button.dataset.listening = "on";
     });
     socket.addEventListener("message", (e) => {
       let event;
@@ -73,6 +74,7 @@
     });
     socket.addEventListener("close", (e) => {
       socket = null;
+      delete button.dataset.listening;
       if (e.code === 4403 || e.code === 403 || !enabled()) return;
       attempts += 1;
       setTimeout(connect, Math.min(15000, 500 * 2 ** Math.min(attempts, 5)));
