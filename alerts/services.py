@@ -247,7 +247,8 @@ def _post(kind: str, batch: list[tuple[Alert, AlertItem]], *, claim: uuid.UUID, 
         response = outbound_post(post.url, json=post.body, timeout=settings.SWITCHBOARD_ALERT_TIMEOUT_SECONDS)
         outcome = f"HTTP {response.status_code}"
         ok = 200 <= response.status_code < 300
-        permanent = 400 <= response.status_code < 500 and response.status_code not in (408, 429)
+        # A redirect is not followed and a 4xx will not change: only 5xx, 408 and 429 are retried.
+        permanent = not ok and response.status_code < 500 and response.status_code not in (408, 429)
     except SwitchboardError as exc:  # the hub may not call it, or it is not a URL: no retry helps
         outcome, ok, permanent = f"refused: {exc.code}", False, True
     except httpx.HTTPError as exc:  # the error's name only: its text may hold the URL

@@ -234,3 +234,26 @@ def test_without_a_webhook_nothing_is_detected(settings, register, sent):
     _escalated(register, sent)
     assert alerts_run() == {"detected": 0, "posted": 0}
     assert not Alert.objects.exists()
+
+
+def test_a_post_the_receiver_refuses_is_not_retried(alerting, register, sent):
+    alerting.answer(404)
+    _alice, _bob, hold = _escalated(register, sent)
+    alert = Alert.objects.get(delivery_id=hold)
+    assert (alert.state, alert.attempts, alert.last_error) == ("failed", 1, "HTTP 404")
+    [failure] = AuditEvent.objects.filter(kind="alert.failed")
+    assert failure.detail["retry"] is False
+
+
+def test_the_periodic_job_runs_only_on_a_hub_that_posts_alerts(settings):
+    from alerts.apps import alerts_jobs
+    from console.celery import app
+
+    settings.SWITCHBOARD_ALERT_WEBHOOK_URL = ""
+    assert alerts_jobs() == []
+    settings.SWITCHBOARD_ALERT_WEBHOOK_URL = "https://hooks.example/x"
+    settings.SWITCHBOARD_ALERT_SECONDS = 2
+    [job] = alerts_jobs()
+    assert (job.task_name, job.every_seconds) == ("alerts.tasks.alerts_run", 2)
+    app.loader.import_default_modules()  # what a worker does at start: autodiscovery
+    assert job.task_name in app.tasks
