@@ -144,13 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--role",
         choices=["hub", "relay"],
         default=os.environ.get("SWITCHBOARD_ROLE", "hub") or "hub",
-        help="relay: store sealed messages for other hubs to pull (see README, Federation)",
+        help="relay: store sealed messages for other hubs to pull (see docs/federation.md)",
     )
     serve.set_defaults(func=cmd_serve)
     sub.add_parser(
         "web",
         help="run one production web process: daphne on uvloop, with daphne's options "
-        "(`switchboard web --help` lists them; see README, Production topology)",
+        "(`switchboard web --help` lists them; see docs/operations.md)",
         add_help=False,
     )
     sub.add_parser(
