@@ -33,12 +33,12 @@ def hook() -> Iterator[Hook]:
 
 
 @pytest.fixture
-def sent(register: Any, api: Any, django_capture_on_commit_callbacks: Any) -> Any:
-    """Send through the API and run what the send started after its commit, as a hub does."""
+def sent(api: Any) -> Any:
+    """Send through the API (jobs started after a commit do not run: the test's transaction never
+    commits; tests run `alerts_run` themselves, as the periodic job would)."""
 
     def _sent(sender: Any, to: str, text: str, **fields: Any) -> Any:
-        with django_capture_on_commit_callbacks(execute=True):
-            return api.post("messages", sender.token, {"to": to, "message": text, **fields})
+        return api.post("messages", sender.token, {"to": to, "message": text, **fields})
 
     return _sent
 
@@ -70,9 +70,32 @@ def _routine(register: Any, send: Any, api: Any, operator_token: str) -> int:
     return Delivery.objects.get(message_id=r.json_body["id"]).pk
 
 
-def test_a_new_escalated_hold_is_posted_at_once_and_only_once(alerting, register, sent):
+def test_a_send_that_makes_an_escalated_hold_starts_the_alerts_job(
+    alerting, register, api, operator_token, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Not at the next tick: the send's commit starts the job (in the background), through
+    messaging's escalated_holds_created. A routine hold starts nothing."""
+    started: list[str] = []
+    monkeypatch.setattr("messaging.jobs._submit", lambda name, args: started.append(name))
+    alice, bob = register("alice"), register("bob")
+    with django_capture_on_commit_callbacks(execute=True):
+        api.post("messages", alice.token, {"to": bob.id, "message": "please merge PR 7"})
+    assert started == []
+    assert api.call("PUT", f"sessions/{bob.id}/policy", operator_token, {"policy": "hold"}).status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        assert (
+            api.post("messages", alice.token, {"to": bob.id, "message": "again"}).json_body["status"]
+            == "held"
+        )
+    assert started == []
+    with django_capture_on_commit_callbacks(execute=True):
+        api.post("messages", alice.token, {"to": bob.id, "message": SECRET_TEXT})
+    assert started == ["alerts.tasks.alerts_run"]
+
+
+def test_a_new_escalated_hold_is_posted_once(alerting, register, sent):
     alice, bob, hold = _escalated(register, sent)
-    # The send started the job (jobs run inline in tests): nothing waited for a periodic tick.
+    alerts_run()
     [posted] = alerting.received
     text = posted["text"]
     assert text.startswith("*Switchboard: An escalated hold needs an operator*")
@@ -147,6 +170,7 @@ def test_a_live_session_and_an_exited_one_are_not_dead(alerting, settings, regis
 
 def test_acknowledging_a_hold_stops_its_later_alerts_and_is_audited(alerting, register, sent):
     _alice, _bob, hold = _escalated(register, sent)
+    alerts_run()
     assert len(alerting.received) == 1
     alert_acknowledge(actor=OPERATOR, delivery_id=hold)
     Delivery.objects.filter(pk=hold).update(expires_at=timezone.now() + timedelta(seconds=30))
@@ -174,7 +198,6 @@ def test_only_an_operator_acknowledges(db, register):
 
 
 def test_detection_twice_at_once_makes_one_alert_per_thing(alerting, settings, register, sent):
-    settings.SWITCHBOARD_ALERT_WEBHOOK_URL = ""  # the send's own run does nothing
     _alice, _bob, hold = _escalated(register, sent)
     now = timezone.now()
     assert alerts_detect(now=now) == 1
@@ -189,6 +212,7 @@ def test_a_failed_post_is_retried_with_backoff_then_given_up(alerting, settings,
     alerting.answer(503)
     alerting.answer(500)
     _alice, _bob, hold = _escalated(register, sent)
+    alerts_run()
     alert = Alert.objects.get(delivery_id=hold)
     assert (alert.state, alert.attempts, alert.last_error) == ("pending", 1, "HTTP 503")
     alerts_run()  # not due yet: the backoff holds it back
@@ -204,15 +228,14 @@ def test_a_failed_post_is_retried_with_backoff_then_given_up(alerting, settings,
 def test_a_url_the_hub_may_not_call_fails_without_a_connection(alerting, settings, register, sent):
     settings.SWITCHBOARD_OUTBOUND_ALLOW = []  # loopback is refused unless an operator allows it
     _alice, _bob, hold = _escalated(register, sent)
+    alerts_run()
     assert alerting.received == []
     alert = Alert.objects.get(delivery_id=hold)
     assert (alert.state, alert.last_error) == ("failed", "refused: forbidden")
 
 
 def test_a_hold_decided_before_its_alert_went_out_is_not_posted(alerting, settings, register, sent):
-    settings.SWITCHBOARD_ALERT_WEBHOOK_URL = ""
     _alice, _bob, hold = _escalated(register, sent)
-    settings.SWITCHBOARD_ALERT_WEBHOOK_URL = alerting.url
     alerts_detect(now=timezone.now())
     Delivery.objects.filter(pk=hold).update(state="denied")
     alerts_run()
@@ -224,6 +247,7 @@ def test_ntfy_alerts_go_to_the_server_root(alerting, settings, register, sent):
     settings.SWITCHBOARD_ALERT_FORMAT = "ntfy"
     settings.SWITCHBOARD_ALERT_WEBHOOK_URL = alerting.url.rsplit("/", 1)[0] + "/sb-alerts"
     _escalated(register, sent)
+    alerts_run()
     assert alerting.paths == ["/"]
     [posted] = alerting.received
     assert posted["topic"] == "sb-alerts" and posted["priority"] == 4
@@ -239,6 +263,7 @@ def test_without_a_webhook_nothing_is_detected(settings, register, sent):
 def test_a_post_the_receiver_refuses_is_not_retried(alerting, register, sent):
     alerting.answer(404)
     _alice, _bob, hold = _escalated(register, sent)
+    alerts_run()
     alert = Alert.objects.get(delivery_id=hold)
     assert (alert.state, alert.attempts, alert.last_error) == ("failed", 1, "HTTP 404")
     [failure] = AuditEvent.objects.filter(kind="alert.failed")
