@@ -232,17 +232,17 @@ def retry_delay(attempts: int) -> timedelta | None:
 def _post(kind: str, batch: list[tuple[Alert, AlertItem]], *, claim: uuid.UUID, now: datetime) -> int:
     """Post one alert about `batch` and record the outcome on its rows and in the audit."""
     items = [item for _alert, item in batch]
-    post = alert_post(
-        webhook_url=settings.SWITCHBOARD_ALERT_WEBHOOK_URL,
-        fmt=settings.SWITCHBOARD_ALERT_FORMAT,
-        kind=kind,
-        items=items,
-        lead_seconds=settings.SWITCHBOARD_ALERT_EXPIRY_LEAD_SECONDS,
-        hub_name=settings.SWITCHBOARD_HUB_NAME,
-        list_url=console_link("/holds/" if kind in HOLD_KINDS else "/"),
-    )
     permanent = False
     try:
+        post = alert_post(
+            webhook_url=settings.SWITCHBOARD_ALERT_WEBHOOK_URL,
+            fmt=settings.SWITCHBOARD_ALERT_FORMAT,
+            kind=kind,
+            items=items,
+            lead_seconds=settings.SWITCHBOARD_ALERT_EXPIRY_LEAD_SECONDS,
+            hub_name=settings.SWITCHBOARD_HUB_NAME,
+            list_url=console_link("/holds/" if kind in HOLD_KINDS else "/"),
+        )
         # The URL is checked again at every call (its name may resolve elsewhere now).
         response = outbound_post(post.url, json=post.body, timeout=settings.SWITCHBOARD_ALERT_TIMEOUT_SECONDS)
         outcome = f"HTTP {response.status_code}"

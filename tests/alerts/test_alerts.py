@@ -282,3 +282,13 @@ def test_the_periodic_job_runs_only_on_a_hub_that_posts_alerts(settings):
     assert (job.task_name, job.every_seconds) == ("alerts.tasks.alerts_run", 2)
     app.loader.import_default_modules()  # what a worker does at start: autodiscovery
     assert job.task_name in app.tasks
+
+
+def test_an_ntfy_url_without_a_topic_fails_the_alert_and_not_the_job(alerting, settings, register, sent):
+    settings.SWITCHBOARD_ALERT_FORMAT = "ntfy"
+    settings.SWITCHBOARD_ALERT_WEBHOOK_URL = alerting.url.rsplit("/", 1)[0] + "/"
+    _alice, _bob, hold = _escalated(register, sent)
+    assert alerts_run()["posted"] == 0
+    alert = Alert.objects.get(delivery_id=hold)
+    assert (alert.state, alert.last_error) == ("failed", "refused: invalid")
+    assert alerting.received == []
