@@ -34,10 +34,11 @@ def manage_command(arguments: str) -> str:
     return f"{program} manage {arguments}"
 
 
-def first_steps(hub_url: str) -> list[str]:
+def first_steps(hub_url: str, home: Path) -> list[str]:
     """The shell lines a newcomer runs to see two agents talk on this hub: put the hub's `switchboard`
-    on PATH (its virtualenv's activate script, when there is one), name the hub when it is not the
-    CLI's default, register two sessions and send from one to the other."""
+    on PATH (its virtualenv's activate script, when there is one), name the hub and its home (where
+    the CLI finds the enrollment key) when they are not the defaults, register two sessions and
+    send from one to the other."""
     from console.agent.config import DEFAULT_URL
 
     lines = []
@@ -46,6 +47,8 @@ def first_steps(hub_url: str) -> list[str]:
         lines.append(f". {activate}")
     if hub_url.rstrip("/") != DEFAULT_URL:
         lines.append(f"export SWITCHBOARD_URL={hub_url.rstrip('/')}")
+    if home.expanduser().resolve() != (Path.home() / ".switchboard").resolve():
+        lines.append(f"export SWITCHBOARD_HOME={home}")
     return [
         *lines,
         "switchboard register --name alice --save alice",

@@ -146,7 +146,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "console/dashboard.html",
         {
             "sessions": sessions,
-            "first_steps": [] if sessions else first_steps(request.build_absolute_uri("/")),
+            "first_steps": []
+            if sessions
+            else first_steps(request.build_absolute_uri("/"), settings.SWITCHBOARD_HOME),
             "teams": selectors.team_rows(),
             "feed": selectors.feed_rows(),
         },

@@ -14,6 +14,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import load_command_class
 
@@ -70,13 +71,15 @@ def test_an_empty_dashboard_says_what_to_do_next(operator_client, register):
     assert "switchboard register --name bob --save bob" in steps
     assert any(line.startswith("switchboard --session alice send bob ") for line in steps)
     assert "export SWITCHBOARD_URL=http://testserver" in steps  # not the CLI's default hub
+    assert f"export SWITCHBOARD_HOME={settings.SWITCHBOARD_HOME}" in steps  # the tests' own home
     assert b"switchboard register --name bob --save bob" in empty.content
     register("alice")
     assert b"--save bob" not in operator_client.get("/").content
 
 
-def test_first_steps_name_no_hub_when_it_is_the_default():
-    assert not any("SWITCHBOARD_URL" in line for line in cli.first_steps("http://127.0.0.1:8765/"))
+def test_first_steps_name_no_hub_and_no_home_when_they_are_the_defaults():
+    steps = cli.first_steps("http://127.0.0.1:8765/", Path.home() / ".switchboard")
+    assert not any("SWITCHBOARD_URL" in line or "SWITCHBOARD_HOME" in line for line in steps)
 
 
 def test_an_empty_token_is_called_out(monkeypatch, capsys):
