@@ -13,6 +13,10 @@ class FederationConfig(AppConfig):
     verbose_name = "Federation: hubs reaching each other's agents"
 
     def ready(self) -> None:
+        from federation.plugins import federation_plug_in
+
+        federation_plug_in()
+
         from messaging.jobs import PERIODIC_JOBS
 
         names = {job.task_name for job in PERIODIC_JOBS}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from messaging.models import REMOTE_KIND, Delivery, MessageKind, Priority
+from messaging.plugins import PLUGINS
 from messaging.policy import VERIFIED_TRUSTS
 
 PEER_LABEL = (
@@ -45,11 +46,9 @@ def marker_line(delivery: Delivery) -> str:
     if delivery.escalate:
         parts.append(f"ESCALATE={delivery.escalate}")
     if sender is not None and sender.kind == REMOTE_KIND:
-        from federation.services.forwarding import remote_hub_name
-
         # An agent of another hub reads as `name@hub`: no local name has an `@`, so a remote
         # sender can never pass for one of this hub's sessions (nor for this hub).
-        hub = remote_hub_name(sender.id, vouched=message.trust in VERIFIED_TRUSTS)
+        hub = PLUGINS.other_hubs.hub_name(sender.id, vouched=message.trust in VERIFIED_TRUSTS)
         parts[0] = f"FROM={_field(f'{sender.name}@{hub}')} FROM_REF={sender.ref}"
         parts.append(f"FROM_HUB={_field(hub)}")
     return "[SWITCHBOARD " + " ".join(p for p in parts if p) + "]"
@@ -57,14 +56,12 @@ def marker_line(delivery: Delivery) -> str:
 
 def sender_facts(sender: Any, *, vouched: bool) -> dict[str, str] | None:
     """Who sent it, as a recipient (or an operator) reads it; an agent of another hub carries its
-    `hub` (`vouched`: the message's trust is `<tier>-verified`, see `remote_hub_name`)."""
+    `hub` (`vouched`: the message's trust is `<tier>-verified`, see `OtherHubs.hub_name`)."""
     if sender is None:
         return None
     facts = {"id": str(sender.id), "name": sender.name, "ref": sender.ref}
     if sender.kind == REMOTE_KIND:
-        from federation.services.forwarding import remote_hub_name
-
-        facts["hub"] = remote_hub_name(sender.id, vouched=vouched)
+        facts["hub"] = PLUGINS.other_hubs.hub_name(sender.id, vouched=vouched)
     return facts
 
 
@@ -80,14 +77,8 @@ def label_for(delivery: Delivery) -> str:
 def frames_for_recipient(deliveries: list[Delivery]) -> list[dict[str, Any]]:
     """`frame_for_recipient` for a pull's worth of deliveries. Which carry files: what the pull
     read with them (`carries_files`), else one query for those it did not."""
-    from federation.models import MessageAttachment
-
     unknown = [d.message_id for d in deliveries if getattr(d, "carries_files", None) is None]
-    with_files = set(
-        MessageAttachment.objects.filter(message_id__in=unknown).values_list("message_id", flat=True)
-        if unknown
-        else ()
-    )
+    with_files = PLUGINS.attachments.carrying(message_ids=unknown) if unknown else set()
     return [
         frame_for_recipient(d, has_files=getattr(d, "carries_files", None) or d.message_id in with_files)
         for d in deliveries
@@ -100,10 +91,12 @@ def frame_for_recipient(delivery: Delivery, *, has_files: bool = True) -> dict[s
     message = delivery.message
     sender = message.sender
     marker = marker_line(delivery)
-    from federation.services.files import files_deliver
-
     # Copied into the recipient's own folder when first handed over (never for a refused message).
-    files = files_deliver(message_id=message.id, recipient_id=delivery.recipient_id) if has_files else []
+    files = (
+        PLUGINS.attachments.deliver(message_id=message.id, recipient_id=delivery.recipient_id)
+        if has_files
+        else []
+    )
     listing = ""
     if files:
         # FILES= counts the files handed over; one left out on the way is listed with its problem.

@@ -48,10 +48,10 @@ _pool_lock = threading.Lock()
 
 
 def _task(task_name: str) -> Any:
-    from console.celery import app
+    from celery import current_app  # the project's app in every thread (Celery's Django fix-up)
 
     importlib.import_module(task_name.rsplit(".", 1)[0])  # registers the module's tasks
-    return app.tasks[task_name]
+    return current_app.tasks[task_name]
 
 
 def run_task_now(task_name: str, *args: Any) -> None:

@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 
 from messaging.errors import NotFound
 from messaging.models import REMOTE_KIND, AgentSession, AuditEvent, Message, SessionStatus, Tier
+from messaging.plugins import PLUGINS
 from messaging.principals import Principal
 from messaging.sensitivity import mask_text
 from messaging.services.sessions import session_summary
@@ -28,9 +29,7 @@ def agents_list(
     local = [dict(session_summary(s), tier="host") for s in qs.exclude(kind=REMOTE_KIND)]
     if not include_remote:
         return local
-    from federation.services.discovery import remote_agents_list
-
-    return local + remote_agents_list(name=name)
+    return local + PLUGINS.other_hubs.agents(name=name)
 
 
 def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:
@@ -50,9 +49,7 @@ def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:
 def message_status(message: Message) -> dict[str, Any]:
     """A message's current state per recipient and its full history, from the audit."""
     deliveries = list(message.deliveries.select_related("recipient").order_by("id"))
-    from federation.services.receipts import remote_progress
-
-    remote = remote_progress(delivery_ids=[d.pk for d in deliveries])
+    remote = PLUGINS.other_hubs.progress(delivery_ids=[d.pk for d in deliveries])
     history = [
         {
             "at": e.at.isoformat(),

@@ -17,3 +17,7 @@ class TeamsConfig(AppConfig):
         ]
         known = {job.task_name for job in PERIODIC_JOBS}
         PERIODIC_JOBS.extend(job for job in ours if job.task_name not in known)
+
+        from teams.plugins import teams_plug_in
+
+        teams_plug_in()

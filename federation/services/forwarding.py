@@ -355,10 +355,10 @@ def remote_session_for(
             for field, value in fields.items():
                 setattr(session, field, value)
         return session
-    from messaging.services.sessions import _new_ref
+    from messaging.services.sessions import new_ref
 
     for attempt in range(8):
-        wanted_ref = ref.lower() if (ref and attempt == 0) else _new_ref()
+        wanted_ref = ref.lower() if (ref and attempt == 0) else new_ref()
         try:
             with transaction.atomic():
                 session = AgentSession.objects.create(

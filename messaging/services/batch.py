@@ -39,6 +39,7 @@ from messaging.models import (
     Tier,
     UnreadCount,
 )
+from messaging.plugins import PLUGINS
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
@@ -336,11 +337,9 @@ class _Batch:
             inbox = self.inboxes[recipient.id] = _Inbox(recipient=recipient)
             observed = self._read_recipient(inbox)
             if observed:
-                from teams.services.observers import observer_check_send
-
                 # Observers send only observer reports to their target and receive nothing.
                 try:
-                    trust = observer_check_send(
+                    trust = PLUGINS.send_guard.check(
                         sender=self.sender, recipient=recipient, kind=MessageKind.TEXT
                     )
                 except SwitchboardError as exc:
@@ -354,9 +353,7 @@ class _Batch:
         either side is an observer (returned), its rule for this sender, whether it has sent the
         sender the loop threshold of texts within the window, and its unread count (the counts the
         database keeps, models.UnreadCount). Separately they are four round trips per recipient."""
-        from teams.models import Observer
-
-        observer, policy = Observer._meta.db_table, SenderPolicy._meta.db_table
+        restricted, policy = PLUGINS.send_guard.restricted_sql, SenderPolicy._meta.db_table
         unread = UnreadCount._meta.db_table
         ident = functools.partial(Message._meta.pk.get_db_prep_value, connection=connection)
         threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
@@ -364,7 +361,7 @@ class _Batch:
         sender, recipient = ident(self.sender.id), ident(inbox.recipient.id)
         sql = f"""
             SELECT
-              EXISTS (SELECT 1 FROM {observer} WHERE session_id = %s OR session_id = %s),
+              ({restricted} OR {restricted}),
               (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
               (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
               (SELECT COUNT(*) FROM ({pair_texts_sql()}) AS replies),

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from messaging.errors import Invalid
 from messaging.models import AgentSession, AuditEvent, Delivery, Message
+from messaging.plugins import PLUGINS
 from messaging.principals import Principal
 from messaging.services.audit import audit_events_bulk
 from messaging.services.bulk import as_uuid, joined_models_selected, json_text, select_columns
@@ -202,11 +203,10 @@ def _handed_select(source: str, alias: str, *, message_by_key: bool = False) -> 
     (the deliveries, named `alias`), each delivery's columns, its message's, the message's
     sender's, and whether the message carries files. With `message_by_key` (PostgreSQL), each
     message is read by its key for its delivery, whatever the planner's statistics say."""
-    from federation.models import MessageAttachment
-
     qn = connection.ops.quote_name
     message, session = qn(Message._meta.db_table), qn(AgentSession._meta.db_table)
-    attachment = qn(MessageAttachment._meta.db_table)
+    table = PLUGINS.attachments.table
+    carries_files = f"EXISTS (SELECT 1 FROM {qn(table)} a WHERE a.message_id = m.id)" if table else "(1 = 0)"
     if message_by_key:
         joined = f"CROSS JOIN LATERAL (SELECT * FROM {message} WHERE id = {alias}.message_id OFFSET 0) m"
     else:
@@ -214,7 +214,7 @@ def _handed_select(source: str, alias: str, *, message_by_key: bool = False) -> 
     return (
         f"SELECT {select_columns(Delivery, alias)}, {select_columns(Message, 'm')}, "
         f"{select_columns(AgentSession, 's')}, "
-        f"EXISTS (SELECT 1 FROM {attachment} a WHERE a.message_id = m.id) "
+        f"{carries_files} "
         f"FROM {source} {joined} LEFT JOIN {session} s ON s.id = m.sender_id"
     )
 

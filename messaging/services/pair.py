@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection
 
 from messaging.models import AgentSession, Delivery, Message, MessageKind, Pin, SenderPolicy, UnreadCount
+from messaging.plugins import PLUGINS
 from messaging.services.bulk import as_uuid
 
 
@@ -90,15 +91,14 @@ def pair_texts_params(
 
 @functools.cache
 def _statement() -> str:
-    from teams.models import Observer
-
     message, delivery = Message._meta.db_table, Delivery._meta.db_table
-    observer, policy, pin = Observer._meta.db_table, SenderPolicy._meta.db_table, Pin._meta.db_table
+    policy, pin = SenderPolicy._meta.db_table, Pin._meta.db_table
+    restricted = PLUGINS.send_guard.restricted_sql
     unread = UnreadCount._meta.db_table
     return f"""
         SELECT
-          EXISTS (SELECT 1 FROM {observer} WHERE session_id = %s),
-          EXISTS (SELECT 1 FROM {observer} WHERE session_id = %s),
+          {restricted},
+          {restricted},
           (SELECT m.id FROM {message} m JOIN {delivery} d ON d.message_id = m.id
             WHERE m.dedupe_key = %s AND m.kind = %s AND m.created_at >= %s AND d.recipient_id = %s
             ORDER BY m.created_at DESC LIMIT 1),

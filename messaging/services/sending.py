@@ -55,6 +55,7 @@ from messaging.models import (
     Tier,
 )
 from messaging.names import strip_invisible
+from messaging.plugins import PLUGINS
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, Verdict, inbound_decide
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import Classification, classify, mask_preview, mask_text, match_labels
@@ -364,9 +365,7 @@ def _candidate_statement(vendor: str, prefix: bool, by_id: bool, by_ref: bool, b
 
 
 def lead_candidate(sender: AgentSession) -> Candidate | None:
-    from teams.selectors import lead_session_of
-
-    lead = lead_session_of(sender)
+    lead = PLUGINS.lead_of(sender)
     if lead is None or lead.status == SessionStatus.EXITED:
         return None
     return Candidate(str(lead.id), lead.ref, lead.name, lead.name_key, lead.cwd)
@@ -624,7 +623,7 @@ def message_send(
     a message another hub forwarded here, and `attached` holds the start of each file it carried
     (scanned with the text and the summary: `messaging.sensitivity.FILE_SCAN_BYTES`). An address
     no local session (live or stopped) takes is tried on the other hubs (channel → LAN → relay,
-    federation.services.forwarding) before it is `not_found`."""
+    `messaging.plugins.OtherHubs.route`) before it is `not_found`."""
     actor = actor or session_principal(sender)
     checked = send_input_checked(
         to=to,
@@ -647,9 +646,7 @@ def message_send(
         # session's messages are held for it (`decide_by_recipient_state`).
         recipient, resolution = _resolve(sender, target)  # its pin is checked with the pair's facts
     except NotFound:
-        from federation.services.forwarding import route_for_send
-
-        route = None if remote is not None else route_for_send(sender=sender, target=target)
+        route = None if remote is not None else PLUGINS.other_hubs.route(sender=sender, target=target)
         if route is None:
             raise
         recipient, resolution = route.recipient, route.resolution
@@ -665,10 +662,8 @@ def message_send(
     if pin_key:
         pin_check(recipient=recipient, target=target, pinned_to=facts.pinned_to)
     if facts.sender_is_observer or facts.recipient_is_observer or kind == MessageKind.OBSERVER_REPORT:
-        from teams.services.observers import observer_check_send
-
         # Observers send only observer reports to their target and receive nothing (raises Forbidden).
-        trust = observer_check_send(sender=sender, recipient=recipient, kind=kind) or trust
+        trust = PLUGINS.send_guard.check(sender=sender, recipient=recipient, kind=kind) or trust
     if kind == MessageKind.TEXT and not hub_made and facts.duplicate_of is not None:
         original = Message.objects.get(pk=facts.duplicate_of)
         delivery = original.deliveries.get(recipient=recipient)
@@ -750,9 +745,7 @@ def message_send(
                 ),
             )
             if files:
-                from federation.services.files import files_attach
-
-                files_attach(message_id=message.id, files=files, tier=delivery.tier)
+                PLUGINS.attachments.attach(message_id=message.id, files=files, tier=delivery.tier)
             if route is not None:
                 route.attach(delivery)
             if pin_changes:
@@ -992,9 +985,7 @@ def files_scanned(files: list[dict[str, str]] | None) -> list[bytes]:
     """The start of each uploaded file a send attaches, for the sensitive tier to scan."""
     if not files:
         return []
-    from federation.services.files import file_head
-
-    return [file_head(sha256=str(ref.get("sha256", ""))) for ref in files]
+    return [PLUGINS.attachments.head(sha256=str(ref.get("sha256", ""))) for ref in files]
 
 
 def message_event(message: Message, delivery: Delivery, recipient: AgentSession) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from messaging.models import (
     session_kind_problem,
 )
 from messaging.names import clean_name, name_problem, normalize_name
+from messaging.plugins import PLUGINS, session_registered, session_status_changed
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.bulk import models_selected
@@ -42,7 +43,8 @@ class Registration:
     token: str  # shown once; only its hash is kept
 
 
-def _new_ref() -> str:
+def new_ref() -> str:
+    """A fresh random ref; the unique index on `AgentSession.ref` decides whether it is free."""
     return "".join(secrets.choice(REF_ALPHABET) for _ in range(REF_LENGTH))
 
 
@@ -76,14 +78,12 @@ def session_register(
     if peer_address and not peer_address.startswith(("uds:", "http://", "https://")):
         raise Invalid("bad_peer_address", "peer_address starts with `uds:`, `http://` or `https://`.")
 
-    from federation.services.registry import registry_conflict, registry_session_changed
-
-    elsewhere = registry_conflict(name_key=normalize_name(name), cwd=cwd)
+    elsewhere = PLUGINS.other_hubs.live_elsewhere(name_key=normalize_name(name), cwd=cwd)
     if elsewhere is not None:
         raise Conflict(
-            f"{name!r} (in {cwd or 'no folder'}) is already live in the hub {elsewhere.hub_name} on this "
+            f"{name!r} (in {cwd or 'no folder'}) is already live in the hub {elsewhere} on this "
             "machine; an agent runs in one hub at a time. Stop it there, or register under another name.",
-            hub=elsewhere.hub_name,
+            hub=elsewhere,
         )
     token, token_hash = new_token(SESSION_PREFIX)
     now = timezone.now()
@@ -93,7 +93,7 @@ def session_register(
                 session = AgentSession.objects.create(
                     name=name,
                     name_key=normalize_name(name),
-                    ref=_new_ref(),
+                    ref=new_ref(),
                     cwd=cwd,
                     kind=kind,
                     permission_mode=permission_mode,
@@ -111,14 +111,7 @@ def session_register(
                     detail={"kind": session.kind, "permission_mode": permission_mode},
                 )
                 announce("session.changed", session_summary(session), sessions=[session.id])
-                registry_session_changed(
-                    session_id=str(session.id),
-                    name=session.name,
-                    name_key=session.name_key,
-                    ref=session.ref,
-                    cwd=session.cwd,
-                    live=status != SessionStatus.STOPPED,
-                )
+                session_registered.send(sender=AgentSession, session=session)
             return Registration(session=session, token=token)
         except IntegrityError:
             continue  # a ref collision: draw another
@@ -217,21 +210,11 @@ def session_set_status(
             deliveries_release_for_recipient(recipient=locked, actor=actor)
         if status == SessionStatus.EXITED:
             deliveries_retire_for_exit(recipient=locked, actor=actor)
-        if previous != status:
-            from federation.services.registry import registry_session_changed
-
-            registry_session_changed(
-                session_id=str(locked.id),
-                name=locked.name,
-                name_key=locked.name_key,
-                ref=locked.ref,
-                cwd=locked.cwd,
-                live=status in (SessionStatus.BUSY, SessionStatus.IDLE),
-            )
-        from teams.services.liveness import on_session_status
-
-        # Same transaction: the idle notification (with the final answer) commits with the status.
-        on_session_status(session=locked, previous=previous, final_answer=final_answer, actor=actor)
+        # Same transaction: what listeners write (a team's idle notification with the final
+        # answer) commits with the status.
+        session_status_changed.send(
+            sender=AgentSession, session=locked, previous=previous, final_answer=final_answer, actor=actor
+        )
     session.__dict__.update({f: getattr(locked, f) for f in fields})
     return locked
 

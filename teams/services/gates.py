@@ -228,7 +228,7 @@ def gate_check_decide(*, check: GateCheck, state: str, reason: str = "") -> str:
 
 def _apply(check: GateCheck, *, allow: bool, reason: str) -> None:
     from teams.services.liveness import idle_notify_lead
-    from teams.services.tasks import _announce, task_finish
+    from teams.services.tasks import task_announce, task_finish
 
     if check.event == GateEvent.TEAMMATE_IDLE:
         member = check.member
@@ -267,7 +267,7 @@ def _apply(check: GateCheck, *, allow: bool, reason: str) -> None:
                     f"Task {task.pk} refused by the quality gate",
                 )
         task.refresh_from_db()
-        _announce(task)
+        task_announce(task)
         return
     if check.event == GateEvent.TASK_COMPLETED:
         if allow:
@@ -277,7 +277,7 @@ def _apply(check: GateCheck, *, allow: bool, reason: str) -> None:
             gate_pending="", gate_reason=reason[:500], revision=F("revision") + 1
         )
         task.refresh_from_db()
-        _announce(task)
+        task_announce(task)
         if task.owner_id:
             _tell(
                 check,

@@ -125,7 +125,7 @@ def task_create(
             target=str(team.id),
             detail={"task": task.pk, "blocked_by": sorted(b.pk for b in blockers), "gated": bool(gate)},
         )
-        _announce(task)
+        task_announce(task)
         if gate:
             gate_check_open(gate=gate, task=task, member=member, payload={"task": task_summary(task)})
     return task
@@ -167,7 +167,7 @@ def task_link(
             detail={"task": task.pk, "add": [b.pk for b in add_tasks], "remove": list(remove or [])},
         )
         task.refresh_from_db()
-        _announce(task)
+        task_announce(task)
     return task
 
 
@@ -200,7 +200,7 @@ def _claim(*, task_id: int, member: Membership, actor: Principal, expected_revis
             target=str(task.team_id),
             detail={"task": task.pk, "member": str(member.id), "revision": task.revision},
         )
-        _announce(task)
+        task_announce(task)
     return task
 
 
@@ -279,7 +279,7 @@ def task_assign(*, task: Task, member_id: Any, actor: Principal) -> Task:
             summary=f"Task {task.pk} assigned to you: {locked.title}",
             actor=actor,
         )
-        _announce(locked)
+        task_announce(locked)
     return locked
 
 
@@ -296,7 +296,7 @@ def task_release(*, task: Task, actor: Principal) -> Task:
         )
         locked.refresh_from_db()
         audit_event("task.released", actor=actor.actor, target=str(task.team_id), detail={"task": task.pk})
-        _announce(locked)
+        task_announce(locked)
     return locked
 
 
@@ -336,7 +336,7 @@ def task_complete(*, task: Task, actor: Principal, result: str = "") -> Task:
         audit_event(
             "task.completion_requested", actor=actor.actor, target=str(task.team_id), detail={"task": task.pk}
         )
-        _announce(locked)
+        task_announce(locked)
         gate_check_open(gate=gate, task=locked, member=member, payload={"task": task_summary(locked)})
     return locked
 
@@ -360,7 +360,7 @@ def task_finish(*, task: Task, actor: Principal, result: str | None = None) -> T
             return task
         task.refresh_from_db()
         audit_event("task.completed", actor=actor.actor, target=str(task.team_id), detail={"task": task.pk})
-        _announce(task)
+        task_announce(task)
         _tell_unblocked(task, actor)
     return task
 
@@ -378,7 +378,7 @@ def _tell_unblocked(done: Task, actor: Principal) -> None:
         audit_event(
             "task.unblocked", actor=actor.actor, target=str(done.team_id), detail={"task": dependant.pk}
         )
-        _announce(dependant)
+        task_announce(dependant)
         if dependant.owner_id and dependant.owner.left_at is None:
             hub_notify(
                 recipient=dependant.owner.session,
@@ -433,5 +433,6 @@ def task_summary(task: Task) -> dict[str, Any]:
     }
 
 
-def _announce(task: Task) -> None:
+def task_announce(task: Task) -> None:
+    """Tell the task's team (its browsers and members' sockets) that the task changed."""
     announce("task.changed", task_summary(task), teams=[task.team_id])

@@ -1,0 +1,185 @@
+"""Layers point down (docs/architecture.md): a package imports only itself and the floors below it,
+so no import loop can cross packages, and no module imports another module's private (`_x`) name.
+
+Read from the source with `ast`, every import counts: at the top of a module, inside a function,
+or under `if TYPE_CHECKING:`.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Each package's floor. A package may import packages on lower floors; on its own floor, only itself
+# (teams and federation build on messaging side by side and know nothing of each other).
+FLOORS: dict[str, int] = {
+    "switchboard_agent": 0,  # the agent client: no Django, none of the hub's packages
+    "messaging": 1,  # the ground floor of the hub: sessions, messages, deliveries
+    "teams": 2,
+    "federation": 2,
+    "alerts": 3,  # operator alerts: built on messaging and teams
+    "console": 4,  # the operator's UI
+    "hub": 5,  # the Django project: settings, ASGI, Celery app, server, database backend
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, dotted
+    line: int
+    target: str  # the imported module, dotted
+    names: tuple[str, ...]  # the names taken from it (`from target import names`)
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_in(root: Path, packages: dict[str, int]) -> Iterator[Import]:
+    """Every import statement in the packages' source under `root` (migrations excluded: Django
+    writes them, and they name other apps only as strings)."""
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            module = _module_name(path, root)
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    for alias in node.names:
+                        yield Import(module, node.lineno, alias.name, ())
+                elif isinstance(node, ast.ImportFrom):
+                    if node.level:  # relative: resolve against the importing module's package
+                        base = module.split(".")
+                        is_package = path.name == "__init__.py"
+                        base = base[: len(base) - node.level + is_package]
+                        target = ".".join(base + ([node.module] if node.module else []))
+                    else:
+                        target = node.module or ""
+                    yield Import(module, node.lineno, target, tuple(a.name for a in node.names))
+
+
+def upward_imports(root: Path, packages: dict[str, int]) -> list[str]:
+    """Imports of a package on the same or a higher floor than the importer's (itself excepted)."""
+    found = []
+    for imp in imports_in(root, packages):
+        mine, theirs = imp.module.split(".")[0], imp.target.split(".")[0]
+        if theirs in packages and theirs != mine and packages[theirs] >= packages[mine]:
+            found.append(f"{imp.module}:{imp.line} imports {imp.target}")
+    return found
+
+
+def package_cycles(root: Path, packages: dict[str, int]) -> list[list[str]]:
+    """Loops in the graph of which package imports which (each loop once, as a path)."""
+    edges: dict[str, set[str]] = {p: set() for p in packages}
+    for imp in imports_in(root, packages):
+        mine, theirs = imp.module.split(".")[0], imp.target.split(".")[0]
+        if theirs in packages and theirs != mine:
+            edges[mine].add(theirs)
+    cycles: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+
+    def walk(path: list[str]) -> None:
+        for nxt in sorted(edges[path[-1]]):
+            if nxt == path[0] and frozenset(path) not in seen:
+                seen.add(frozenset(path))
+                cycles.append([*path, nxt])
+            elif nxt not in path:
+                walk([*path, nxt])
+
+    for start in sorted(edges):
+        walk([start])
+    return cycles
+
+
+def private_names_crossing(root: Path, packages: dict[str, int]) -> list[str]:
+    """`from other.module import _name`: a private name used outside the module that defines it."""
+    return [
+        f"{imp.module}:{imp.line} takes {name} from {imp.target}"
+        for imp in imports_in(root, packages)
+        for name in imp.names
+        if name.startswith("_") and not name.startswith("__") and imp.target != imp.module
+    ]
+
+
+# Imports being moved today (the hub's home-folder secrets leave `console`, the `dead` rule moves to
+# `messaging.liveness`). Nothing may be added here.
+MOVING = {
+    "messaging.credentials imports console.home",
+    "messaging.services.sessions imports teams.services.liveness",
+    "federation.services.identity imports console.home",
+    "federation.services.registry imports console.home",
+}
+
+
+def _present(packages: dict[str, int]) -> dict[str, int]:
+    return {p: floor for p, floor in packages.items() if (ROOT / p).is_dir()}
+
+
+def _not_moving(found: list[str]) -> list[str]:
+    return [f for f in found if f.split(":", 1)[0] + " imports " + f.rsplit(" ", 1)[1] not in MOVING]
+
+
+def test_no_package_imports_one_on_its_floor_or_above() -> None:
+    assert _not_moving(upward_imports(ROOT, _present(FLOORS))) == []
+
+
+def test_no_import_loop_crosses_packages() -> None:
+    edges = {f.split(":", 1)[0].split(".")[0] + ">" + f.rsplit(" ", 1)[1].split(".")[0] for f in MOVING}
+    cycles = package_cycles(ROOT, _present(FLOORS))
+    assert [c for c in cycles if not any(f"{a}>{b}" in edges for a, b in zip(c, c[1:], strict=False))] == []
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    assert private_names_crossing(ROOT, _present(FLOORS)) == []
+
+
+def test_the_ground_floor_and_the_agent_package_are_checked() -> None:
+    """The checks above read real source: the packages they guard are where FLOORS says."""
+    present = _present(FLOORS)
+    assert {"messaging", "teams", "federation", "console"} <= set(present)
+    assert any(i.target.startswith("messaging") for i in imports_in(ROOT, {"teams": 2}))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A small source tree: `low` is below `high`; `left` and `right` share a floor."""
+    for package in ("low", "high", "left", "right"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    return tmp_path
+
+
+FAKE = {"low": 0, "left": 1, "right": 1, "high": 2}
+
+
+def test_an_import_from_a_higher_floor_inside_a_function_is_found(tree: Path) -> None:
+    (tree / "low" / "core.py").write_text("def f():\n    from high.views import page\n    return page\n")
+    (tree / "high" / "views.py").write_text("from low.core import f\n")
+    assert upward_imports(tree, FAKE) == ["low.core:2 imports high.views"]
+    assert package_cycles(tree, FAKE) == [["high", "low", "high"]]
+
+
+def test_packages_on_one_floor_may_not_import_each_other(tree: Path) -> None:
+    (tree / "left" / "a.py").write_text("import right.b\n")
+    assert upward_imports(tree, FAKE) == ["left.a:1 imports right.b"]
+
+
+def test_a_private_name_taken_from_another_module_is_found(tree: Path) -> None:
+    (tree / "low" / "refs.py").write_text("def _new_ref():\n    return 'x'\n")
+    (tree / "high" / "use.py").write_text("from low.refs import _new_ref\nfrom . import __doc__\n")
+    assert private_names_crossing(tree, FAKE) == ["high.use:1 takes _new_ref from low.refs"]
+
+
+def test_downward_imports_pass(tree: Path) -> None:
+    (tree / "high" / "ok.py").write_text("import low\nfrom left import x\nfrom .ok import y\n")
+    assert upward_imports(tree, FAKE) == [] and package_cycles(tree, FAKE) == []
