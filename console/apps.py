@@ -16,7 +16,7 @@ class ConsoleConfig(AppConfig):
 def _skip_closing_in_process_caches() -> None:
     """Django closes every cache after each request, for caches that hold connections. The hub
     uses no cache but Django's in-process default, which has nothing to close, and the check costs
-    a context-local lookup per cache on every request (~3% of an API call); skip it then."""
+    a context-local lookup per cache on every request; skip it then."""
     from django.core import signals
     from django.core.cache import close_caches
 

@@ -1,9 +1,9 @@
 """Daphne's HTTP requests, bounded while they are received and fed to the application as it reads.
 
 Twisted receives a whole request body (in memory below 100 kB, in a temporary file above) before
-daphne starts the application, and daphne then put all of it on the application's queue at once
-(django/daphne#483): a 1.2 GB chunked POST that was refused with a 401 first took the process
-from 0.14 to 2.6 GB. Here:
+daphne starts the application, and daphne then puts all of it on the application's queue at once
+(django/daphne#483): left so, a body costs the process its whole size in memory, even one the
+application refuses. Here:
 
 - the body's limit is known when the headers are (`gotLength`): the request line's path gives its
   route family (`console.request_guard.body_limit`); a declared Content-Length over it is answered
@@ -13,7 +13,7 @@ from 0.14 to 2.6 GB. Here:
   `receive` reads it from that file, one chunk per call, as a streaming server would; a body kept
   in memory (under 100 kB, which is every send) goes as daphne sends it;
 - Twisted does not parse form bodies: `Request` parses every POST that carries a Content-Type
-  into `request.args`, which daphne never reads (about 5% of a web process's CPU per send);
+  into `request.args`, which daphne never reads (work for nothing on every send);
   `parsePOSTFormSubmission=False` is a documented argument of `twisted.web.http.Request`.
 
 Daphne has no setting for any of this, so `bound_daphne_requests` gives daphne's request class

@@ -1,12 +1,12 @@
 """Keep the garbage collector's full passes short in long-running hub processes.
 
-CPython's full (generation 2) collection walks every object the collector tracks. A web process
-tracks about 120,000 once its ASGI application is built (Django, the API's schemas, the database
-and Redis clients), more after its first requests, and nearly all of them live as long as the
-process. Under load each full pass paused a daphne process for 80-95 ms, every 5-12 s: the
-slowest 1% of sends waited on it. `gc.freeze()` moves the objects alive at that moment out of the
+CPython's full (generation 2) collection walks every object the collector tracks, and the process
+serves nothing while it does. A web process tracks a great many once its ASGI application is built
+(Django, the API's schemas, the database and Redis clients), more after its first requests, and
+nearly all of them live as long as the process: walking them again on every full pass would pause
+every request in flight. `gc.freeze()` moves the objects alive at that moment out of the
 collector's sight (they are never freed, which they would not be anyway), so later full passes
-walk only what was made since: 1.5-2.6 ms.
+walk only what was made since.
 
 Web processes freeze once the ASGI application is built and once more after their first
 `FREEZE_AFTER_REQUESTS` requests or connections, or `FREEZE_AFTER_SECONDS` after the first one,

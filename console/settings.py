@@ -143,7 +143,7 @@ if _db_pool and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql
     }
 # PostgreSQL: send parameters apart from the SQL and let psycopg prepare a statement the second
 # time a connection runs it, so PostgreSQL plans each of the hub's few hot statements once per
-# connection instead of on every call (planning was about half of a send's database time).
+# connection instead of on every call.
 # SWITCHBOARD_DB_PREPARE=0 turns it off (e.g. behind a connection pooler that cannot keep them).
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_int(
     "SWITCHBOARD_DB_PREPARE", 1

@@ -118,9 +118,9 @@ class LoopConsumer(AsyncJsonWebsocketConsumer):
     handle (each frame from the client, each event from the channel layer), to close stale
     database connections there. A subclass reaches the database only through
     `DatabaseSyncToAsync` calls (such as `_off_the_shared_thread`), which close stale connections
-    on their own thread before and after, or not at all; so the hop is skipped. It cost every
-    push a round trip to that thread, queued behind whatever else waited for it (on SQLite, every
-    socket's database calls run there)."""
+    on their own thread before and after, or not at all; so the hop is skipped, and no push waits
+    for a round trip to that thread behind whatever else waits for it (on SQLite, every socket's
+    database calls run there)."""
 
     socket_kind = "other"  # its label in the open-WebSockets gauge (messaging.metrics)
 

@@ -180,14 +180,12 @@ class Message(models.Model):
     class Meta:
         indexes = [
             # Loop protection: identical text from a sender in a short window, and a pair's recent
-            # traffic. The dedupe lookup names one column that no other index starts with: had it
-            # asked for (sender, text), PostgreSQL could choose `message_sender_recent` for it and
-            # read every message the sender wrote within the window, which it does whenever its
-            # statistics take the sender for a rare one (a new sender, a table not analyzed yet).
+            # traffic. The dedupe lookup names one column that no other index starts with, so no
+            # plan can serve it from `message_sender_recent` by reading every message the sender
+            # wrote within the window (whatever the statistics say of the sender).
             models.Index(fields=["dedupe_key", "created_at"], name="message_dedupe_key"),
             # A pair's recent texts, read up to the loop threshold: one index range, however much
-            # either side writes to or receives from others (joined through the deliveries, the
-            # count read the recipient's texts to anyone or the sender's whole inbox).
+            # either side writes to or receives from others.
             models.Index(fields=["pair_key", "created_at"], name="message_pair_recent"),
             models.Index(fields=["sender", "created_at"], name="message_sender_recent"),
         ]

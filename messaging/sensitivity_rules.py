@@ -25,7 +25,7 @@ class Rule:
     category: str  # credential | destructive | transcript
     regex: re.Pattern[str]
     # Substrings every match holds (lowercase when the regex ignores case, looked for in
-    # `lowered_for_needs(text)`): `in` rules a text out 10-20 times faster than the regex.
+    # `lowered_for_needs(text)`): a text without one is ruled out by `in`, never by the regex.
     needs: tuple[str, ...]
     ignores_case: bool
     # The captured value must look like a secret, not a reference to one (`os.environ[...]`,

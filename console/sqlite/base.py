@@ -2,13 +2,13 @@
 
 SQLite lets one connection write at a time. The hub starts every transaction with
 `BEGIN IMMEDIATE` (console.settings), so a second writer waits in SQLite's busy handler, which
-sleeps between tries (1, 2, 5, 10 ms and longer): under concurrent sends the request threads slept
-while the processor idled. Threads of one process now queue on a lock per database file and start
-as soon as the writer before them commits or rolls back.
+sleeps between tries (1, 2, 5, 10 ms and longer), so concurrent writers would sleep while the
+processor idles. Threads of one process queue on a lock per database file instead, and each starts
+as soon as the writer before it commits or rolls back.
 
 The lock only orders this process's writers. SQLite's own locking still does the guarding: a
-thread that has not got the lock within the connection's timeout goes ahead and waits in SQLite
-as before, and other processes (a management command, a second hub) never see the lock.
+thread that has not got the lock within the connection's timeout goes ahead and waits in SQLite's
+busy handler, and other processes (a management command, a second hub) never see the lock.
 
 The database holds every message, so its file is its owner's alone (0600), like the keys beside
 it: created so before SQLite opens it, which gives its `-wal` and `-shm` files the same mode.

@@ -187,11 +187,10 @@ def _pubsub_target(layer: Any) -> _PubSubTarget | None:
 class _Publisher:
     """This process's sender of live events to Redis. A batch handed over while nothing else is
     waiting or being published goes out at once, on the caller's thread, in one round trip: that
-    is the common case, a send now and then, and handing the batch to a thread instead cost its
-    push the wait for that thread to get the interpreter lock from the request that was still
-    answering (0.3-0.5 ms). Batches handed over meanwhile wait for one thread, which publishes
-    everything waiting in one pipelined round trip, so under load many sends' events share a round
-    trip and requests do not wait for Redis. Rounds never overlap, so events go out in the order
+    is the common case, a send now and then, whose push then never waits for another thread to
+    get the interpreter lock from the request still answering. Batches handed over meanwhile wait
+    for one thread, which publishes everything waiting in one pipelined round trip, so under load
+    many sends' events share a round trip and requests do not wait for Redis. Rounds never overlap, so events go out in the order
     they were handed over (commit order).
 
     A caller waits at most INLINE_TIMEOUT for Redis. A batch Redis did not take then goes to the

@@ -65,13 +65,10 @@ def pair_texts_sql() -> str:
     own key, from (the pair, the window's start) to (the pair, END_OF_TIME), read in that index's
     order: no other index can serve the range or the order, and the table only by reading all of
     it and sorting, so any plan, a generic one or one made for the values, reads only the pair's
-    recent texts. (Once the table has statistics: before its first ANALYZE, PostgreSQL takes it
-    for 10 pages and scans and sorts, and a prepared statement keeps such a plan until then; the
-    hub gathers them within seconds of a table's first rows: messaging.services.statistics.)
-    Asked as `pair_key = … AND created_at >= …` under a LIMIT, PostgreSQL could count through
-    the `created_at` index over the hub's whole window (a generic plan, with few pairs in its
-    statistics) or scan the table (a plan for a pair with a long history, whose rows it took for
-    recent ones)."""
+    recent texts, once the table has statistics (the hub gathers a table's first within seconds
+    of its first rows: messaging.services.statistics). A condition of the form `pair_key = … AND
+    created_at >= …` would leave the planner free to count through the `created_at` index over
+    the hub's whole window, or to scan the table."""
     return (
         f"SELECT 1 FROM {Message._meta.db_table} "
         "WHERE (pair_key, created_at) >= (%s, %s) AND (pair_key, created_at) <= (%s, %s) AND kind = %s "

@@ -1,21 +1,18 @@
 """When each session was last seen, written a little late and many at a time.
 
 Every authenticated REST call counts as a heartbeat (`AgentSession.last_seen`: the console calls
-a live session that has not been seen for SWITCHBOARD_DEAD_AFTER_SECONDS dead). The call used to
-write the time itself, at most once a second per session, on the request's own connection: an
-UPDATE and a commit in front of the answer. An agent that calls every few seconds, as agents
-do, paid that on every call: in one process, 100 senders taking turns, 6.7-7.1 ms per send
-against 5.4-5.6 ms now, with 0.5-0.8 ms more CPU in the web process and 0.3 ms more in
-PostgreSQL (bench/results/history.md, twentieth round).
+a live session that has not been seen for SWITCHBOARD_DEAD_AFTER_SECONDS dead). No request waits
+for that write: an UPDATE and a commit in front of every answer would cost each call of an agent
+that calls every few seconds, as agents do.
 
-Now a call only notes the time in this process's `SeenTimes`, and a background thread writes
+A call only notes the time in this process's `SeenTimes`, and a background thread writes
 what was noted, at most once a second, for every session at once, in one transaction (rows in
 id order, so two processes writing together cannot deadlock). A time never moves backwards:
 a row keeps a later time another process or a status change wrote. What was noted but not yet
 written is lost with the process, about a second of heartbeats, which the next call repeats.
 In tests (SWITCHBOARD_JOBS=inline) the time is written at once, in the caller's transaction.
 
-Explicit heartbeats, status changes and agent WebSockets write `last_seen` at once, as before
+Explicit heartbeats, status changes and agent WebSockets write `last_seen` at once
 (`sessions.session_touch`): they are rare, and their callers read the time back.
 """
 

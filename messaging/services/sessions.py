@@ -121,7 +121,7 @@ def session_register(
 @functools.cache
 def _session_by_token_sql() -> str:
     """The token lookup as SQL, compiled by the ORM once: every authenticated call makes it, and
-    compiling the queryset each time cost more than running it."""
+    compiling the queryset each time costs more than running it."""
     sql, _params = AgentSession.objects.filter(token_hash="")[:1].query.sql_with_params()
     return sql
 

@@ -4,17 +4,16 @@ PostgreSQL plans every query from the statistics ANALYZE gathers. Autovacuum run
 table once enough of it has changed (`autovacuum_analyze_threshold` rows plus
 `autovacuum_analyze_scale_factor` of the table), but only when it gets round to the database,
 once every `autovacuum_naptime` (a minute by default), and never when autovacuum is off. Until a
-table's first ANALYZE the planner knows nothing of its columns, and the statements a send runs
-were planned without: the pair read scanned the whole message table (an in-process send took
-2.7 ms at 650 messages and 4.1–4.3 ms at 5,000, then 2.4 ms once analyzed), and a batch's read
-per recipient took 5–6 ms at 11,400 messages instead of 0.33.
+table's first ANALYZE the planner knows nothing of its columns, and may plan a send's reads (the
+pair's facts, a batch's read per recipient) as scans of the whole message table, whose cost then
+grows with the table.
 
 So the hub applies autovacuum's own rule on its own pace (a periodic job) to a table that has
 no statistics yet. With autovacuum off, which would leave those first statistics to stand
 however the table grows, it applies the rule to the others too, but at autovacuum's pace: at
 most once a naptime per table. (Every ANALYZE makes each connection plan its statements on
-that table again, and some of the hub's tables change on every send: analyzed whenever due, at
-every run of the job, they made the send → push latency worse, not better.)
+that table again, and some of the hub's tables change on every send: no table is analyzed more
+often than autovacuum's rule asks.)
 PostgreSQL only: SQLite's planner does not wait for statistics in this way.
 """
 
