@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from federation.models import MessageAttachment
+from messaging.jobs import enqueue
 from messaging.models import AgentSession, SessionStatus
 from messaging.plugins import PLUGINS, RemoteSend, session_registered, session_status_changed
 
@@ -39,6 +40,9 @@ class OtherHubsFederated:
 
         entry = registry_conflict(name_key=name_key, cwd=cwd)
         return entry.hub_name if entry is not None else None
+
+    def forward(self, *, delivery_id: int) -> None:
+        enqueue("federation.tasks.forward_delivery", delivery_id)
 
 
 class StoredFiles:

@@ -60,6 +60,11 @@ class OtherHubs(Protocol):
         """The name of another hub on this machine where this agent (name and folder) is live."""
         ...
 
+    def forward(self, *, delivery_id: int) -> None:
+        """Start handing a queued delivery to the hub hosting its recipient, once the current
+        transaction commits (a remote stand-in session's delivery: a released hold)."""
+        ...
+
 
 class ThisHubOnly:
     """No other hub: nothing is routed away, nothing is hosted elsewhere."""
@@ -77,6 +82,9 @@ class ThisHubOnly:
         return {}
 
     def live_elsewhere(self, *, name_key: str, cwd: str) -> str | None:
+        return None
+
+    def forward(self, *, delivery_id: int) -> None:
         return None
 
 

@@ -2,12 +2,14 @@
 so no import loop can cross packages, and no module imports another module's private (`_x`) name.
 
 Read from the source with `ast`, every import counts: at the top of a module, inside a function,
-or under `if TYPE_CHECKING:`.
+or under `if TYPE_CHECKING:`; and so does a string that names another package's module (a task
+name such as "federation.tasks.forward_delivery", a dotted path such as "console.logs.JsonLines").
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +47,9 @@ def _module_name(path: Path, root: Path) -> str:
 
 
 def imports_in(root: Path, packages: dict[str, int]) -> Iterator[Import]:
-    """Every import statement in the packages' source under `root` (migrations excluded: Django
-    writes them, and they name other apps only as strings)."""
+    """Every import statement in the packages' source under `root`, and every string that names a
+    module of one of the packages (migrations excluded: Django writes them)."""
+    dotted = re.compile(rf"^(?:{'|'.join(map(re.escape, packages))})(?:\.\w+)+(?::\w+)?$")
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):
             if "migrations" in path.parts:
@@ -66,6 +69,12 @@ def imports_in(root: Path, packages: dict[str, int]) -> Iterator[Import]:
                     else:
                         target = node.module or ""
                     yield Import(module, node.lineno, target, tuple(a.name for a in node.names))
+                elif (
+                    isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and dotted.match(node.value)
+                ):
+                    yield Import(module, node.lineno, node.value.split(":")[0], ())
 
 
 def upward_imports(root: Path, packages: dict[str, int]) -> list[str]:
@@ -167,6 +176,11 @@ def test_an_import_from_a_higher_floor_inside_a_function_is_found(tree: Path) ->
     (tree / "high" / "views.py").write_text("from low.core import f\n")
     assert upward_imports(tree, FAKE) == ["low.core:2 imports high.views"]
     assert package_cycles(tree, FAKE) == [["high", "low", "high"]]
+
+
+def test_a_string_naming_a_higher_module_counts(tree: Path) -> None:
+    (tree / "low" / "jobs.py").write_text('enqueue("high.tasks.forward", 1)\nLOG = "low.logs:Lines"\n')
+    assert upward_imports(tree, FAKE) == ["low.jobs:1 imports high.tasks.forward"]
 
 
 def test_packages_on_one_floor_may_not_import_each_other(tree: Path) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from messaging.jobs import enqueue
 from messaging.models import REMOTE_KIND, AgentSession
+from messaging.plugins import PLUGINS
 from messaging.services.events import Announcement, announce_many
 
 UDS_PREFIX = "uds:"
@@ -41,6 +42,6 @@ def schedule_pushes(
     )
     for delivery_id, recipient in pushes:
         if recipient.kind == REMOTE_KIND:  # an agent of another hub: an operator released a hold for it
-            enqueue("federation.tasks.forward_delivery", delivery_id)
+            PLUGINS.other_hubs.forward(delivery_id=delivery_id)
         elif recipient.peer_address.startswith(UDS_PREFIX):
             enqueue("messaging.tasks.deliver_to_socket", delivery_id)
