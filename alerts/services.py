@@ -35,15 +35,16 @@ from django.utils import timezone
 from alerts.models import Acknowledgement, Alert, AlertKind, AlertState
 from alerts.payloads import AlertItem, alert_post
 from messaging.errors import NotFound, SwitchboardError
+from messaging.hold_reasons import hold_reason_label
 from messaging.jobs import enqueue
+from messaging.liveness import dead_sessions_q, session_is_dead
 from messaging.models import REMOTE_KIND, AgentSession, Delivery
 from messaging.outbound import outbound_post
 from messaging.principals import Principal
 from messaging.sensitivity import match_labels
 from messaging.services.audit import audit_event
-from messaging.services.holds import STOPPED_HOLD, hold_reason_words
+from messaging.services.holds import STOPPED_HOLD
 from messaging.states import DeliveryState
-from teams.services.liveness import dead_sessions_q, session_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,7 @@ def _item(alert: Alert, now: datetime) -> AlertItem | None:
             subject="hold",
             id=str(d.pk),
             who=f"{sender.label if sender else 'the hub'} → {d.recipient.label}",
-            why=hold_reason_words(d.hold_reason, match_labels(d.message.matched)),
+            why=hold_reason_label(d.hold_reason, match_labels(d.message.matched)),
             at=d.expires_at.isoformat() if d.expires_at else "",
             url=console_link(f"/alerts/holds/{d.pk}/"),
         )

@@ -19,11 +19,11 @@ from django.views.decorators.http import require_POST
 from alerts.services import acknowledgements_of, alert_acknowledge
 from console import selectors
 from console.views import CONTENT_SECURITY_POLICY, console_page, operator_required
+from messaging.hold_reasons import hold_reason_label
+from messaging.liveness import session_liveness
 from messaging.models import AgentSession, Delivery
 from messaging.principals import operator_principal
 from messaging.sensitivity import match_labels
-from messaging.services.holds import hold_reason_words
-from teams.services.liveness import session_liveness
 
 
 def _when(at: datetime | None) -> dict[str, Any] | str:
@@ -68,7 +68,7 @@ def hold_alert(request: HttpRequest, delivery_id: int) -> HttpResponse:
                 ("From", sender.label if sender else "the hub"),
                 ("To", d.recipient.label),
                 ("State", d.state + (" (escalated)" if d.escalate == "required" else "")),
-                ("Held because", hold_reason_words(d.hold_reason, match_labels(d.message.matched))),
+                ("Held because", hold_reason_label(d.hold_reason, match_labels(d.message.matched))),
                 ("Expires", _when(d.expires_at)),
             ],
             "links": [

@@ -37,56 +37,6 @@ STOPPED_HOLD = "recipient_stopped"
 MAX_BULK = 1000
 
 
-# Why a delivery waits, in words for the sender (the codes come from messaging.policy and limits).
-HOLD_REASONS = {
-    "sensitive": "the text looks sensitive (a credential, a destructive command or a transcript request), "
-    "so a human must look at it first (escalate=required)",
-    "operator_policy": "an operator set the recipient to hold incoming messages",
-    "own_policy": "the recipient holds incoming messages",
-    "sender_override": "the recipient holds messages from you",
-    "sender_override_operator": "an operator set the recipient to hold messages from you",
-    "default_bypass_receiver": "the recipient runs without permission prompts, so it holds messages from "
-    "senders that do not",
-    "default_bypass_sender": "you run without permission prompts, so the recipient holds your messages",
-    "loop_suspected": "you and the recipient have recently exchanged many messages in both directions, "
-    "which looks like a reply loop",
-    "unknown_peer": "it comes from a hub whose key no operator of this hub has pinned (first contact), so "
-    "an operator must approve it (escalate=required); once they pin your hub's key, its messages go "
-    "straight through",
-    "peer_revoked": "an operator of this hub revoked the hub it comes from and holds its messages "
-    "(escalate=required)",
-}
-
-
-def hold_reason_text(code: str) -> str:
-    return HOLD_REASONS.get(code, code or "inbound policy")
-
-
-# Why a delivery waits, in words an operator reads at a glance (alerts, the console), where
-# HOLD_REASONS speaks to the sender. An unknown code is shown as it is.
-HOLD_REASON_WORDS = {
-    "operator_policy": "operator policy: hold",
-    "sender_override_operator": "operator rule for this sender",
-    "sender_override": "recipient's rule for this sender",
-    "own_policy": "recipient's own policy",
-    "default_bypass_receiver": "recipient runs in bypass mode",
-    "default_bypass_sender": "sender runs in bypass mode",
-    "sensitive": "sensitive",
-    "loop_suspected": "suspected reply loop",
-    STOPPED_HOLD: "recipient is stopped",
-    "unknown_peer": "from a hub key nobody pinned: pin the key (Peers) to trust its future messages",
-    "peer_revoked": "from a revoked hub (mode: hold)",
-    "isolation": "leaving this machine, which an operator isolated",
-}
-
-
-def hold_reason_words(code: str, matched: list[str] | None = None) -> str:
-    """Why a delivery is held, for an operator: the reason, and for a sensitive hold what matched
-    ("sensitive: AWS secret access key"; the rules' labels, never the matched text)."""
-    words = HOLD_REASON_WORDS.get(code, code or "inbound policy")
-    return f"{words}: {', '.join(matched)}" if matched else words
-
-
 # Sent once the transaction that wrote them commits, with `delivery_ids`: new holds with
 # escalate=required (a human must look). For whoever cares (operator alerts): messaging does not
 # know who listens.

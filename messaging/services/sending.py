@@ -41,6 +41,7 @@ from messaging.errors import (
     TooLarge,
 )
 from messaging.hints import CHECK_STATUS
+from messaging.hold_reasons import hold_reason_text
 from messaging.models import (
     LIVE_SESSION_SQL,
     AgentSession,
@@ -74,7 +75,6 @@ from messaging.services.events import Announcement
 from messaging.services.holds import (
     escalated_holds_announce,
     hold_expiry_for,
-    hold_reason_text,
     holds_make_room,
 )
 from messaging.services.limits import limits_take, loop_suspected

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from messaging.credentials import SESSION_PREFIX, hash_token, new_token
 from messaging.errors import Conflict, Invalid, Unauthorized
+from messaging.liveness import liveness_fields
 from messaging.models import (
     AgentSession,
     Delivery,
@@ -272,8 +273,6 @@ def session_deregister(*, session: AgentSession, actor: Principal) -> AgentSessi
 def session_summary(session: AgentSession) -> dict[str, object]:
     """The public description of a session, as the API and live events show it. `dead` is true
     for a busy/idle session silent past SWITCHBOARD_DEAD_AFTER_SECONDS; `liveness` is then `dead`."""
-    from teams.services.liveness import liveness_fields
-
     return {
         "id": str(session.id),
         "name": session.name,

@@ -1,4 +1,4 @@
-"""Liveness and idle: `dead` (no heartbeat past a timeout) is told apart from `idle` (turn ended).
+"""Idle: what a session's turn ending causes for its team (the `dead` rule is `messaging.liveness`).
 
 `session_set_status` calls `on_session_status` inside its transaction, so what a status change
 causes here (the idle notification to the lead, fired subscriptions, leaving the roster on exit)
@@ -7,41 +7,12 @@ commits or rolls back with the change itself: a final answer is never lost betwe
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
-
-from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
 from messaging.models import AgentSession, MessageKind, SessionStatus
 from messaging.principals import HUB, Principal
 from teams.models import GateEvent, Membership, Role
 from teams.services.notify import clip, frame_text, hub_notify, notify_safely
-
-LIVE = (SessionStatus.BUSY, SessionStatus.IDLE)
-
-
-def dead_before(now: datetime) -> datetime:
-    """A running session last heard from before this time is dead."""
-    return now - timedelta(seconds=settings.SWITCHBOARD_DEAD_AFTER_SECONDS)
-
-
-def session_is_dead(session: AgentSession, *, now: datetime | None = None) -> bool:
-    """True when a session that claims to be running has not been heard from within the timeout."""
-    if session.status not in LIVE or session.last_seen is None:
-        return False
-    return session.last_seen < dead_before(now or timezone.now())
-
-
-def dead_sessions_q(now: datetime) -> Q:
-    """`session_is_dead` as a query condition on AgentSession, for finding the dead in bulk."""
-    return Q(status__in=LIVE, last_seen__lt=dead_before(now))
-
-
-def session_liveness(session: AgentSession, *, now: datetime | None = None) -> str:
-    """`dead` for a silent running session; otherwise its status (busy, idle, stopped, ...)."""
-    return "dead" if session_is_dead(session, now=now) else str(session.status)
 
 
 def on_session_status(
@@ -140,8 +111,3 @@ def _leave_on_exit(session: AgentSession, actor: Principal) -> None:
             "are back on the board.",
             summary=f"{member.name} exited",
         )
-
-
-def liveness_fields(session: AgentSession, *, now: Any = None) -> dict[str, Any]:
-    """The fields `session_summary` adds: `dead` and `liveness`."""
-    return {"dead": session_is_dead(session, now=now), "liveness": session_liveness(session, now=now)}

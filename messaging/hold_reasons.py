@@ -1,0 +1,93 @@
+"""Why a delivery is held: the one table of hold-reason codes, each in two wordings.
+
+The codes come from `messaging.policy` (inbound policy, sensitive tier), the send pipeline
+(suspected loop, stopped recipient) and federation (unknown or revoked peer hub, an isolated
+machine). The sender is
+told in the second person why its message waits; the operator reads a short phrase at a glance.
+An unknown code is shown as it is, so a new code is never hidden, only unworded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HoldReason:
+    """One hold-reason code: what the operator reads, and what the sender is told."""
+
+    operator: str
+    sender: str
+
+
+HOLD_REASONS: dict[str, HoldReason] = {
+    "operator_policy": HoldReason(
+        operator="operator's floor for the recipient: hold",
+        sender="an operator set the recipient to hold incoming messages",
+    ),
+    "sender_override_operator": HoldReason(
+        operator="operator's rule for this sender: hold",
+        sender="an operator set the recipient to hold messages from you",
+    ),
+    "sender_override": HoldReason(
+        operator="the recipient holds messages from this sender",
+        sender="the recipient holds messages from you",
+    ),
+    "own_policy": HoldReason(
+        operator="the recipient's own policy: hold",
+        sender="the recipient holds incoming messages",
+    ),
+    "default_bypass_receiver": HoldReason(
+        operator="the recipient runs in bypass mode and the sender does not",
+        sender="the recipient runs without permission prompts, so it holds messages from senders that do not",
+    ),
+    "default_bypass_sender": HoldReason(
+        operator="the sender runs in bypass mode",
+        sender="you run without permission prompts, so the recipient holds your messages",
+    ),
+    "sensitive": HoldReason(
+        operator="sensitive",
+        sender="the text looks sensitive (a credential, a destructive command or a transcript request), "
+        "so a human must look at it first (escalate=required)",
+    ),
+    "loop_suspected": HoldReason(
+        operator="suspected reply loop",
+        sender="you and the recipient have recently exchanged many messages in both directions, "
+        "which looks like a reply loop",
+    ),
+    "recipient_stopped": HoldReason(
+        operator="the recipient is stopped",
+        sender="the recipient is stopped; it gets the message when it starts again",
+    ),
+    "unknown_peer": HoldReason(
+        operator="from a hub key nobody pinned: pin the key (Peers) to trust its future messages",
+        sender="it comes from a hub whose key no operator of this hub has pinned (first contact), so an "
+        "operator must approve it (escalate=required); once they pin your hub's key, its messages go "
+        "straight through",
+    ),
+    "peer_revoked": HoldReason(
+        operator="from a revoked hub (mode: hold)",
+        sender="an operator of this hub revoked the hub it comes from and holds its messages "
+        "(escalate=required)",
+    ),
+    "isolation": HoldReason(
+        operator="leaving this machine, which an operator isolated",
+        sender="an operator isolated this machine, so messages leaving it wait for an operator",
+    ),
+}
+
+
+def hold_reason_text(code: str) -> str:
+    """Why a message waits, in words for its sender."""
+    reason = HOLD_REASONS.get(code)
+    return reason.sender if reason else (code or "inbound policy")
+
+
+def hold_reason_label(code: str, matched: Iterable[str] = ()) -> str:
+    """Why a delivery is held, in words for an operator; for a sensitive hold, what matched
+    ("sensitive content: AWS secret access key, destructive command: git push --force")."""
+    reason = HOLD_REASONS.get(code)
+    words = reason.operator if reason else (code or "inbound policy")
+    found = [m for m in matched if m]
+    return f"{words}: {', '.join(found)}" if found else words
