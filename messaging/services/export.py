@@ -132,18 +132,31 @@ def export_batches(
         messages = list(page[:batch])
         if not messages:
             return
-        by_message: dict[uuid.UUID, list[Delivery]] = {m.pk: [] for m in messages}
-        deliveries = (
-            Delivery.objects.filter(message_id__in=list(by_message), recipient_id__in=list(scope.session_ids))
-            .select_related("recipient")
-            .order_by("id")
-        )
-        for delivery in deliveries:
-            by_message[delivery.message_id].append(delivery)
-        yield [(m, by_message[m.pk]) for m in messages]
+        yield _with_deliveries(scope, messages)
         if len(messages) < batch:
             return
         after = (messages[-1].created_at, messages[-1].pk)
+
+
+def export_recent(scope: ExportScope, *, limit: int) -> list[tuple[Message, list[Delivery]]]:
+    """The scope's newest `limit` messages, in time order, each with its deliveries in the scope:
+    what a page shows of a conversation too long to show whole."""
+    newest = list(_messages(scope).order_by("-created_at", "-id")[:limit])
+    newest.reverse()
+    return _with_deliveries(scope, newest)
+
+
+def _with_deliveries(scope: ExportScope, messages: list[Message]) -> list[tuple[Message, list[Delivery]]]:
+    """Each message with its deliveries to recipients in the scope (one query)."""
+    by_message: dict[uuid.UUID, list[Delivery]] = {m.pk: [] for m in messages}
+    deliveries = (
+        Delivery.objects.filter(message_id__in=list(by_message), recipient_id__in=list(scope.session_ids))
+        .select_related("recipient")
+        .order_by("id")
+    )
+    for delivery in deliveries:
+        by_message[delivery.message_id].append(delivery)
+    return [(m, by_message[m.pk]) for m in messages]
 
 
 def _when(value: datetime | None) -> str | None:
