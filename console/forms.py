@@ -8,7 +8,7 @@ from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 
 POLICY_CHOICES = [
-    ("", "default (by permission mode)"),
+    ("", "none (the default by permission mode)"),
     ("accept", "accept"),
     ("hold", "hold for an operator"),
     ("refuse", "refuse"),
@@ -61,7 +61,7 @@ class HoldDecisionForm(forms.Form):
 class PolicyForm(forms.Form):
     """An operator's inbound policy for one session (its floor) and how long its holds wait."""
 
-    policy = forms.ChoiceField(choices=POLICY_CHOICES, required=False, label="Inbound policy")
+    policy = forms.ChoiceField(choices=POLICY_CHOICES, required=False, label="Operator's floor")
     hold_expiry_seconds = forms.IntegerField(
         required=False, min_value=1, max_value=7 * 24 * 3600, label="Holds expire after (seconds)"
     )

@@ -3,14 +3,16 @@ reconnecting browser asks for. Reads only; every change goes through `messaging.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
-from messaging.models import AgentSession, AuditEvent, Delivery, Pin, SessionStatus
+from messaging.hold_reasons import hold_reason_label
+from messaging.liveness import dead_sessions_q, session_liveness
+from messaging.models import AgentSession, AuditEvent, Delivery, Pin, SessionStatus, Tier
+from messaging.services.export import export_recent, export_record
 from messaging.services.sending import message_event
 from messaging.services.sessions import session_summary
 from messaging.states import DeliveryState
@@ -21,45 +23,11 @@ CATCH_UP_LIMIT = 1000
 # Audit ids are allocated before commit, so a slow transaction can land below the cursor a browser
 # already has; re-reading a few ids back costs little and the browser applies rows idempotently.
 CATCH_UP_OVERLAP = 50
-LIVE = (SessionStatus.BUSY, SessionStatus.IDLE)
-# Why a delivery is held, in words an operator reads at a glance (codes from messaging.policy and
-# the send pipeline; an unknown code is shown as it is).
-HOLD_REASONS = {
-    "operator_policy": "operator policy: hold",
-    "sender_override_operator": "operator rule for this sender",
-    "sender_override": "recipient's rule for this sender",
-    "own_policy": "recipient's own policy",
-    "default_bypass_receiver": "recipient runs in bypass mode",
-    "default_bypass_sender": "sender runs in bypass mode",
-    "sensitive": "sensitive",
-    "loop_suspected": "suspected reply loop",
-    "recipient_stopped": "recipient is stopped",
-    "unknown_peer": "from a hub key nobody pinned: pin the key (Peers) to trust its future messages",
-    "peer_revoked": "from a revoked hub (mode: hold)",
-}
-
-
-def hold_why(hold_reason: str, matched: list[str]) -> str:
-    """Why a delivery is held, for an operator: the reason, and for a sensitive hold what matched
-    ("sensitive: AWS secret access key, destructive command: git push --force")."""
-    why = HOLD_REASONS.get(hold_reason, hold_reason)
-    return f"{why}: {', '.join(matched)}" if matched else why
 
 
 def audit_cursor() -> int:
     """The newest audit id: a page rendered now shows everything up to it."""
     return AuditEvent.objects.aggregate(top=Max("id"))["top"] or 0
-
-
-def display_status(session: AgentSession, now: datetime | None = None) -> str:
-    """busy / idle / dead / stopped / user_stopped / exited. `dead`: says it is live but has not been
-    seen for longer than SWITCHBOARD_DEAD_AFTER_SECONDS."""
-    now = now or timezone.now()
-    if session.status in LIVE and session.last_seen < now - timedelta(
-        seconds=settings.SWITCHBOARD_DEAD_AFTER_SECONDS
-    ):
-        return "dead"
-    return session.status
 
 
 def policy_label(session: AgentSession) -> str:
@@ -90,7 +58,7 @@ def session_row(session: AgentSession, team: dict[str, str] | None, now: datetim
     return {
         **session_summary(session),
         "label": session.label,
-        "display_status": display_status(session, now),
+        "display_status": session_liveness(session, now=now),
         "policy": policy_label(session),
         "operator_policy": session.operator_policy,
         "team": team,
@@ -98,11 +66,15 @@ def session_row(session: AgentSession, team: dict[str, str] | None, now: datetim
     }
 
 
-def session_rows(*, include_exited: bool = False, ids: list[Any] | None = None) -> list[dict[str, Any]]:
-    """Every session for the dashboard, newest activity first."""
+def session_rows(
+    *, include_exited: bool = False, ids: list[Any] | None = None, dead_only: bool = False
+) -> list[dict[str, Any]]:
+    """Every session for the dashboard (only the dead ones when `dead_only`), newest activity first."""
     qs = AgentSession.objects.all().order_by("-last_seen")
     if ids is not None:
         qs = qs.filter(pk__in=ids)
+    elif dead_only:
+        qs = qs.filter(dead_sessions_q())
     elif not include_exited:
         qs = qs.exclude(status=SessionStatus.EXITED)
     sessions = list(qs[:500])
@@ -122,16 +94,112 @@ def delivery_row(delivery: Delivery) -> dict[str, Any]:
     return row
 
 
-def feed_rows(*, limit: int = FEED_LIMIT, session_id: Any = None) -> list[dict[str, Any]]:
-    """The newest deliveries (to or from `session_id` when given)."""
+def feed_rows(
+    *,
+    limit: int = FEED_LIMIT,
+    session_id: Any = None,
+    session_ids: list[Any] | None = None,
+    state: str = "",
+    tier: str = "",
+) -> list[dict[str, Any]]:
+    """The newest deliveries: to or from `session_id` (or any of `session_ids`) when given, in
+    `state` and of `tier` when given."""
     qs = _delivery_qs()
     if session_id is not None:
-        qs = qs.filter(Q(recipient_id=session_id) | Q(message__sender_id=session_id))
+        session_ids = [session_id]
+    if session_ids is not None:
+        qs = qs.filter(Q(recipient_id__in=session_ids) | Q(message__sender_id__in=session_ids))
+    if state:
+        qs = qs.filter(state=state)
+    if tier:
+        qs = qs.filter(message__tier=tier)
     return [delivery_row(d) for d in qs.order_by("-id")[:limit]]
+
+
+FEED_STATES = tuple(S.values)
+FEED_TIERS = tuple(Tier.values)
+
+
+def team_session_ids(team_id: Any) -> list[str]:
+    """Every session that was ever on a team's roster, the lead included (what its filters mean)."""
+    from teams.models import Team
+
+    team = Team.objects.filter(pk=team_id).first()
+    if team is None:
+        return []
+    ids = {str(i) for i in team.memberships.values_list("session_id", flat=True)}
+    ids.add(str(team.lead_session_id))
+    return sorted(ids)
 
 
 def held_count() -> int:
     return Delivery.objects.filter(state=S.HELD).count()
+
+
+def attention(now: datetime | None = None) -> dict[str, Any]:
+    """What needs a human, for the strip on every page: holds pending, how many are escalated, the
+    next hold to expire (and its message), and how many sessions are dead."""
+    held = Delivery.objects.filter(state=S.HELD)
+    counts = held.aggregate(pending=Count("id"), escalated=Count("id", filter=Q(escalate="required")))
+    nxt = (
+        held.filter(expires_at__isnull=False).order_by("expires_at", "id").values("message_id", "expires_at")
+    )
+    first = nxt.first()
+    return {
+        "held": counts["pending"] or 0,
+        "escalated": counts["escalated"] or 0,
+        "next_expiry": first["expires_at"].isoformat() if first else None,
+        "next_expiry_message": str(first["message_id"]) if first else None,
+        "dead": AgentSession.objects.filter(dead_sessions_q(now)).count(),
+    }
+
+
+HOLD_SORTS = ("urgency", "held", "expires")
+
+
+def _hold_sort_key(sort: str) -> Any:
+    if sort == "held":
+        return lambda h: (h["held_at"] or "", h["delivery_id"])
+    if sort == "expires":
+        return lambda h: (h["expires_at"] or "9999", h["delivery_id"])
+    # What must stand out comes first: escalated, then sensitive, then urgent; oldest first within.
+    return lambda h: (
+        h["escalate"] != "required",
+        h["tier"] != "sensitive",
+        h["priority"] != "urgent",
+        h["held_at"] or "",
+        h["delivery_id"],
+    )
+
+
+def hold_groups(holds: list[dict[str, Any]], *, sort: str = "urgency") -> list[dict[str, Any]]:
+    """Holds grouped by pair (sender → recipient) and reason, so twenty loop holds between one
+    pair take one decision. Each hold gets its reason in words (`why`); groups are ordered by their
+    first hold under `sort` (urgency, held = longest waiting first, expires = soonest first)."""
+    key = _hold_sort_key(sort if sort in HOLD_SORTS else "urgency")
+    groups: dict[str, dict[str, Any]] = {}
+    for hold in sorted(holds, key=key):
+        hold["why"] = hold_reason_label(hold["hold_reason"], hold["matched"])
+        sender_id = hold["sender"]["id"] if hold.get("sender") else "hub"
+        name = f"{sender_id}:{hold['recipient']['id']}:{hold['hold_reason']}"
+        group = groups.get(name)
+        if group is None:
+            group = groups[name] = {
+                "key": name,
+                "sender": hold.get("sender"),
+                "recipient": hold["recipient"],
+                "hold_reason": hold["hold_reason"],
+                "why": hold_reason_label(hold["hold_reason"]),
+                "holds": [],
+            }
+        group["holds"].append(hold)
+    for group in groups.values():
+        rows = group["holds"]
+        group["count"] = len(rows)
+        group["escalated"] = sum(h["escalate"] == "required" for h in rows)
+        group["oldest_held_at"] = min((h["held_at"] for h in rows if h["held_at"]), default=None)
+        group["next_expires_at"] = min((h["expires_at"] for h in rows if h["expires_at"]), default=None)
+    return list(groups.values())
 
 
 def session_detail(*, session_id: Any) -> dict[str, Any] | None:
@@ -265,6 +333,21 @@ def team_rows() -> list[dict[str, Any]]:
     ]
 
 
+def team_rows_by_id(team_id: Any) -> dict[str, Any] | None:
+    """One team's id and name, or None (an absent or malformed id)."""
+    from teams.models import Team
+
+    if team_id is None:
+        return None
+    row = Team.objects.filter(pk=team_id).values("id", "name").first()
+    return {"id": str(row["id"]), "name": row["name"]} if row else None
+
+
+def session_choices(limit: int = 500) -> list[AgentSession]:
+    """Sessions that are not exited, by name: what a filter's session list offers."""
+    return list(AgentSession.objects.exclude(status=SessionStatus.EXITED).order_by("name_key")[:limit])
+
+
 def team_detail(*, team_id: Any) -> dict[str, Any] | None:
     """A team's roster (with each member's session status) and its board, by column."""
     from teams.models import Membership, Task, Team
@@ -280,14 +363,14 @@ def team_detail(*, team_id: Any) -> dict[str, Any] | None:
         {
             "member": m,
             "session": m.session,
-            "status": display_status(m.session, now),
+            "status": session_liveness(m.session, now=now),
             "active": m.left_at is None,
         }
         for m in members
     ]
     tasks = list(
         Task.objects.filter(team=team)
-        .select_related("owner")
+        .select_related("owner", "created_by")
         .prefetch_related("blocked_by")
         .order_by("id")[:1000]
     )
@@ -295,11 +378,13 @@ def team_detail(*, team_id: Any) -> dict[str, Any] | None:
     columns: dict[str, list[dict[str, Any]]] = {c: [] for c in BOARD_COLUMNS}
     for task in tasks:
         blockers = [b for b in task.blocked_by.all()]
+        open_blockers = [b for b in blockers if b.pk in open_ids]
         columns.setdefault(task.status, []).append(
             {
                 "task": task,
                 "blockers": blockers,
-                "blocked": any(b.pk in open_ids for b in blockers),
+                "open_blockers": open_blockers,
+                "blocked": bool(open_blockers) and task.status in ("pending", "in_progress"),
             }
         )
     return {
@@ -317,3 +402,62 @@ def peer_rows() -> list[dict[str, Any]]:
 
     peers = Peer.objects.order_by(F("last_seen").desc(nulls_last=True), "name", "pk")[:1000]
     return [{"peer": p, "fingerprint": key_fingerprint(p.public_key)} for p in peers]
+
+
+CONVERSATION_LIMIT = 300
+MAX_DEPTH = 6
+
+
+def conversation(scope: Any, *, limit: int = CONVERSATION_LIMIT) -> dict[str, Any]:
+    """A conversation (a pair's or a team's) as a page shows it: the newest `limit` messages,
+    threaded by `in_reply_to` (a reply under what it answers, replies in time order), each with
+    its recipients' states and decisions inline. Text and summary are those of the export with
+    held text included: a sensitive message's secrets masked as everywhere in the console."""
+    pairs = export_recent(scope, limit=limit + 1)
+    truncated = len(pairs) > limit
+    records = [export_record(m, ds, include_held=True) for m, ds in pairs[-limit:]]
+    by_id = {r["id"]: r for r in records}
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for record in records:
+        parent = record["in_reply_to"] if record["in_reply_to"] in by_id else None
+        children.setdefault(parent, []).append(record)
+        for recipient in record["recipients"]:
+            recipient["why"] = hold_reason_label(recipient["hold_reason"]) if recipient["hold_reason"] else ""
+    entries: list[dict[str, Any]] = []
+    # Iterative depth-first walk: a long reply chain must not exhaust Python's recursion limit.
+    stack = [(r, 0) for r in reversed(children.get(None, []))]
+    while stack:
+        record, depth = stack.pop()
+        entries.append({"m": record, "depth": min(depth, MAX_DEPTH), "reply": depth > 0})
+        stack.extend((c, depth + 1) for c in reversed(children.get(record["id"], [])))
+    return {"entries": entries, "count": len(records), "truncated": truncated}
+
+
+def conversation_partners(*, session_id: Any, limit: int = 50) -> list[dict[str, Any]]:
+    """The sessions this one exchanged messages with, most messages first: where the session
+    page links a conversation from."""
+    sent = (
+        Delivery.objects.filter(message__sender_id=session_id)
+        .exclude(recipient_id=session_id)
+        .values("recipient_id")
+        .annotate(n=Count("id"), last=Max("id"))
+    )
+    received = (
+        Delivery.objects.filter(recipient_id=session_id, message__sender__isnull=False)
+        .exclude(message__sender_id=session_id)
+        .values("message__sender_id")
+        .annotate(n=Count("id"), last=Max("id"))
+    )
+    tally: dict[Any, list[int]] = {}
+    for row in sent:
+        tally.setdefault(row["recipient_id"], [0, 0])[0] += row["n"]
+    for row in received:
+        tally.setdefault(row["message__sender_id"], [0, 0])[1] += row["n"]
+    sessions = AgentSession.objects.in_bulk(list(tally))
+    partners = [
+        {"session": sessions[pk], "sent": sent_n, "received": received_n}
+        for pk, (sent_n, received_n) in tally.items()
+        if pk in sessions
+    ]
+    partners.sort(key=lambda p: (-(p["sent"] + p["received"]), p["session"].name_key))
+    return partners[:limit]

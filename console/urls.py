@@ -19,6 +19,8 @@ console_patterns = [
     path("sessions/<uuid:session_id>/export", export_views.session_pair_export, name="session-export"),
     path("teams/<uuid:team_id>/", views.team_detail, name="team"),
     path("teams/<uuid:team_id>/export", export_views.team_export, name="team-export"),
+    path("teams/<uuid:team_id>/conversation/", views.team_conversation, name="team-conversation"),
+    path("conversations/<uuid:a>/<uuid:b>/", views.conversation_pair, name="conversation"),
     path("messages/<uuid:message_id>/", views.message_detail, name="message"),
     path("messages/<uuid:message_id>/reveal", views.message_reveal_view, name="message-reveal"),
     path("audit/", views.audit, name="audit"),
@@ -29,6 +31,7 @@ console_patterns = [
     path("peers/<int:peer_id>/restore", views.peer_restore_view, name="peer-restore"),
     path("console/updates", views.updates, name="updates"),
     *alert_views.urlpatterns,
+    path("console/attention", views.attention_view, name="attention"),
 ]
 
 urlpatterns = [

@@ -34,12 +34,15 @@ from federation.services.identity import hub_identity
 from federation.services.keys import keys_refused_recently
 from federation.services.peers import peer_pin, peer_restore, peer_revoke
 from messaging.errors import NotFound, SwitchboardError
+from messaging.hold_reasons import hold_reason_label
 from messaging.models import AgentSession, Tier
 from messaging.principals import Principal, operator_principal
 from messaging.selectors import message_for_viewer, message_status
 from messaging.sensitivity import mask_text, match_labels
+from messaging.services.export import export_pair_scope
 from messaging.services.holds import holds_decide, holds_list, message_reveal
 from messaging.services.policies import policy_set, sender_policy_set
+from teams.services.export import team_export_scope
 
 # No inline script or style anywhere in the console, so the page may forbid them outright.
 CONTENT_SECURITY_POLICY = (
@@ -72,11 +75,12 @@ def _wants_json(request: HttpRequest) -> bool:
 
 
 def _page(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
-    """Render a console page with what every page needs: the audit cursor and the holds count."""
+    """Render a console page with what every page needs: the audit cursor and what needs a human."""
+    attention = selectors.attention()
     base = {
         "cursor": request.console_cursor,  # type: ignore[attr-defined]
-        "held_count": selectors.held_count(),
-        "dead_after": settings.SWITCHBOARD_DEAD_AFTER_SECONDS,
+        "held_count": attention["held"],
+        "attention": attention,
     }
     response = render(request, template, {**base, **context})
     response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
@@ -137,20 +141,49 @@ login_view = LoginView.as_view()
 logout_view = auth_views.LogoutView.as_view(next_page=settings.LOGIN_URL)
 
 
+def _feed_filter(request: HttpRequest) -> dict[str, Any]:
+    """The feed's filters from the query: state, tier, one session, one team (to or from any of
+    its roster). Unknown values are ignored, never an error."""
+    state = request.GET.get("state", "")
+    tier = request.GET.get("tier", "")
+    session = AgentSession.objects.filter(pk=_uuid_or_none(request.GET.get("session", ""))).first()
+    team = selectors.team_rows_by_id(_uuid_or_none(request.GET.get("team", "")))
+    return {
+        "state": state if state in selectors.FEED_STATES else "",
+        "tier": tier if tier in selectors.FEED_TIERS else "",
+        "session": session,
+        "team": team,
+        "session_ids": (
+            [str(session.id)] if session else selectors.team_session_ids(team["id"]) if team else None
+        ),
+    }
+
+
 @console_page
 def dashboard(request: HttpRequest) -> HttpResponse:
     show_exited = request.GET.get("exited") == "1"
-    sessions = selectors.session_rows(include_exited=show_exited)
+    dead_only = request.GET.get("liveness") == "dead"
+    feed = _feed_filter(request)
+    sessions = selectors.session_rows(include_exited=show_exited, dead_only=dead_only)
     return _page(
         request,
         "console/dashboard.html",
         {
             "sessions": sessions,
             "first_steps": []
-            if sessions
+            if sessions or dead_only
             else first_steps(request.build_absolute_uri("/"), settings.SWITCHBOARD_HOME),
+            "show_exited": show_exited,
+            "dead_only": dead_only,
             "teams": selectors.team_rows(),
-            "feed": selectors.feed_rows(),
+            "feed": selectors.feed_rows(
+                session_ids=feed["session_ids"], state=feed["state"], tier=feed["tier"]
+            ),
+            "filter": feed,
+            "filtered": bool(feed["state"] or feed["tier"] or feed["session_ids"] is not None),
+            "feed_states": selectors.FEED_STATES,
+            "feed_tiers": selectors.FEED_TIERS,
+            "all_sessions": selectors.session_choices(),
         },
     )
 
@@ -158,15 +191,22 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @console_page
 def holds(request: HttpRequest) -> HttpResponse:
     recipient = AgentSession.objects.filter(pk=_uuid_or_none(request.GET.get("recipient", ""))).first()
+    escalated_only = request.GET.get("escalated") == "1"
+    sort = request.GET.get("sort", "urgency")
     rows = holds_list(recipient_id=str(recipient.id) if recipient else None)
-    # What must stand out comes first: escalated, then sensitive; otherwise the service's order.
-    rows.sort(key=lambda h: (h["escalate"] != "required", h["tier"] != "sensitive"))
-    for row in rows:
-        row["why"] = selectors.hold_why(row["hold_reason"], row["matched"])
+    if escalated_only:
+        rows = [r for r in rows if r["escalate"] == "required"]
+    groups = selectors.hold_groups(rows, sort=sort)
     return _page(
         request,
         "console/holds.html",
-        {"holds": rows, "hold_reasons": selectors.HOLD_REASONS, "recipient": recipient},
+        {
+            "groups": groups,
+            "hold_count": len(rows),
+            "recipient": recipient,
+            "escalated_only": escalated_only,
+            "sort": sort if sort in selectors.HOLD_SORTS else "urgency",
+        },
     )
 
 
@@ -223,13 +263,21 @@ def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
     if detail is None:
         raise Http404("No such session.")
     session = detail["session"]
+    hold_expiry = session.hold_expiry_seconds or settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS
     policy_form = PolicyForm(
-        initial={"policy": session.operator_policy or "", "hold_expiry_seconds": session.hold_expiry_seconds}
+        initial={"policy": session.operator_policy or "", "hold_expiry_seconds": hold_expiry}
     )
     return _page(
         request,
         "console/session.html",
-        {**detail, "policy_form": policy_form, "sender_form": SenderPolicyForm()},
+        {
+            **detail,
+            "policy_form": policy_form,
+            "sender_form": SenderPolicyForm(),
+            "hold_expiry": hold_expiry,
+            "hold_expiry_default": settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS,
+            "partners": selectors.conversation_partners(session_id=session.id),
+        },
     )
 
 
@@ -259,7 +307,8 @@ def session_policy(request: HttpRequest, session_id: UUID) -> HttpResponse:
             actor=_operator(request),
             hold_expiry_seconds=data["hold_expiry_seconds"],
         )
-        return f"Inbound policy of {session.label} is now {data['policy'] or 'the default'}."
+        floor = data["policy"] or "none (the default by permission mode)"
+        return f"Operator's floor for {session.label} is now {floor}."
 
     return _session_action(request, session_id, PolicyForm, act)
 
@@ -289,6 +338,8 @@ def _message_page(request: HttpRequest, message: Any, *, revealed: bool) -> Http
     """The message page: a sensitive message's secrets masked in its text and summary, unless the
     operator revealed them (`message_reveal_view`, audited)."""
     status = message_status(message)
+    for delivery in status["deliveries"]:
+        delivery["why"] = hold_reason_label(delivery["hold_reason"]) if delivery["hold_reason"] else ""
     masked = message.tier == Tier.SENSITIVE and not revealed
     shown = {
         "text": mask_text(message.text) if masked else message.text,
@@ -330,6 +381,58 @@ def message_reveal_view(request: HttpRequest, message_id: UUID) -> HttpResponse:
     response = _message_page(request, message, revealed=True)
     response["Cache-Control"] = "no-store"
     return response
+
+
+@console_page
+def conversation_pair(request: HttpRequest, a: UUID, b: UUID) -> HttpResponse:
+    """What two sessions said to each other, both directions, threaded by reply."""
+    first, second = _session_or_404(a), _session_or_404(b)
+    try:
+        scope = export_pair_scope(a=first, b=second)
+    except SwitchboardError as exc:
+        raise Http404(exc.detail) from exc
+    export_url = reverse("console:session-export", args=[first.id]) + f"?with={second.id}"
+    return _page(
+        request,
+        "console/conversation.html",
+        {
+            **selectors.conversation(scope),
+            "title": f"{first.label} and {second.label}",
+            "pair": (first, second),
+            "team": None,
+            "export_url": export_url,
+            "refresh_match": str(first.id),
+        },
+    )
+
+
+@console_page
+def team_conversation(request: HttpRequest, team_id: UUID) -> HttpResponse:
+    """What a team's roster said among themselves, threaded by reply."""
+    try:
+        scope = team_export_scope(team_id=team_id)
+    except NotFound as exc:
+        raise Http404(exc.detail) from exc
+    team = selectors.team_rows_by_id(team_id)
+    return _page(
+        request,
+        "console/conversation.html",
+        {
+            **selectors.conversation(scope),
+            "title": f"team {team['name']}" if team else scope.label,
+            "pair": None,
+            "team": team,
+            "export_url": reverse("console:team-export", args=[team_id]) + "?",
+            "refresh_match": "",
+        },
+    )
+
+
+@require_GET
+@operator_required
+def attention_view(request: HttpRequest) -> JsonResponse:
+    """The attention strip's figures, for a page that keeps it current."""
+    return JsonResponse(selectors.attention())
 
 
 @console_page
@@ -456,5 +559,6 @@ def updates(request: HttpRequest) -> JsonResponse:
         # Heartbeats are not audited (nor announced), so a page refreshes every session's last
         # seen now and then; otherwise a long-open dashboard would call a heartbeating session dead.
         payload["sessions"] = selectors.session_rows()
-    payload["held_count"] = selectors.held_count()
+    payload["attention"] = selectors.attention()
+    payload["held_count"] = payload["attention"]["held"]
     return JsonResponse(payload)

@@ -9,14 +9,14 @@
   const body = document.body;
   if (!body || !body.dataset.wsPath) return; // the login page has no live parts
 
-  const deadAfterMs = Number(body.dataset.deadAfter || "600") * 1000;
   let cursor = Number(body.dataset.cursor || "0");
   const $ = (sel, root) => (root || document).querySelector(sel);
   const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
 
   // ---------------------------------------------------------------- small formatting helpers
   const who = (p) => (p ? p.name + (p.hub ? "@" + p.hub : "") + " [" + p.ref + "]" : "");
-  const clock = (iso) => (iso ? String(iso).slice(11, 19) : "");
+  // A timestamp with its date: a feed left open overnight must not show yesterday as today.
+  const clock = (iso) => (iso ? String(iso).slice(0, 10) + " " + String(iso).slice(11, 19) : "");
   const truncate = (text, n) => (text && text.length > n ? text.slice(0, n - 1) + "…" : text || "");
 
   function ago(ms) {
@@ -25,6 +25,14 @@
     if (s < 3600) return Math.floor(s / 60) + "m ago";
     if (s < 86400) return Math.floor(s / 3600) + "h ago";
     return Math.floor(s / 86400) + "d ago";
+  }
+
+  function duration(ms) {
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m " + String(s % 60).padStart(2, "0") + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h " + String(Math.floor(s / 60) % 60).padStart(2, "0") + "m";
+    return Math.floor(s / 86400) + "d " + (Math.floor(s / 3600) % 24) + "h";
   }
 
   function remaining(ms) {
@@ -95,6 +103,50 @@
   }
   const heldCount = () => Number(badge ? badge.textContent : "0") || 0;
 
+  // ---------------------------------------------------------------- the attention strip
+  // Its figures are the server's (selectors.attention): holds pending, escalated, the next expiry
+  // and dead sessions. Events only say that something changed; the page then asks for the figures.
+  const strip = $("[data-attention-strip]");
+  let attentionTimer = null;
+
+  function setAttention(a) {
+    if (!strip || !a) return;
+    const set = (name, n) => {
+      const link = $('[data-attention="' + name + '"]', strip);
+      if (link) link.dataset.count = String(n);
+    };
+    setSlot(strip, "held", a.held);
+    setSlot(strip, "held-words", a.held === 1 ? "hold pending" : "holds pending");
+    setSlot(strip, "escalated", a.escalated);
+    setSlot(strip, "dead", a.dead);
+    setSlot(strip, "dead-words", a.dead === 1 ? "dead agent" : "dead agents");
+    set("held", a.held);
+    set("escalated", a.escalated);
+    set("dead", a.dead);
+    set("next-expiry", a.next_expiry ? 1 : 0);
+    $$('[data-slot="next-expiry"]', strip).forEach((el) => (el.dataset.expires = a.next_expiry || ""));
+    if (typeof a.held === "number" && !holdsTable) setHeldCount(a.held);
+    tickCountdowns();
+  }
+
+  async function refreshAttention() {
+    if (!strip || !body.dataset.attentionUrl) return;
+    try {
+      const response = await fetch(body.dataset.attentionUrl, {
+        credentials: "same-origin",
+        headers: { Accept: "application/json" },
+      });
+      if (response.ok && !new URL(response.url).pathname.startsWith("/login")) setAttention(await response.json());
+    } catch (err) {
+      // offline: the socket's status line says so; the next event or tick tries again
+    }
+  }
+
+  function scheduleAttention() {
+    clearTimeout(attentionTimer);
+    attentionTimer = setTimeout(refreshAttention, 400);
+  }
+
   // ---------------------------------------------------------------- the message feed
   function feedTables() {
     return $$("table[data-feed]");
@@ -102,8 +154,11 @@
 
   function upsertFeedRow(d) {
     feedTables().forEach((table) => {
-      const filter = table.dataset.feedFilter;
-      if (filter && !((d.from && d.from.id === filter) || (d.to && d.to.id === filter))) return;
+      const only = (table.dataset.feedSessions || "").split(" ").filter(Boolean);
+      if (only.length && !((d.from && only.includes(d.from.id)) || (d.to && only.includes(d.to.id)))) return;
+      if (table.dataset.feedTier && d.tier !== table.dataset.feedTier) return;
+      const known = $('tr[data-delivery-id="' + d.delivery_id + '"]', table.tBodies[0]);
+      if (!known && table.dataset.feedState && d.state !== table.dataset.feedState) return;
       const tbody = table.tBodies[0];
       let row = $('tr[data-delivery-id="' + d.delivery_id + '"]', tbody);
       const before = row ? signature(row) : undefined;
@@ -144,12 +199,20 @@
   }
 
   // ---------------------------------------------------------------- the holds queue
-  const holdsTable = $("table[data-holds]");
-  const reasonsData = document.getElementById("hold-reasons");
-  const holdReasons = reasonsData ? JSON.parse(reasonsData.textContent) : {};
+  // Rows are rendered by the server, grouped by sender, recipient and reason. A hold that arrives
+  // while the operator reads is not inserted (rows would move under the pointer): it is counted in
+  // the "N new" button, and a click (or n) fetches the queue again and shows them, keeping what was
+  // typed, ticked, opened and focused. Decided holds leave at once: that is what the operator did.
+  let holdsTable = $("table[data-holds]");
+  const newHolds = new Set();
+  const pill = $("[data-new-holds]");
 
   function holdRows() {
     return holdsTable ? $$("tbody tr.hold", holdsTable) : [];
+  }
+
+  function visibleHoldRows() {
+    return holdRows().filter((r) => !r.closest("tbody[data-collapsed]"));
   }
 
   function refreshHoldsChrome() {
@@ -159,80 +222,146 @@
     if (count) count.textContent = String(n);
     const empty = $("[data-holds-empty]");
     if (empty) empty.hidden = n > 0;
-    setHeldCount(n);
+    setHeldCount(n + newHolds.size);
+    if (pill) {
+      pill.hidden = newHolds.size === 0;
+      setSlot(pill, "new-count", newHolds.size);
+    }
     updateSelected();
   }
 
-  // A hold arrives from a `message.sent` event (`from`/`to`) or the holds list (`sender`/`recipient`).
-  function upsertHoldRow(h) {
-    if (!holdsTable) return;
+  function holdWanted(h) {
     const only = holdsTable.dataset.recipientFilter;
     const recipient = h.recipient || h.to;
-    if (only && !(recipient && recipient.id === only)) return;
-    const tbody = holdsTable.tBodies[0];
-    let row = $('tr[data-delivery-id="' + h.delivery_id + '"]', tbody);
-    const isNew = !row;
-    if (isNew) {
-      row = fromTemplate("tpl-hold-row");
+    if (only && !(recipient && recipient.id === only)) return false;
+    if (holdsTable.hasAttribute("data-escalated-filter") && h.escalate !== "required") return false;
+    return true;
+  }
+
+  // A hold arrives from a `message.sent` event or a catch-up after a gap.
+  function noteNewHold(h) {
+    if (!holdsTable || !holdWanted(h)) return;
+    if ($('tr[data-delivery-id="' + h.delivery_id + '"]', holdsTable)) return;
+    newHolds.add(String(h.delivery_id));
+    // Nothing on screen to shift: show it straight away.
+    if (!holdRows().length) showNewHolds();
+    else refreshHoldsChrome();
+  }
+
+  // What the operator has done to the queue, to carry over a fresh rendering of it.
+  function holdsState() {
+    const reasons = {};
+    $$("input[data-reason-input]", holdsTable).forEach((input) => {
+      const key = input.closest("tr.hold") ? "d" + input.closest("tr.hold").dataset.deliveryId : "g" + input.closest("tbody").dataset.group;
+      if (input.value) reasons[key] = input.value;
+    });
+    const active = document.activeElement;
+    return {
+      reasons: reasons,
+      checked: selectedIds(),
+      open: $$("tbody.hold-group:not([data-collapsed])", holdsTable).map((g) => g.dataset.group),
+      current: current() ? current().dataset.deliveryId : null,
+      focusKey: active && holdsTable.contains(active) && active.matches("input[data-reason-input]")
+        ? (active.closest("tr.hold") ? "d" + active.closest("tr.hold").dataset.deliveryId : "g" + active.closest("tbody").dataset.group)
+        : null,
+    };
+  }
+
+  function restoreHoldsState(state) {
+    $$("input[data-reason-input]", holdsTable).forEach((input) => {
+      const row = input.closest("tr.hold");
+      const key = row ? "d" + row.dataset.deliveryId : "g" + input.closest("tbody").dataset.group;
+      if (state.reasons[key]) input.value = state.reasons[key];
+      if (state.focusKey === key) input.focus();
+    });
+    $$('input[type=checkbox][name="delivery_ids"]', holdsTable).forEach((c) => {
+      c.checked = state.checked.includes(c.value);
+    });
+    state.open.forEach((key) => {
+      const group = $('tbody[data-group="' + CSS.escape(key) + '"]', holdsTable);
+      if (group) setGroupOpen(group, true);
+    });
+    if (state.current) {
+      const row = $('tr.hold[data-delivery-id="' + state.current + '"]', holdsTable);
+      if (row) row.classList.add("current");
+    }
+  }
+
+  async function showNewHolds() {
+    const region = $('[data-live-region="holds"]');
+    if (!region) return;
+    const arrived = Array.from(newHolds);
+    let response;
+    try {
+      response = await fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } });
+    } catch (err) {
+      return;
+    }
+    if (!response.ok || new URL(response.url).pathname.startsWith("/login")) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    const replacement = fresh.querySelector('[data-live-region="holds"]');
+    if (!replacement) return;
+    const state = holdsState();
+    region.replaceWith(document.adoptNode(replacement));
+    holdsTable = $("table[data-holds]");
+    restoreHoldsState(state);
+    arrived.forEach((id) => {
+      newHolds.delete(id);
+      const row = $('tr.hold[data-delivery-id="' + id + '"]', holdsTable);
       if (!row) return;
-    }
-    row.dataset.deliveryId = String(h.delivery_id);
-    row.dataset.messageId = h.message_id;
-    row.dataset.tier = h.tier || "";
-    row.dataset.escalate = h.escalate || "";
-    row.dataset.reason = h.hold_reason || "";
-    $$("[data-slot-value=delivery_id]", row).forEach((input) => (input.value = String(h.delivery_id)));
-    setSlot(row, "sender", who(h.sender || h.from));
-    setSlot(row, "recipient", who(h.recipient || h.to));
-    setSlot(row, "trust", h.trust);
-    setSlot(row, "tier", h.tier);
-    setSlot(row, "escalate", h.escalate === "required" ? "escalated" : "");
-    setSlot(row, "priority", h.priority === "urgent" ? "urgent" : "");
-    // A sensitive hold says what matched ("sensitive: AWS secret access key"); the hub masked the
-    // secret itself in the preview and summary before sending them here.
-    const why = holdReasons[h.hold_reason] || h.hold_reason;
-    setSlot(row, "why", h.matched && h.matched.length ? why + ": " + h.matched.join(", ") : why);
-    $$('[data-slot="why"]', row).forEach((el) => (el.title = h.hold_reason || ""));
-    setSlot(row, "summary", h.summary);
-    setSlot(row, "preview", h.preview);
-    $$("[data-reason-input]", row).forEach(
-      (input) => (input.placeholder = h.escalate === "required" ? "reason (required)" : "reason")
-    );
-    setLinks(row, "message", h.message_id);
-    const countdown = $(".countdown", row);
-    if (countdown) countdown.dataset.expires = h.expires_at || "";
-    if (isNew) {
-      const first = tbody.firstElementChild;
-      const urgent = h.escalate === "required" || h.priority === "urgent" || h.tier === "sensitive";
-      tbody.insertBefore(row, urgent ? first : null);
-      flash(row, undefined);
-    }
+      const group = row.closest("tbody.hold-group");
+      flash(group && group.hasAttribute("data-collapsed") ? $("tr.group-head", group) : row, undefined);
+    });
     tickCountdowns();
+    tickAges();
     refreshHoldsChrome();
   }
 
+  function setGroupOpen(group, open) {
+    if (open) group.removeAttribute("data-collapsed");
+    else group.setAttribute("data-collapsed", "");
+    const toggle = $("[data-group-toggle]", group);
+    if (toggle) toggle.setAttribute("aria-expanded", String(open));
+  }
+
+  function groupIds(group) {
+    return $$("tr.hold", group).map((r) => r.dataset.deliveryId);
+  }
+
   function removeHoldRow(deliveryId) {
+    newHolds.delete(String(deliveryId));
     if (!holdsTable) return false;
     const row = $('tr[data-delivery-id="' + deliveryId + '"]', holdsTable);
-    if (!row) return false;
+    if (!row) {
+      refreshHoldsChrome();
+      return false;
+    }
     if (row.classList.contains("current")) {
-      const next = row.nextElementSibling || row.previousElementSibling;
+      const rows = visibleHoldRows();
+      const at = rows.indexOf(row);
+      const next = rows[at + 1] || rows[at - 1];
       const hadFocus = row.contains(document.activeElement) || document.activeElement === document.body;
       if (next) setCurrent(next, hadFocus);
     }
+    const group = row.closest("tbody.hold-group");
     row.remove();
+    // The queue emptied with new holds waiting: nothing is left to shift, so show them now.
+    if (!holdRows().length && newHolds.size) showNewHolds();
+    if (group) {
+      const left = groupIds(group);
+      if (!left.length) group.remove();
+      else {
+        $$("[data-group-count]", group).forEach((el) => (el.textContent = String(left.length)));
+        $$('form[data-group-form] input[type=hidden][name="delivery_ids"]', group).forEach((input) => {
+          if (input.value === String(deliveryId)) input.remove();
+        });
+      }
+    }
     refreshHoldsChrome();
     return true;
   }
 
   // ---------------------------------------------------------------- sessions on the dashboard
-  function displayStatus(raw, lastSeen) {
-    if ((raw === "busy" || raw === "idle") && lastSeen) {
-      if (Date.now() - Date.parse(lastSeen) > deadAfterMs) return "dead";
-    }
-    return raw;
-  }
-
   function policyLabel(s) {
     if (s.inbound_policy && s.operator_policy) return s.inbound_policy + " (operator: " + s.operator_policy + ")";
     if (s.operator_policy) return s.operator_policy + " (operator)";
@@ -248,6 +377,7 @@
     const before = row ? signature(row) : undefined;
     if (!row) {
       if (!s.name) return; // a policy event for a session this page does not list
+      if (table.hasAttribute("data-dead-only") && s.liveness !== "dead") return;
       row = fromTemplate("tpl-session-row");
       if (!row) return;
       row.dataset.sessionId = s.id;
@@ -267,7 +397,8 @@
       row.dataset.rawStatus = s.status;
       const time = $('[data-slot="last_seen"]', row);
       if (time && s.last_seen) time.setAttribute("datetime", s.last_seen);
-      const status = displayStatus(s.status, s.last_seen);
+      // Dead or not is the server's verdict (messaging.liveness), never recomputed here.
+      const status = s.liveness || s.display_status || s.status;
       row.dataset.status = status;
       setSlot(row, "status", status);
     }
@@ -301,13 +432,13 @@
         t.title = t.getAttribute("datetime");
       }
     });
-    $$("table[data-sessions] tbody tr[data-session-id]").forEach((row) => {
-      const time = $('[data-slot="last_seen"]', row);
-      const status = displayStatus(row.dataset.rawStatus, time && time.getAttribute("datetime"));
-      if (status !== row.dataset.status) {
-        row.dataset.status = status;
-        setSlot(row, "status", status);
-      }
+  }
+
+  function tickAges() {
+    $$("[data-age]").forEach((el) => {
+      const at = Date.parse(el.dataset.age);
+      if (isNaN(at)) return;
+      el.textContent = duration(Date.now() - at);
     });
   }
 
@@ -315,7 +446,8 @@
     $$(".countdown[data-expires]").forEach((el) => {
       const at = Date.parse(el.dataset.expires);
       if (isNaN(at)) {
-        el.textContent = "no deadline";
+        el.textContent = el.dataset.none || "no deadline";
+        el.classList.remove("soon", "over");
         return;
       }
       const left = at - Date.now();
@@ -334,7 +466,7 @@
   let refreshTimer = null;
 
   function wantsRefresh(kind, data) {
-    if (!$("[data-live-region]")) return false;
+    if (!$("[data-live-region]:not([data-live-manual])")) return false;
     if (refreshOn.includes("*")) return true;
     if (refreshOn.some((prefix) => kind.startsWith(prefix))) return true;
     return Boolean(refreshMatch) && JSON.stringify(data || {}).includes(refreshMatch);
@@ -354,20 +486,27 @@
     }
     if (!response.ok || new URL(response.url).pathname.startsWith("/login")) return;
     const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
-    $$("[data-live-region]").forEach((region) => {
+    $$("[data-live-region]:not([data-live-manual])").forEach((region) => {
       const name = region.dataset.liveRegion;
       const replacement = fresh.querySelector('[data-live-region="' + name + '"]');
       if (!replacement || region.contains(document.activeElement)) return;
+      // A card or section the operator opened stays open across the fresh rendering.
+      const open = $$("details[open][data-open-key]", region).map((d) => d.dataset.openKey);
+      open.forEach((key) => {
+        const again = replacement.querySelector('details[data-open-key="' + CSS.escape(key) + '"]');
+        if (again) again.open = true;
+      });
       region.replaceWith(document.adoptNode(replacement));
     });
     tickClocks();
     tickCountdowns();
+    tickAges();
   }
 
   // ---------------------------------------------------------------- applying events
   function applyDelivery(d) {
     upsertFeedRow(d);
-    if (d.state === "held") upsertHoldRow(d);
+    if (d.state === "held") noteNewHold(d);
     else removeHoldRow(d.delivery_id);
   }
 
@@ -375,17 +514,22 @@
     "message.sent": (d) => {
       upsertFeedRow(d);
       if (d.state === "held") {
-        if (holdsTable) upsertHoldRow(d);
+        if (holdsTable) noteNewHold(d);
         else setHeldCount(heldCount() + 1);
+        scheduleAttention();
       }
     },
     "delivery.changed": (d) => {
       updateFeedState(d.delivery_id, d.state);
       if (d.from === "held" && d.state !== "held") {
         if (!removeHoldRow(d.delivery_id) && !holdsTable) setHeldCount(heldCount() - 1);
+        scheduleAttention();
       }
     },
-    "session.changed": (s) => upsertSessionRow(s),
+    "session.changed": (s) => {
+      upsertSessionRow(s);
+      scheduleAttention();
+    },
     "session.policy": (s) => upsertSessionRow(s),
   };
 
@@ -417,9 +561,9 @@
     }
     (update.deliveries || []).forEach(applyDelivery);
     (update.sessions || []).forEach(upsertSessionRow);
-    if (typeof update.held_count === "number" && !holdsTable) setHeldCount(update.held_count);
+    if (update.attention) setAttention(update.attention);
     if ((update.teams && refreshOn.some((p) => p.startsWith("team"))) || (update.deliveries || []).length) {
-      if ($("[data-live-region]")) scheduleRefresh();
+      if ($("[data-live-region]:not([data-live-manual])")) scheduleRefresh();
     }
     cursor = Math.max(cursor, Number(update.cursor) || 0);
   }
@@ -543,7 +687,7 @@
   }
 
   function move(step) {
-    const rows = holdRows();
+    const rows = visibleHoldRows();
     if (!rows.length) return;
     const at = rows.indexOf(current());
     const next = at < 0 ? (step > 0 ? 0 : rows.length - 1) : Math.min(rows.length - 1, Math.max(0, at + step));
@@ -575,27 +719,41 @@
     noticeEl.setAttribute("aria-live", "polite");
     holdsTable.closest(".panel").insertBefore(noticeEl, $("#bulk"));
 
-    // Row forms and the bulk form post through fetch, so the queue keeps its place and selection.
+    // Row, group and bulk forms post through fetch, so the queue keeps its place and selection.
+    // Listeners sit on the document: the queue's table is replaced when new holds are shown.
     document.addEventListener("submit", (e) => {
       const form = e.target;
       const action = e.submitter && e.submitter.value;
       if (!(form instanceof HTMLFormElement) || !action) return;
+      const reason = ($('input[name="reason"]', form) || {}).value || "";
       if (form.id === "bulk") {
         e.preventDefault();
         decide(selectedIds(), action, ($("[data-bulk-reason]") || {}).value || "");
+      } else if (form.hasAttribute("data-group-form") && holdsTable.contains(form)) {
+        e.preventDefault();
+        // The group as it is now: holds decided meanwhile have already left it.
+        decide(groupIds(form.closest("tbody.hold-group")), action, reason);
       } else if (form.classList.contains("decide") && holdsTable.contains(form)) {
         e.preventDefault();
         const row = form.closest("tr.hold");
-        decide([row.dataset.deliveryId], action, ($('input[name="reason"]', form) || {}).value || "");
+        decide([row.dataset.deliveryId], action, reason);
       }
     });
-    holdsTable.addEventListener("change", (e) => {
-      if (e.target.matches('input[type=checkbox][name="delivery_ids"]')) updateSelected();
+    document.addEventListener("change", (e) => {
+      if (holdsTable.contains(e.target) && e.target.matches('input[type=checkbox][name="delivery_ids"]')) updateSelected();
     });
-    holdsTable.addEventListener("click", (e) => {
+    document.addEventListener("click", (e) => {
+      if (!holdsTable.contains(e.target)) return;
+      const toggle = e.target.closest("[data-group-toggle]");
+      if (toggle) {
+        const group = toggle.closest("tbody.hold-group");
+        setGroupOpen(group, group.hasAttribute("data-collapsed"));
+        return;
+      }
       const row = e.target.closest("tr.hold");
       if (row) setCurrent(row, false);
     });
+    if (pill) pill.addEventListener("click", showNewHolds);
     const all = $("[data-select-all]");
     if (all) {
       all.addEventListener("change", () => {
@@ -638,6 +796,9 @@
           const input = row && $('input[name="reason"]', row);
           if (input) input.focus();
         },
+        n: () => {
+          if (newHolds.size) showNewHolds();
+        },
         "*": () => {
           if (all) {
             all.checked = !all.checked;
@@ -668,9 +829,16 @@
   setUpHolds();
   tickClocks();
   tickCountdowns();
-  setInterval(tickCountdowns, 1000);
+  tickAges();
+  setInterval(() => {
+    tickCountdowns();
+    tickAges();
+  }, 1000);
   setInterval(tickClocks, 5000);
-  if ($("table[data-sessions]")) setInterval(() => catchUp(true), 60000);
+  // Time alone makes a session dead or a hold expire, with no event to say so: the page asks the
+  // server again now and then (the server decides; the page only shows its verdict).
+  setInterval(refreshAttention, 20000);
+  if ($("table[data-sessions]")) setInterval(() => catchUp(true), 30000);
   connect();
 
   // Exposed for tests and for a person poking at the console from the browser's devtools.
@@ -679,6 +847,8 @@
   window.switchboardConsole = {
     cursor: () => cursor,
     catchUp: catchUp,
+    refreshAttention: refreshAttention,
+    newHolds: () => newHolds.size,
     pause: () => {
       paused = true;
       if (socket) socket.close();

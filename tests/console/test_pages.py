@@ -13,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from console import selectors
+from messaging.liveness import dead_sessions_q, session_liveness
 from messaging.models import AgentSession, AuditEvent
 from tests.teams.conftest import join_team
 
@@ -65,15 +66,33 @@ def test_the_session_page_shows_pins_and_subscriptions(api, register, send, oper
     assert b"waits for bob" in page.content
 
 
-def test_a_session_not_seen_for_long_is_shown_dead(register, settings):
+def test_a_session_not_seen_for_long_is_dead_by_the_one_rule(register, settings):
     alice = register("alice")
     session = AgentSession.objects.get(pk=alice.id)
     now = timezone.now()
-    assert selectors.display_status(session, now) == "idle"
+    assert session_liveness(session, now=now) == "idle"
     later = now + timedelta(seconds=settings.SWITCHBOARD_DEAD_AFTER_SECONDS + 1)
-    assert selectors.display_status(session, later) == "dead"
+    assert session_liveness(session, now=later) == "dead"
+    assert AgentSession.objects.filter(dead_sessions_q(later)).get() == session
     session.status = "stopped"
-    assert selectors.display_status(session, later) == "stopped"
+    assert session_liveness(session, now=later) == "stopped"
+
+
+def test_the_pages_show_the_servers_verdict_on_dead_sessions(register, operator_client, settings):
+    """Given alice went silent past the timeout and bob did not, the dashboard, its dead-only list,
+    the attention strip and the catch-up feed all say alice is dead and bob is not."""
+    alice, bob = register("alice"), register("bob")
+    silent = timezone.now() - timedelta(seconds=settings.SWITCHBOARD_DEAD_AFTER_SECONDS + 5)
+    AgentSession.objects.filter(pk=alice.id).update(last_seen=silent)
+    rows = {s["name"]: s["display_status"] for s in operator_client.get("/").context["sessions"]}
+    assert rows == {"alice": "dead", "bob": "idle"}
+    dead_only = operator_client.get("/?liveness=dead")
+    assert [s["name"] for s in dead_only.context["sessions"]] == ["alice"]
+    assert dead_only.context["attention"]["dead"] == 1
+    assert b'href="/?liveness=dead" data-attention="dead" data-count="1"' in dead_only.content
+    rows = operator_client.get("/console/updates?after=0&sessions=all").json()["sessions"]
+    assert {r["name"]: r["liveness"] for r in rows} == {"alice": "dead", "bob": "idle"}
+    assert b"data-dead-after" not in dead_only.content  # the browser no longer decides it
 
 
 def test_catch_up_after_too_many_changes_asks_the_browser_to_reload(db, monkeypatch):

@@ -180,7 +180,8 @@ def test_policy_and_sender_rules_are_set_by_the_operator(operator_client, regist
     )
     assert response.status_code == 302
     page = operator_client.get(f"/sessions/{bob.id}/").content.decode()
-    assert "refuse (operator)" in page
+    assert "data-operator-floor><strong>refuse</strong> (set by an operator)" in page
+    assert "data-hold-expiry>120 s (set for this session" in page
     assert f"alice [{alice.ref}]" in page and "(operator)" in page
 
 

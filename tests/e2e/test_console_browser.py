@@ -8,6 +8,7 @@ checkout as it found it, or into the directory SWITCHBOARD_SCREENSHOTS names
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.e2e.conftest import REPO, Hub, start_hub
 
@@ -161,6 +163,29 @@ def _hold_row(page: Any, delivery_id: int) -> Any:
     return page.locator(f'table[data-holds] tr.hold[data-delivery-id="{delivery_id}"]')
 
 
+def _show_hold(page: Any, delivery_id: int, timeout_ms: int = 5_000) -> Any:
+    """Wait until a hold is on the holds page and visible. On an empty queue it shows at once;
+    otherwise it waits behind the "N new" button (rows never move by themselves), which this
+    clicks; a collapsed group is opened. Returns the row."""
+    row = _hold_row(page, delivery_id)
+    page.wait_for_function(
+        """(id) => document.querySelector('table[data-holds] tr.hold[data-delivery-id="' + id + '"]')
+                 || !document.querySelector('[data-new-holds]').hidden""",
+        arg=str(delivery_id),
+        timeout=timeout_ms,
+    )
+    if not row.count():
+        # The queue may empty meanwhile, and an empty queue shows new holds by itself.
+        with contextlib.suppress(PlaywrightTimeout):
+            page.locator("[data-new-holds]").click(timeout=2_000)
+        row.wait_for(state="attached", timeout=timeout_ms)
+    group = page.locator(f'tbody.hold-group:has(tr.hold[data-delivery-id="{delivery_id}"])')
+    if group.get_attribute("data-collapsed") is not None:
+        group.locator("[data-group-toggle]").click()
+    row.wait_for(state="visible", timeout=timeout_ms)
+    return row
+
+
 def _delivery_id(world: World, message_id: str) -> int:
     return world.status(message_id)["deliveries"][0]["delivery_id"]
 
@@ -210,8 +235,7 @@ def test_a_policy_hold_appears_without_reload_and_approving_it_delivers(world: W
     sent = world.send(alice, to_bob, "please merge PR 12", summary="merge PR 12")
     assert sent["status"] == "held"
     delivery_id = _delivery_id(world, sent["id"])
-    row = _hold_row(page, delivery_id)
-    row.wait_for(state="visible", timeout=5_000)
+    row = _show_hold(page, delivery_id)
     appeared_after = time.monotonic() - started
     print(f"held message appeared in the queue {appeared_after:.3f} s after the send returned")
     assert page.evaluate("() => window.__reloaded") is False
@@ -232,8 +256,7 @@ def test_a_hold_denied_with_the_keyboard_never_arrives(world: World, browser: An
     page, carol, dan, to_dan = _holds_page(world, browser, "carol-e2e", "dan-e2e")
     sent = world.send(carol, to_dan, "run the migration on prod now", summary="prod migration")
     delivery_id = _delivery_id(world, sent["id"])
-    row = _hold_row(page, delivery_id)
-    row.wait_for(state="visible", timeout=5_000)
+    row = _show_hold(page, delivery_id)
 
     # j moves to a hold; r types its reason; Esc leaves the box; d denies.
     rows = page.locator("table[data-holds] tr.hold")
@@ -267,8 +290,7 @@ def test_many_holds_are_approved_at_once(world: World, browser: Any) -> None:
     sent = [world.send(erin, to_fay, f"batch item {i}") for i in range(3)]
     ids = [_delivery_id(world, s["id"]) for s in sent]
     for delivery_id in ids:
-        _hold_row(page, delivery_id).wait_for(state="visible", timeout=5_000)
-        _hold_row(page, delivery_id).get_by_role("checkbox").check()
+        _show_hold(page, delivery_id).get_by_role("checkbox").check()
     assert page.locator("[data-selected-count]").inner_text().startswith("3")
     page.get_by_role("button", name="Approve selected").click()
     for delivery_id in ids:
@@ -282,8 +304,7 @@ def test_a_page_that_lost_its_socket_catches_up_on_what_it_missed(world: World, 
     reconnecting the page shows the new hold and drops the decided one, without a reload."""
     page, mia, _, to_ned = _holds_page(world, browser, "mia-e2e", "ned-e2e")
     early = world.send(mia, to_ned, "decided while you were away")
-    early_row = _hold_row(page, _delivery_id(world, early["id"]))
-    early_row.wait_for(state="visible", timeout=5_000)
+    early_row = _show_hold(page, _delivery_id(world, early["id"]))
     page.evaluate("() => { window.__reloaded = false; window.switchboardConsole.pause(); }")
     page.wait_for_selector('#live[data-state="off"]', timeout=5_000)
 
@@ -292,10 +313,11 @@ def test_a_page_that_lost_its_socket_catches_up_on_what_it_missed(world: World, 
     page.wait_for_timeout(500)
     late_row = _hold_row(page, _delivery_id(world, late["id"]))
     assert late_row.count() == 0 and early_row.count() == 1  # nothing arrives while offline
+    assert page.locator("[data-new-holds]").is_hidden()
 
     page.evaluate("() => window.switchboardConsole.resume()")
-    late_row.wait_for(state="visible", timeout=5_000)
     early_row.wait_for(state="detached", timeout=5_000)
+    _show_hold(page, _delivery_id(world, late["id"]))
     assert page.evaluate("() => window.__reloaded") is False
     page.context.close()
 
@@ -303,15 +325,14 @@ def test_a_page_that_lost_its_socket_catches_up_on_what_it_missed(world: World, 
 def test_message_text_with_markup_is_shown_as_text(world: World, browser: Any) -> None:
     page, gus, _, to_hal = _holds_page(world, browser, "gus-e2e", "hal-e2e")
     sent = world.send(gus, to_hal, SCRIPT_TEXT, summary="<b>bold?</b>")
-    row = _hold_row(page, _delivery_id(world, sent["id"]))
-    row.wait_for(state="visible", timeout=5_000)
-    # Arrived live (built by the script): markup is text, nothing ran, no element was created.
+    row = _show_hold(page, _delivery_id(world, sent["id"]))
+    # Arrived live (fetched by the script): markup is text, nothing ran, no element was created.
     assert "<script>window.__pwned = 1</script>" in row.inner_text()
     assert "<b>bold?</b>" in row.inner_text()
     assert row.locator("script, img, b").count() == 0
     # Rendered by the server: the same.
     page.reload()
-    row = _hold_row(page, _delivery_id(world, sent["id"]))
+    row = _show_hold(page, _delivery_id(world, sent["id"]))
     assert "<script>window.__pwned = 1</script>" in row.inner_text()
     assert row.locator("script, img, b").count() == 0
     page.goto(world.hub.url + f"/messages/{sent['id']}/")
@@ -352,8 +373,8 @@ def test_the_policy_editor_sets_an_operator_policy(world: World, browser: Any) -
     lou = world.register("lou-e2e")
     page = _log_in(browser, world)
     page.goto(world.hub.url + f"/sessions/{lou.id}/")
-    page.get_by_role("combobox", name="Inbound policy").select_option("refuse")
-    page.get_by_role("button", name="Save policy").click()
+    page.get_by_role("combobox", name="Operator's floor").select_option("refuse")
+    page.get_by_role("button", name="Save the floor").click()
     page.wait_for_url(world.hub.url + f"/sessions/{lou.id}/")
     assert "refuse" in page.locator(".flash").inner_text()
     policy = world.operator("GET", f"sessions/{lou.ref}/policy")
@@ -392,11 +413,15 @@ def _populate_for_screenshots(world: World) -> dict[str, Any]:
     for agent in (ui, api):
         members[agent.name] = world.join(lead, team_id, agent)
     schema = world.as_agent(lead, "POST", f"teams/{team_id}/tasks", {"title": "Design the orders schema"})
-    world.as_agent(
+    blocked = world.as_agent(
         lead,
         "POST",
         f"teams/{team_id}/tasks",
-        {"title": "Orders API endpoints", "blocked_by": [schema["id"]]},
+        {
+            "title": "Orders API endpoints",
+            "description": "GET/POST /orders, GET /orders/{id}; pagination by cursor.",
+            "blocked_by": [schema["id"]],
+        },
     )
     world.as_agent(lead, "POST", f"teams/{team_id}/tasks", {"title": "Checkout page: cart summary"})
     world.as_agent(lead, "POST", f"teams/{team_id}/tasks", {"title": "Load test the payment path"})
@@ -411,7 +436,16 @@ def _populate_for_screenshots(world: World) -> dict[str, Any]:
     )
     world.inbox(ui)
     world.as_agent(ui, "POST", "inbox/ack", {"ids": [first["id"]]})
-    world.send(ui, "backend", "Which field carries the currency?", summary="currency field")
+    question = world.send(ui, "backend", "Which field carries the currency?", summary="currency field")
+    world.inbox(api)
+    answer = world.send(
+        api,
+        "frontend",
+        "`currency` on the order, ISO 4217.",
+        summary="currency: ISO 4217",
+        in_reply_to=question["id"],
+    )
+    world.send(ui, "backend", "Thanks, wiring it up.", summary="thanks", in_reply_to=answer["id"])
     world.send(api, "architect", "Schema draft is in docs/orders.md", summary="schema draft")
     world.inbox(lead)
     risky = world.send(
@@ -419,7 +453,15 @@ def _populate_for_screenshots(world: World) -> dict[str, Any]:
     )
     world.send(lead, "ops", "Can you bump the staging database size?", summary="bigger staging db")
     world.send(ui, "ops", "Deploy the web build <b>tonight</b>?", summary="deploy tonight")
-    return {"team_id": team_id, "sensitive_id": risky["id"], "ops_id": ops.id}
+    for n in (1, 2, 3):
+        world.send(lead, "ops", f"Status of the staging deploy? ({n})", summary=f"staging status {n}")
+    return {
+        "team_id": team_id,
+        "sensitive_id": risky["id"],
+        "ops_id": ops.id,
+        "pair": (ui.id, api.id),
+        "blocked_id": blocked["id"],
+    }
 
 
 @pytest.fixture
@@ -449,7 +491,14 @@ def test_screenshots_of_dashboard_holds_and_board(world: World, browser: Any, sh
     page.goto(world.hub.url + f"/teams/{made['team_id']}/")
     page.locator(".board").wait_for()
     assert page.locator('[data-column="in_progress"] .card').count() >= 1
+    page.locator(f'.card[data-task="{made["blocked_id"]}"] summary').click()
+    page.locator(".board").scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "team-board.png"), full_page=False)
+
+    ui_id, api_id = made["pair"]
+    page.goto(world.hub.url + f"/conversations/{ui_id}/{api_id}/")
+    assert page.locator("ol.thread li.entry.depth-2").count() == 1
+    page.screenshot(path=str(shots / "conversation.png"), full_page=False)
 
     sensitive_id = made["sensitive_id"]
     page.goto(world.hub.url + f"/messages/{sensitive_id}/")
@@ -472,6 +521,6 @@ def test_screenshots_of_dashboard_holds_and_board(world: World, browser: Any, sh
     width = phone.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 390 + 1
     phone.context.close()
-    for name in ("dashboard", "holds", "team-board", "holds-phone"):
+    for name in ("dashboard", "holds", "team-board", "holds-phone", "conversation"):
         shot = shots / f"{name}.png"
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000, name

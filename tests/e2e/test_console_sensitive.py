@@ -15,6 +15,7 @@ from tests.e2e.test_console_browser import (  # noqa: F401 (world and browser ar
     _delivery_id,
     _hold_row,
     _log_in,
+    _show_hold,
     _wait_live,
     browser,
     world,
@@ -45,8 +46,7 @@ def test_an_escalated_hold_is_masked_revealed_on_purpose_and_approved_only_with_
     # Given alice pastes an AWS secret key to bob, the hold appears live, escalated and masked.
     sent = world.send(alice, f"{bob.name} [{bob.ref}]", SECRET_TEXT, summary="deploy creds")
     assert (sent["status"], sent["tier"]) == ("held", "sensitive")
-    row = _hold_row(page, _delivery_id(world, sent["id"]))
-    row.wait_for(state="visible", timeout=5_000)
+    row = _show_hold(page, _delivery_id(world, sent["id"]))
     text = row.inner_text()
     assert MASKED in text and AWS_SECRET not in text
     assert "sensitive: AWS secret access key" in text and "escalated" in text.lower()
@@ -77,7 +77,7 @@ def test_an_escalated_hold_is_masked_revealed_on_purpose_and_approved_only_with_
     # Approving with a reason queues it; bob gets the text exactly as sent.
     page.goto(world.hub.url + "/holds/")
     _wait_live(page)
-    row = _hold_row(page, _delivery_id(world, sent["id"]))
+    row = _show_hold(page, _delivery_id(world, sent["id"]))
     row.locator('input[name="reason"]').fill("rotating the key right after the deploy")
     row.get_by_role("button", name="Approve").click()
     row.wait_for(state="detached", timeout=5_000)
