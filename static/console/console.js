@@ -287,9 +287,30 @@
     }
   }
 
-  async function showNewHolds() {
+  // One fetch of the queue at a time: an older rendering must never replace a newer one. A
+  // request made meanwhile runs once the fetch in flight is done.
+  let showing = null;
+  let showAgain = false;
+
+  function showNewHolds() {
+    if (showing) {
+      showAgain = true;
+      return showing;
+    }
+    showing = fetchNewHolds().finally(() => {
+      showing = null;
+      if (showAgain) {
+        showAgain = false;
+        if (newHolds.size) showNewHolds();
+      }
+    });
+    return showing;
+  }
+
+  async function fetchNewHolds() {
     const region = $('[data-live-region="holds"]');
     if (!region) return;
+    // Every hold noted before this request is in its answer, or is no longer held.
     const arrived = Array.from(newHolds);
     let response;
     try {

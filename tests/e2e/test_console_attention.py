@@ -263,3 +263,41 @@ def test_the_feed_filters_and_dates_its_times_and_the_small_things_read_right(
     card.locator("summary").click()
     assert card.locator(".card-facts").is_visible() and "tables and keys" in card.inner_text()
     page.context.close()
+
+
+def test_holds_arriving_while_the_queue_is_fetched_are_all_shown(world: World, browser: Any) -> None:  # noqa: F811
+    """Given the page's fetch of an empty queue is slow, when another hold arrives meanwhile, it
+    is not lost between two answers: the page fetches again once the first answer is in."""
+    yan, zed = world.register("yan-att"), _holding(world, "zed-att")
+    to_zed = f"{zed.name} [{zed.ref}]"
+    page = _log_in(browser, world)
+    url = world.hub.url + f"/holds/?recipient={zed.id}"
+    page.goto(url)
+    _wait_live(page)
+    held_back: list[tuple[Any, Any]] = []
+    releasing: list[bool] = []
+
+    def slow_fetches(route: Any) -> None:
+        # The script asks with Accept: text/html; its answers are kept back, as read now, until
+        # the test releases them in the order asked.
+        if route.request.headers.get("accept") == "text/html" and not releasing:
+            held_back.append((route, route.fetch()))
+        else:
+            route.continue_()
+
+    page.route(url, slow_fetches)
+    first = world.send(yan, to_zed, "first on an empty queue")
+    for _ in range(200):
+        if held_back:
+            break
+        page.wait_for_timeout(25)
+    assert held_back, "the page did not fetch the queue for a hold on an empty queue"
+    second = world.send(yan, to_zed, "while the queue is fetched")
+    page.wait_for_timeout(500)  # the page has heard of it (its socket is live)
+    releasing.append(True)
+    for route, answer in list(held_back):  # in the order asked
+        route.fulfill(response=answer)
+        page.wait_for_timeout(200)
+    for message in (first, second):
+        _show_hold(page, _delivery_id(world, message["id"]))
+    page.context.close()
