@@ -15,6 +15,7 @@ from django.utils import timezone
 from alerts.models import Alert, AlertState
 from alerts.services import alert_acknowledge, alerts_detect, alerts_run
 from messaging.errors import Forbidden
+from messaging.hold_reasons import hold_reason_label
 from messaging.models import AgentSession, AuditEvent, Delivery
 from messaging.principals import HUB, operator_principal
 from tests.messaging.sensitivity_corpus import AWS_SECRET
@@ -129,7 +130,9 @@ def test_a_hold_about_to_expire_is_posted_once_within_the_lead_time(
     alerts_run()
     [posted] = alerting.received
     assert posted["text"].startswith("*Switchboard: A hold expires within 60 s*")
-    assert f"hold {hold}: carol [" in posted["text"] and "operator policy: hold" in posted["text"]
+    assert (
+        f"hold {hold}: carol [" in posted["text"] and hold_reason_label("operator_policy") in posted["text"]
+    )
 
 
 def test_an_escalated_hold_about_to_expire_gets_both_alerts(alerting, register, sent):

@@ -100,7 +100,7 @@ def test_holds_are_grouped_by_pair_and_reason_with_one_form_for_the_group(holdin
     html = page.content.decode()
     # A group of several starts collapsed, with one decision for all of it; a lone hold has none.
     group = re.search(
-        r'<tbody class="hold-group" data-group="%s[^"]*" data-collapsed>(.*?)</tbody>' % alice.id, html, re.S
+        rf'<tbody class="hold-group" data-group="{alice.id}[^"]*" data-collapsed>(.*?)</tbody>', html, re.S
     )
     assert group is not None
     ids = re.findall(
@@ -215,7 +215,8 @@ def test_a_pairs_conversation_is_threaded_with_states_and_decisions_and_masks_se
 
 
 def test_a_teams_conversation_holds_its_rosters_messages(api, register, send, operator_client):
-    lead, mate, outsider = register("lead1"), register("mate"), register("outsider")
+    lead, mate = register("lead1"), register("mate")
+    register("outsider")
     team = api.post("teams", lead.token, {"name": "checkout"}).json_body
     join_team(api, lead, team["id"], mate)
     inside = _sent(send(lead, "mate", "start on the schema"))
@@ -263,7 +264,7 @@ def test_the_feed_filters_by_state_tier_session_and_team_and_dates_its_times(
     assert set(thread.values()) <= shown("?state=nonsense&tier=&session=bad")
     html = operator_client.get(f"/?session={carol.id}").content.decode()
     today = timezone.now().date().isoformat()
-    assert re.search(r'<time data-slot="time" datetime="[^"]+">%s \d\d:\d\d:\d\d</time>' % today, html)
+    assert re.search(rf'<time data-slot="time" datetime="[^"]+">{today} \d\d:\d\d:\d\d</time>', html)
     assert f'data-feed-sessions="{carol.id}"' in html
 
 
@@ -294,7 +295,7 @@ def test_the_session_page_separates_the_floor_from_the_sessions_own_policy(
     assert "data-own-policy><strong>hold</strong> (set by the session)" in html
     default = settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS
     assert f"data-hold-expiry>{default} s (the hub's default)" in html
-    assert re.search(r'<input type="number" name="hold_expiry_seconds" value="%d"' % default, html)
+    assert re.search(f'<input type="number" name="hold_expiry_seconds" value="{default}"', html)
     assert "Operator&#x27;s floor</label>" in html
 
 

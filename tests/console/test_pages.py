@@ -81,7 +81,8 @@ def test_a_session_not_seen_for_long_is_dead_by_the_one_rule(register, settings)
 def test_the_pages_show_the_servers_verdict_on_dead_sessions(register, operator_client, settings):
     """Given alice went silent past the timeout and bob did not, the dashboard, its dead-only list,
     the attention strip and the catch-up feed all say alice is dead and bob is not."""
-    alice, bob = register("alice"), register("bob")
+    alice = register("alice")
+    register("bob")
     silent = timezone.now() - timedelta(seconds=settings.SWITCHBOARD_DEAD_AFTER_SECONDS + 5)
     AgentSession.objects.filter(pk=alice.id).update(last_seen=silent)
     rows = {s["name"]: s["display_status"] for s in operator_client.get("/").context["sessions"]}
