@@ -9,7 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY . .
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir '.[hub]' \
     && useradd --system --home-dir /var/lib/switchboard --create-home switchboard \
     && chmod 0700 /var/lib/switchboard
 USER switchboard

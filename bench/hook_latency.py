@@ -88,7 +88,7 @@ def main() -> None:
                 float(ms) for ms in re.findall(r"hook PostToolUse: ok; 1 request\(s\), ([\d.]+) ms", log)
             ]
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "import console.agent.hooks"], cwd=REPO, check=True)
+            subprocess.run([sys.executable, "-c", "import switchboard_agent.hooks"], cwd=REPO, check=True)
             imports = (time.perf_counter() - started) * 1000
         finally:
             hub.stop()

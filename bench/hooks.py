@@ -31,7 +31,7 @@ from typing import Any
 
 from common import REPO, progress, summary_ms, write_result
 
-from console.agent.hooks import HOOK_DEADLINE
+from switchboard_agent.hooks import HOOK_DEADLINE
 from tests.agents.hung import HungHub
 from tests.e2e.conftest import start_hub
 
@@ -57,7 +57,7 @@ POST_TOOL_USE = event("PostToolUse", tool_name="Bash", tool_input={"command": "m
 def hook(env: dict[str, str], url: str, payload: str) -> float:
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "console.cli", "hook", "--url", url],
+        [sys.executable, "-m", "switchboard_agent.cli", "hook", "--url", url],
         input=payload,
         capture_output=True,
         text=True,
@@ -83,7 +83,7 @@ def agent_env(home: Path, **extra: str) -> dict[str, str]:
 def fake_session(home: Path, url: str) -> None:
     """A session the hooks saved earlier (so each PostToolUse makes its request)."""
     os.environ["SWITCHBOARD_HOME"] = str(home)
-    from console.agent.config import SavedSession, session_save
+    from switchboard_agent.config import SavedSession, session_save
 
     session_save(SavedSession(key=SESSION_ID, hub=url, token="t" * 40, id="i", name="bench", ref="abc123"))
 

@@ -1,7 +1,7 @@
 """Switchboard's Django project package and operator console.
 
 The Celery app is loaded when Django starts (ConsoleConfig.ready) rather than on import, so the
-agent-side commands under console.agent (hooks run on every tool call) never pay for importing Celery.
+hub commands that never use it (`switchboard web` choosing its event loop) do not pay for importing Celery.
 """
 
 from __future__ import annotations

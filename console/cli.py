@@ -1,7 +1,8 @@
-"""`switchboard` command line. `serve` runs the hub; other commands talk to a hub over HTTP.
+"""The hub's own commands: `switchboard serve`, `switchboard web` and `switchboard manage`, entered
+through `run_hub_command` from the agent side's command line (`switchboard_agent.hub_commands`, the
+agent side's one door to the hub), and the shell lines the console shows for them.
 
-Exit codes: 0 done, 1 nothing to do, 2 usage error, 3 the hub refused (or has nothing to act on),
-4 the hub is unreachable. `--json`, `--url` and `--session` go before or after the subcommand.
+Everything here needs the `hub` extra; the agent side never imports this module otherwise.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from switchboard_agent.hub_commands import HUB_COMMANDS, add_serve_options
 
 
 def _django_setup() -> None:
@@ -39,7 +42,7 @@ def first_steps(hub_url: str, home: Path) -> list[str]:
     on PATH (its virtualenv's activate script, when there is one), name the hub and its home (where
     the CLI finds the enrollment key) when they are not the defaults, register two sessions and
     send from one to the other."""
-    from console.agent.config import DEFAULT_URL
+    from switchboard_agent.config import DEFAULT_URL
 
     lines = []
     activate = _beside_interpreter("activate")
@@ -71,8 +74,12 @@ def run_manage(arguments: Sequence[str]) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    """Apply migrations, then serve HTTP + WebSocket in this process, with background jobs in-process."""
+def serve(argv: Sequence[str]) -> int:
+    """`switchboard serve`: apply migrations, then serve HTTP + WebSocket in this process, with
+    background jobs in-process."""
+    parser = argparse.ArgumentParser(prog="switchboard serve", description=HUB_COMMANDS["serve"])
+    add_serve_options(parser)
+    args = parser.parse_args(argv)
     os.environ["SWITCHBOARD_ROLE"] = args.role
     if not os.environ.get("SWITCHBOARD_PUBLIC_URL"):
         shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
@@ -89,13 +96,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from django.conf import settings
     from django.core.management import call_command
 
+    from federation.services.startup import federation_start
     from messaging.credentials import enrollment_key
     from messaging.jobs import EmbeddedScheduler
 
     call_command("migrate", interactive=False, verbosity=0)
     enrollment_key()  # generated on first start, into $SWITCHBOARD_HOME/enroll.key (0600)
-    from federation.services.startup import federation_start
-
     federation_start()  # hub key, registry: stale entries out, this hub and its live agents in
     scheduler = None
     if settings.SWITCHBOARD_JOBS != "celery":
@@ -134,57 +140,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from console.agent.commands import add_agent_commands, add_common_options
+def run_hub_command(command: str, argv: Sequence[str]) -> int:
+    """Run the hub command `command` (`serve`, `web`, `manage`) with its own arguments."""
+    if command == "web":
+        from console import web
 
-    parser = argparse.ArgumentParser(prog="switchboard", description=__doc__)
-    add_common_options(parser, defaults=True)  # also accepted before the subcommand
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the hub and console in this process")
-    serve.add_argument("--host", default=os.environ.get("SWITCHBOARD_HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(os.environ.get("SWITCHBOARD_PORT", "8765")))
-    serve.add_argument(
-        "--role",
-        choices=["hub", "relay"],
-        default=os.environ.get("SWITCHBOARD_ROLE", "hub") or "hub",
-        help="relay: store sealed messages for other hubs to pull (see docs/federation.md)",
-    )
-    serve.set_defaults(func=cmd_serve)
-    sub.add_parser(
-        "web",
-        help="run one production web process: daphne on uvloop, with daphne's options "
-        "(`switchboard web --help` lists them; see docs/operations.md)",
-        add_help=False,
-    )
-    sub.add_parser(
-        "manage",
-        help="run a hub management command with the hub's settings: operator_create NAME, "
-        "operator_token NAME, operator_unlock NAME, backup PATH, export_conversation, migrate, ... "
-        "(`switchboard manage help` lists them)",
-        add_help=False,
-    )
-    add_agent_commands(sub)  # agents, send, inbox, ack, status, tasks, listen, hook, mcp, ...
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["web"]:  # daphne's own options follow: daphne parses them
-        from console.web import run_web
-
-        return run_web(arguments[1:])
-    if arguments[:1] == ["manage"]:  # Django parses the command and its options
-        return run_manage(arguments[1:])
-    parser = build_parser()
-    args = parser.parse_args(arguments)
-    try:
-        return int(args.func(args) or 0)
-    except BrokenPipeError:  # the reader closed stdout early (`| head`): not an error, no traceback
-        from console.agent.commands import stdout_closed
-
-        stdout_closed()
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return web.run_web(argv)
+    if command == "manage":
+        return run_manage(argv)
+    return serve(argv)

@@ -1,7 +1,7 @@
-"""The hub's home folder: where the SQLite file, keys and secrets live.
+"""The hub's secrets in its home folder (`switchboard_agent.home`, shared with the agent side on
+the same machine: the folder and its 0600 writes have one implementation there).
 
-Everything secret written here is created with mode 0600 (folder 0700), and created once:
-a second call reads what the first one wrote.
+Each secret is created once, mode 0600: a second call reads what the first one wrote.
 """
 
 from __future__ import annotations
@@ -12,21 +12,9 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from switchboard_agent.home import home_dir, private_file_beside, write_private
 
-def home_dir() -> Path:
-    """The folder named by SWITCHBOARD_HOME (default ~/.switchboard), created 0700 if missing."""
-    path = Path(os.environ.get("SWITCHBOARD_HOME") or Path.home() / ".switchboard").expanduser()
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
-
-
-def write_private(path: Path, content: str) -> None:
-    """Write a file that only its owner can read (0600), replacing any earlier content atomically."""
-    written = _written_beside(path, content)
-    try:
-        os.replace(written, path)
-    finally:
-        written.unlink(missing_ok=True)
+__all__ = ["home_dir", "read_or_create_secret", "write_private"]
 
 
 def read_or_create_secret(name: str, *, nbytes: int = 32) -> str:
@@ -42,7 +30,7 @@ def read_or_create_secret(name: str, *, nbytes: int = 32) -> str:
     except FileNotFoundError:
         pass
     value = secrets.token_urlsafe(nbytes)
-    written = _written_beside(path, value + "\n")
+    written = private_file_beside(path, value + "\n")
     try:
         os.link(written, path)
     except FileExistsError:
@@ -50,22 +38,6 @@ def read_or_create_secret(name: str, *, nbytes: int = 32) -> str:
     finally:
         written.unlink(missing_ok=True)
     return value
-
-
-def _written_beside(path: Path, content: str) -> Path:
-    """A new 0600 file in `path`'s folder holding `content`, flushed to disk, for the caller to
-    move or link to `path`. Nothing is left behind if writing fails."""
-    written = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        written.unlink(missing_ok=True)
-        raise
-    return written
 
 
 def _secret_in(path: Path) -> str:

@@ -84,7 +84,7 @@ def problems_with(words: list[str], parser: argparse.ArgumentParser, django_comm
 def test_every_switchboard_command_in_the_docs_exists():
     from django.core.management import get_commands
 
-    from console.cli import build_parser
+    from switchboard_agent.cli import build_parser
 
     parser = build_parser()
     django_commands = set(get_commands())
@@ -98,7 +98,7 @@ def test_every_switchboard_command_in_the_docs_exists():
 
 
 def test_the_command_check_catches_what_it_should():
-    from console.cli import build_parser
+    from switchboard_agent.cli import build_parser
 
     parser = build_parser()
     shown = commands_shown(

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from console.agent.client import HubClient
+from switchboard_agent.client import HubClient
 
 HUB_URL = "http://127.0.0.1:8765"
 
@@ -44,7 +44,7 @@ def inprocess_hub(db: None, settings: Any, monkeypatch: pytest.MonkeyPatch) -> I
     # Hooks and MCP servers run in this process stand for one agent client process, whatever
     # launched the tests: a runner whose ancestors are shells up to PID 1 has no client process
     # at all, and /clear and the MCP server then find nothing to tie the session by.
-    from console.agent import hooks, identity
+    from switchboard_agent import hooks, identity
 
     monkeypatch.setattr(identity, "client_anchor", lambda pid=None: "4242:1")
     monkeypatch.setattr(hooks, "client_anchor", identity.client_anchor)

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from console.agent.client import HubClient
-from console.agent.install import hooks_settings, install, merge_hooks
-from console.cli import main
 from messaging.models import Delivery
+from switchboard_agent.cli import main
+from switchboard_agent.client import HubClient
+from switchboard_agent.install import hooks_settings, install, merge_hooks
 from tests.agents.lossy import LosesAnswers
 
 

@@ -30,7 +30,7 @@ def shell_env(live_server: Any, settings: Any) -> dict[str, str]:
     return env
 
 
-SWITCHBOARD = f"{sys.executable} -m console.cli"
+SWITCHBOARD = f"{sys.executable} -m switchboard_agent.cli"
 
 
 def test_eval_of_register_exports_the_token_and_runs_nothing_else(shell_env: dict[str, str]) -> None:
@@ -54,7 +54,7 @@ def test_a_pipe_closed_early_prints_no_traceback_and_acks_nothing_unseen(
     shell_env["SWITCHBOARD_TOKEN"] = bob.token
 
     reader = subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "inbox", "--ack"],
+        [sys.executable, "-m", "switchboard_agent.cli", "inbox", "--ack"],
         env=shell_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -72,7 +72,7 @@ def test_a_pipe_closed_early_prints_no_traceback_and_acks_nothing_unseen(
     assert set(states.values()) == {"delivered"}  # handed over, not acked: nothing lost
 
     again = subprocess.run(
-        [sys.executable, "-m", "console.cli", "inbox", "--unacked", "--json"],
+        [sys.executable, "-m", "switchboard_agent.cli", "inbox", "--unacked", "--json"],
         env=shell_env,
         capture_output=True,
         text=True,
@@ -87,7 +87,7 @@ def test_tasks_list_for_a_session_on_no_team_is_not_found_not_a_usage_error(
     shell_env["SWITCHBOARD_TOKEN"] = register("loner").token
 
     done = subprocess.run(
-        [sys.executable, "-m", "console.cli", "tasks", "list"],
+        [sys.executable, "-m", "switchboard_agent.cli", "tasks", "list"],
         env=shell_env,
         capture_output=True,
         text=True,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from console.agent.client import HubClient, HubError
 from messaging.models import Delivery
+from switchboard_agent.client import HubClient, HubError
 from tests.agents.lossy import LosesAnswers
 
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from console.agent.config import RESERVED_NAMES, session_name
 from messaging.names import name_problem, normalize_name
 from messaging.services.sessions import RESERVED_NAMES as HUB_RESERVED
+from switchboard_agent.config import RESERVED_NAMES, session_name
 
 
 @pytest.fixture(autouse=True)

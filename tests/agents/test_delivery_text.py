@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from console.agent.delivery_text import render_messages
+from switchboard_agent.delivery_text import render_messages
 
 
 def message(mid: str, text: str, summary: str = "") -> dict[str, Any]:

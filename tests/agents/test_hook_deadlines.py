@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from console.agent.client import HubClient, HubUnreachable
-from console.agent.config import SavedSession, session_save
-from console.agent.hooks import run_hook
+from switchboard_agent.client import HubClient, HubUnreachable
+from switchboard_agent.config import SavedSession, session_save
+from switchboard_agent.hooks import run_hook
 from tests.agents.hung import HungHub
 from tests.e2e.conftest import REPO
 
 SESSION_ID = "5e1f0c2a-1b2c-4d3e-8f4a-9b8c7d6e5f4a"
-HOOK_DEADLINE = 3.0  # console.agent.hooks.HOOK_DEADLINE (test_the_deadline_is_the_hooks checks)
+HOOK_DEADLINE = 3.0  # switchboard_agent.hooks.HOOK_DEADLINE (test_the_deadline_is_the_hooks checks)
 # Inside the hook (its log line), the deadline and a little; the process as a whole adds Python's
 # start-up, which on a loaded machine takes a second or more.
 INSIDE, WITHIN = HOOK_DEADLINE + 0.5, HOOK_DEADLINE + 3.0
@@ -62,7 +62,7 @@ def hook_process(home: Path, url: str, name: str) -> tuple[float, subprocess.Com
     env |= {"SWITCHBOARD_HOME": str(home), "SWITCHBOARD_ENROLL_KEY": "k" * 32, "SWITCHBOARD_URL": url}
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "console.cli", "hook"],
+        [sys.executable, "-m", "switchboard_agent.cli", "hook"],
         input=payload(name),
         capture_output=True,
         text=True,
@@ -102,7 +102,7 @@ def test_each_hook_event_ends_within_its_deadline_behind_a_hung_hub(
 def test_after_a_failure_later_hooks_skip_the_hub_for_a_while(
     hung: HungHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from console.agent.config import Breaker
+    from switchboard_agent.config import Breaker
 
     monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path))
     save_session(tmp_path, hung.url)
@@ -143,7 +143,7 @@ def test_a_request_under_a_deadline_ends_by_it_whatever_timeout_it_asks_for(hung
 def test_a_hub_that_answers_again_closes_the_breaker(
     inprocess_hub: str, register, send, tmp_path: Path
 ) -> None:
-    from console.agent.config import Breaker
+    from switchboard_agent.config import Breaker
 
     alice = register("alice")
     out = io.StringIO()

@@ -17,14 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from console.agent.client import HubClient
-from console.agent.hooks import run_hook
 from messaging.models import AgentSession
+from switchboard_agent.client import HubClient
+from switchboard_agent.hooks import run_hook
 from tests.agents.client_stub import Stub
 from tests.e2e.conftest import REPO, Hub
 
-HOOK = f"{sys.executable} -m console.cli hook"
-MCP = [sys.executable, "-m", "console.cli", "mcp"]
+HOOK = f"{sys.executable} -m switchboard_agent.cli hook"
+MCP = [sys.executable, "-m", "switchboard_agent.cli", "mcp"]
 SID_A = "0d9a7c2e-aaaa-4b8a-9c3e-5a1b2c3d4e5f"
 SID_B = "0d9a7c2e-bbbb-4b8a-9c3e-5a1b2c3d4e5f"
 REGISTERED = re.compile(r"registered on the Switchboard hub as (.+) \[(\w+)\]")
@@ -113,8 +113,8 @@ def test_two_claude_code_sessions_in_one_folder_each_send_as_their_own_session(
 def test_an_mcp_server_that_cannot_tell_its_session_refuses_rather_than_guesses(
     inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from console.agent.config import SavedSession, session_save
-    from console.agent.identity import Identity
+    from switchboard_agent.config import SavedSession, session_save
+    from switchboard_agent.identity import Identity
 
     # A session registered from another client process in this folder: not ours.
     session_save(
@@ -139,7 +139,7 @@ def test_three_parallel_first_hooks_register_one_session(hub_process: Hub, tmp_p
     payload = json.dumps(event("PostToolUse", SID_A, tool_name="Bash", tool_input={}, tool_use_id="toolu_1"))
     hooks = [
         subprocess.Popen(
-            [sys.executable, "-m", "console.cli", "hook"],
+            [sys.executable, "-m", "switchboard_agent.cli", "hook"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -223,7 +223,7 @@ def test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id
 ) -> None:
     """The MCP server keeps the CLAUDE_CODE_SESSION_ID it started with; after /clear the hooks
     serve a new id, and the server still finds the same hub session."""
-    from console.agent.identity import Identity
+    from switchboard_agent.identity import Identity
 
     monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
     monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
@@ -244,7 +244,7 @@ def test_an_mcp_server_that_registers_first_registers_the_session_its_hooks_then
 ) -> None:
     """The hub was down when the hooks ran: the MCP server (which knows the session id) registers
     it, under the hooks' lock and key, and the hooks carry on as that session."""
-    from console.agent.identity import Identity
+    from switchboard_agent.identity import Identity
 
     monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
     monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)

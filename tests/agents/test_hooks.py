@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from console.agent.client import HubClient
-from console.agent.config import session_load
-from console.agent.hooks import run_hook
 from messaging.models import AgentSession, Delivery
+from switchboard_agent.client import HubClient
+from switchboard_agent.config import session_load
+from switchboard_agent.hooks import run_hook
 from tests.agents.lossy import LosesAnswers
 
 SESSION_ID = "5f1c2a9e-0b7d-4c55-9d1e-2f6a8b3c4d01"

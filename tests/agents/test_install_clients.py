@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from console.cli import main
+from switchboard_agent.cli import main
 from tests.agents.client_stub import Stub
 from tests.agents.test_hook_identity import REGISTERED, agent_env, enroll
 from tests.e2e.conftest import REPO, Hub

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from console.agent.listen import bind_socket
-from console.cli import main
 from messaging.models import AgentSession, Delivery
 from messaging.uds import write_frame
+from switchboard_agent.cli import main
+from switchboard_agent.listen import bind_socket
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from console.agent.identity import Identity
-from console.agent.mcp_server import build_server, tool_schema_size
 from messaging.models import AgentSession, Delivery
+from switchboard_agent.identity import Identity
+from switchboard_agent.mcp_server import build_server, tool_schema_size
 
 pytestmark = pytest.mark.django_db(transaction=True)  # tools run in worker threads
 
@@ -124,7 +124,7 @@ def test_with_hooks_installed_the_mcp_server_acts_as_the_hooks_session(
 ) -> None:
     import io
 
-    from console.agent.hooks import run_hook
+    from switchboard_agent.hooks import run_hook
 
     monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
 

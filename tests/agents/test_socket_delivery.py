@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from console.agent.listen import bind_socket, serve
 from messaging.models import AuditEvent, Delivery
 from messaging.tasks import deliver_to_socket, retry_socket_deliveries
 from messaging.uds import PermanentSocketError, TransientSocketError, encode_frame, write_frame
+from switchboard_agent.listen import bind_socket, serve
 
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit (and so the socket job) must fire
 

@@ -12,10 +12,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from console.agent.delivery_text import render_messages
-from console.agent.hooks import run_hook
-from console.agent.identity import Identity
-from console.agent.mcp_server import build_server
+from switchboard_agent.delivery_text import render_messages
+from switchboard_agent.hooks import run_hook
+from switchboard_agent.identity import Identity
+from switchboard_agent.mcp_server import build_server
 
 pytestmark = pytest.mark.django_db(transaction=True)  # tools run in worker threads
 
@@ -203,7 +203,7 @@ def portability_problems(where: str, schema: Any) -> list[str]:
 
 
 def test_every_tool_schema_is_portable_and_all_of_them_stay_small() -> None:
-    from console.agent.mcp_server import tool_schema_size
+    from switchboard_agent.mcp_server import tool_schema_size
 
     server = build_server(Identity(token="sbs_unused"))
 
@@ -248,7 +248,7 @@ def test_mcp_results_name_tools_not_rest_routes(alice: Identity, register) -> No
 def test_cli_results_name_commands_that_act_as_the_same_session(
     inprocess_hub: str, register, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from console.cli import main
+    from switchboard_agent.cli import main
 
     monkeypatch.delenv("SWITCHBOARD_TOKEN", raising=False)
     register("bob")
@@ -274,7 +274,7 @@ def test_cli_results_name_commands_that_act_as_the_same_session(
 def test_injected_messages_say_how_to_reread_with_a_command_that_works_from_the_agents_shell(
     inprocess_hub: str, register, send, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from console.cli import main
+    from switchboard_agent.cli import main
 
     session_id = "7a0c2f4e-1b2d-4e5f-8a9b-0c1d2e3f4a5b"
     monkeypatch.delenv("SWITCHBOARD_TOKEN", raising=False)  # the agent's own shell has no token

@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import load_command_class
 
 from console import cli
+from switchboard_agent.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,10 +40,10 @@ def test_operator_create_help_names_the_flag_it_takes():
 
 def test_switchboard_manage_runs_a_management_command(db, monkeypatch):
     monkeypatch.setattr("sys.stdin", StringIO("a-long-enough-password\n"))
-    assert cli.main(["manage", "operator_create", "grace", "--password-stdin"]) == 0
+    assert main(["manage", "operator_create", "grace", "--password-stdin"]) == 0
     assert get_user_model().objects.get(username="grace").is_staff
     monkeypatch.setattr("sys.stdin", StringIO("short\n"))
-    assert cli.main(["manage", "operator_create", "grace", "--password-stdin"]) == 1  # CommandError
+    assert main(["manage", "operator_create", "grace", "--password-stdin"]) == 1  # CommandError
 
 
 def test_the_login_page_hints_a_command_that_works_outside_the_repository(db, client, tmp_path):
@@ -86,7 +87,7 @@ def test_an_empty_token_is_called_out(monkeypatch, capsys):
     """`export SWITCHBOARD_TOKEN=$(switchboard register ...)` with no `switchboard` on PATH exports an
     empty token: the next command says so rather than only that there is no session."""
     monkeypatch.setenv("SWITCHBOARD_TOKEN", "")
-    assert cli.main(["inbox"]) == 2
+    assert main(["inbox"]) == 2
     assert "SWITCHBOARD_TOKEN is set but empty" in capsys.readouterr().err
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from console import cli
 from console.web import APPLICATION, daphne_arguments, event_loop_chosen
+from switchboard_agent import cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ def test_the_cli_hands_everything_after_web_to_daphne(monkeypatch: pytest.Monkey
 
 
 def test_switchboard_web_help_is_daphnes() -> None:
-    run = _python("-m", "console.cli", "web", "--help")
+    run = _python("-m", "switchboard_agent.cli", "web", "--help")
 
     assert run.returncode == 0, run.stderr
     assert "--proxy-headers" in run.stdout
@@ -105,7 +105,11 @@ def test_switchboard_web_help_is_daphnes() -> None:
 def test_a_mistyped_loop_name_stops_web_and_serve_with_a_usage_error(tmp_path: Path) -> None:
     for command in (["web"], ["serve", "--port", "1"]):
         run = _python(
-            "-m", "console.cli", *command, SWITCHBOARD_EVENT_LOOP="uv-loop", SWITCHBOARD_HOME=str(tmp_path)
+            "-m",
+            "switchboard_agent.cli",
+            *command,
+            SWITCHBOARD_EVENT_LOOP="uv-loop",
+            SWITCHBOARD_HOME=str(tmp_path),
         )
 
         assert run.returncode == 2, run.stderr

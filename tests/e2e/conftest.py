@@ -66,7 +66,7 @@ def start_hub(home: Path, *, extra_env: dict[str, str] | None = None, args: list
         [
             sys.executable,
             "-m",
-            "console.cli",
+            "switchboard_agent.cli",
             "serve",
             "--host",
             "127.0.0.1",

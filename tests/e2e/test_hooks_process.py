@@ -23,7 +23,7 @@ SESSION_ID = "0d9a7c2e-4f61-4b8a-9c3e-5a1b2c3d4e5f"
 def run_hook(env: dict[str, str], payload: dict[str, Any]) -> tuple[int, dict[str, Any] | None, float]:
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "console.cli", "hook"],
+        [sys.executable, "-m", "switchboard_agent.cli", "hook"],
         input=json.dumps(payload),
         capture_output=True,
         text=True,

@@ -40,7 +40,7 @@ def test_sigterm_deregisters_and_exits_promptly(hub: Hub, tmp_path: Path) -> Non
         "SWITCHBOARD_NAME": "terminated",
     }
     server = subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "mcp"],
+        [sys.executable, "-m", "switchboard_agent.cli", "mcp"],
         stdin=subprocess.PIPE,  # held open: the server is idle, waiting for a client
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

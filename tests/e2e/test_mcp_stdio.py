@@ -45,7 +45,7 @@ def test_an_mcp_client_uses_the_hub_end_to_end(hub: Hub, tmp_path: Path) -> None
     agent_home.mkdir(mode=0o700)
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "console.cli", "mcp"],
+        args=["-m", "switchboard_agent.cli", "mcp"],
         cwd=str(REPO),
         env={
             "SWITCHBOARD_URL": hub.url,

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from console.agent.listen import bind_socket, serve
+from switchboard_agent.listen import bind_socket, serve
 from tests.e2e.conftest import Hub, start_hub
 
 pytestmark = pytest.mark.e2e

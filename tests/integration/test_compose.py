@@ -16,6 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 LONG_RUNNING = ("postgres", "redis", "web", "worker", "beat", "proxy")
+HOME_MODULES = ("console/home.py", "switchboard_agent/home.py")  # where SWITCHBOARD_HOME is read
 APP_SERVICES = ("migrate", "web", "worker", "beat")
 
 
@@ -26,7 +27,7 @@ def compose() -> dict[str, Any]:
 
 def settings_env_names() -> set[str]:
     """Every environment variable console/settings.py (and the home module) reads."""
-    source = (REPO / "console/settings.py").read_text() + (REPO / "console/home.py").read_text()
+    source = "".join((REPO / path).read_text() for path in ("console/settings.py", *HOME_MODULES))
     return set(re.findall(r"""(?:environ\.get|_env_int|_env_bool)\(\s*["']([A-Z_]+)["']""", source))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from console.agent.listen import bind_socket, read_frame, serve
+from switchboard_agent.listen import bind_socket, read_frame, serve
 from tests.integration.harness import Hub, Registered, wait_until
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 
-from console.agent.client import HubClient
+from switchboard_agent.client import HubClient
 
 
 def my_team(client: HubClient) -> dict[str, Any]:

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from console.agent.client import HubClient, HubError, HubUnreachable
-from console.agent.hints import for_shell
+from switchboard_agent.client import HubClient, HubError, HubUnreachable
+from switchboard_agent.hints import for_shell
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_HUB, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
 
@@ -37,7 +37,7 @@ class UsageError(Exception):
 
 
 def _client(args: argparse.Namespace, *, need_token: bool = True) -> HubClient:
-    from console.agent.config import session_load
+    from switchboard_agent.config import session_load
 
     token = os.environ.get("SWITCHBOARD_TOKEN", "").strip() or None
     url = getattr(args, "url", None)
@@ -104,7 +104,7 @@ def _again(args: argparse.Namespace, command: str) -> str:
 
 # --- commands -----------------------------------------------------------------------------------
 def cmd_register(args: argparse.Namespace) -> int:
-    from console.agent.config import SavedSession, session_name, session_save
+    from switchboard_agent.config import SavedSession, session_name, session_save
 
     with _client(args, need_token=False) as client:
         body = client.register(
@@ -158,7 +158,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
-    from console.agent.delivery_text import render_messages
+    from switchboard_agent.delivery_text import render_messages
 
     with _client(args) as client:
         try:
@@ -220,7 +220,7 @@ def cmd_deregister(args: argparse.Namespace) -> int:
     with _client(args) as client:
         me = client.deregister()
     if args.session:  # its token no longer works: keep no file that looks like a usable session
-        from console.agent.config import session_forget
+        from switchboard_agent.config import session_forget
 
         session_forget(args.session)
     _emit(args, me, f"{me['name']} [{me['ref']}] has exited.")
@@ -228,12 +228,12 @@ def cmd_deregister(args: argparse.Namespace) -> int:
 
 
 def cmd_listen(args: argparse.Namespace) -> int:
-    from console.agent.listen import listen
+    from switchboard_agent.listen import listen
 
     client = None
     if args.register:
         client = _client(args, need_token=False)
-        from console.agent.config import session_name
+        from switchboard_agent.config import session_name
 
         address = f"uds:{os.path.abspath(args.socket)}"
         body = client.register(
@@ -277,7 +277,7 @@ def _deregister_quietly(client: HubClient, attempts: int = 3) -> None:
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
-    from console.agent.hooks import main
+    from switchboard_agent.hooks import main
 
     if args.url:  # the hub the installed hook line names (the same one as its MCP server's)
         os.environ["SWITCHBOARD_URL"] = args.url
@@ -285,7 +285,7 @@ def cmd_hook(args: argparse.Namespace) -> int:
 
 
 def cmd_install_hooks(args: argparse.Namespace) -> int:
-    from console.agent.install import install, show
+    from switchboard_agent.install import install, show
 
     report = install(
         client=args.client,
@@ -302,7 +302,7 @@ def cmd_install_hooks(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from console.agent.mcp_server import main
+    from switchboard_agent.mcp_server import main
 
     return main()
 
@@ -412,7 +412,7 @@ def add_agent_commands(sub: Any) -> None:
     p = sub.add_parser("mcp", help="run the MCP server on stdio (for Claude Code or any MCP client)")
     p.set_defaults(func=cmd_mcp)
 
-    from console.agent.team_commands import add_task_commands, add_team_commands
+    from switchboard_agent.team_commands import add_task_commands, add_team_commands
 
     tasks = sub.add_parser("tasks", help="your team's task board: list, create, claim, done, release")
     add_task_commands(tasks, common, _client, _guard)

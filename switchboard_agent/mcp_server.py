@@ -26,11 +26,11 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, TextContent, Tool
 from pydantic import ValidationError
 
-from console.agent.client import HubClient, HubError
-from console.agent.delivery_text import render_messages
-from console.agent.hints import for_tools
-from console.agent.identity import Identity
-from console.agent.teams_tools import register_team_tools
+from switchboard_agent.client import HubClient, HubError
+from switchboard_agent.delivery_text import render_messages
+from switchboard_agent.hints import for_tools
+from switchboard_agent.identity import Identity
+from switchboard_agent.teams_tools import register_team_tools
 
 log = logging.getLogger("switchboard.mcp")
 INSTRUCTIONS = (

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from console.agent.client import HubClient, HubError
-from console.agent.config import (
+from switchboard_agent.client import HubClient, HubError
+from switchboard_agent.config import (
     SavedSession,
     hub_url,
     session_find,

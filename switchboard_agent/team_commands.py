@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from console.agent.client import HubClient, HubError
+from switchboard_agent.client import HubClient, HubError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -41,7 +41,7 @@ def add_task_commands(
     guard: Callable[[Command], Command],
 ) -> None:
     """`tasks list|create|claim|done|release` under the `tasks` parser."""
-    from console.agent.commands import EXIT_NOTHING, EXIT_OK
+    from switchboard_agent.commands import EXIT_NOTHING, EXIT_OK
 
     def cmd_list(args: argparse.Namespace) -> int:
         with client_for(args) as client:
@@ -120,7 +120,7 @@ def add_team_commands(
     guard: Callable[[Command], Command],
 ) -> None:
     """`team invite|join|invitations|accept|decline|allow-watcher|watchers|revoke-watcher`."""
-    from console.agent.commands import EXIT_NOTHING, EXIT_OK
+    from switchboard_agent.commands import EXIT_NOTHING, EXIT_OK
 
     def cmd_invite(args: argparse.Namespace) -> int:
         with client_for(args) as client:

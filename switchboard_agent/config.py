@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from console.home import home_dir, write_private
+from switchboard_agent.home import home_dir, write_private
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 # Words that mean something else in an address (the hub refuses them as names).

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from console.agent.config import enroll_key, hub_url
+from switchboard_agent.config import enroll_key, hub_url
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=2.0)
 

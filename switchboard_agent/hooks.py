@@ -49,8 +49,8 @@ from typing import IO, Any, TypeVar
 
 import httpx
 
-from console.agent.client import HubClient, HubError, HubUnreachable
-from console.agent.config import (
+from switchboard_agent.client import HubClient, HubError, HubUnreachable
+from switchboard_agent.config import (
     Breaker,
     SavedSession,
     hub_url,
@@ -62,9 +62,9 @@ from console.agent.config import (
     session_save,
     sessions_of_process,
 )
-from console.agent.delivery_text import render_messages
-from console.agent.hints import reread
-from console.agent.identity import SESSION_ENV, client_anchor
+from switchboard_agent.delivery_text import render_messages
+from switchboard_agent.hints import reread
+from switchboard_agent.identity import SESSION_ENV, client_anchor
 
 log = logging.getLogger("switchboard.hook")
 T = TypeVar("T")

@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from console.agent.config import hub_url
-from console.home import write_private
+from switchboard_agent.config import hub_url
+from switchboard_agent.home import write_private
 
 CLIENTS = ("claude", "codex", "gemini")
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
@@ -42,7 +42,7 @@ def switchboard_command() -> list[str]:
     found = str(beside) if beside.exists() else shutil.which("switchboard")
     if found:
         return [found]
-    return [sys.executable, "-m", "console.cli"]
+    return [sys.executable, "-m", "switchboard_agent.cli"]
 
 
 def hook_argv(client: str = "claude", command: list[str] | None = None, url: str | None = None) -> list[str]:
