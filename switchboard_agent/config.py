@@ -142,6 +142,12 @@ def session_find(key: str, hub: str) -> SavedSession | None:
     return next((s for s in live_sessions(hub) if key in s.keys), None)
 
 
+def process_session_key(client: str, anchor: str) -> str:
+    """The saved-session key of an agent client that passes its MCP server no session id (Codex):
+    its hooks and its MCP server both find the session by the client process they run under."""
+    return f"{client}-{anchor.replace(':', '-')}"
+
+
 def sessions_of_process(anchor: str, hub: str) -> list[SavedSession]:
     """The live saved sessions on `hub` registered from the agent client process `anchor`."""
     return [s for s in live_sessions(hub) if anchor and s.anchor == anchor] if anchor else []

@@ -22,10 +22,14 @@ Gemini CLI (docs/hooks/reference.md, checked 2026-12) sends the same base fields
 UserPromptSubmit), AfterTool (as PostToolUse), AfterAgent (as Stop: `prompt_response` is the final
 answer; `{"decision": "deny", "reason": ...}` makes the agent go on with the messages), SessionEnd.
 
-Codex CLI (codex-rs hooks, legacy notify, checked 2026-12): after each turn it runs the notify
-program with `{"type": "agent-turn-complete", "thread-id", "turn-id", "cwd", "input-messages",
-"last-assistant-message"}`; the hook reports the session its MCP server registered idle with that
-final answer (Codex reads nothing back; its agent reads messages with the MCP tools).
+Codex CLI (codex-rs/hooks and its generated schemas, checked 2026-12) runs hooks through `$SHELL -lc`
+with Claude Code's field names and output types: SessionStart (`source`: startup | resume | clear),
+UserPromptSubmit, PostToolUse, Stop (`last_assistant_message`; `{"decision": "block", "reason": ...}`
+becomes the agent's next prompt). Codex passes its MCP servers no session id, so the session is the
+Codex process's (`config.process_session_key`), shared with its MCP server, which ends it when Codex
+exits; a /clear keeps it. Configs written before Codex had hooks run this as Codex's `notify`
+program instead (`{"type": "agent-turn-complete", ..., "last-assistant-message"}` as the last
+argument): that reports the session idle with the final answer (Codex reads nothing back).
 
 A hub that is down, slow or misconfigured must never break the agent: each call has one deadline
 (`HOOK_DEADLINE` seconds in all, whatever the hub does), every failure is logged to
@@ -55,6 +59,7 @@ from switchboard_agent.config import (
     SavedSession,
     hub_url,
     log_path,
+    process_session_key,
     session_find,
     session_forget,
     session_lock,
@@ -94,7 +99,13 @@ EVENTS = {
         "AfterAgent": "stop",
         "SessionEnd": "end",
     },
-    "codex": {"agent-turn-complete": "turn-complete"},
+    "codex": {
+        "SessionStart": "start",
+        "UserPromptSubmit": "prompt",
+        "PostToolUse": "tool",
+        "Stop": "stop",
+        "agent-turn-complete": "turn-complete",  # the legacy `notify` program (earlier installs)
+    },
 }
 KINDS = {"claude": "claude-code", "gemini": "gemini-cli", "codex": "codex"}
 
@@ -119,13 +130,22 @@ class Hook:
     ) -> None:
         self.event = event
         self.client_name = client_name
-        self.key = str(event.get("session_id") or os.environ.get(SESSION_ENV) or "")
         self.cwd = str(event.get("cwd") or os.getcwd())
         self.url = hub_url()
         self.deadline = deadline if deadline is not None else time.monotonic() + HOOK_DEADLINE
         self._make_client = make_client
         self._clients: list[HubClient] = []
         self._anchor: str | None = None
+        self.key = self._session_key()
+
+    def _session_key(self) -> str:
+        """Which saved session this hook serves. Claude Code and Gemini CLI: the session id they
+        pass (Claude Code passes it to its MCP servers too). Codex passes its MCP servers none, so
+        its hooks and its MCP server share the session of the Codex process they run under; a
+        /clear (a new thread id in the same process) keeps it."""
+        if self.client_name == "codex" and self.anchor:
+            return process_session_key("codex", self.anchor)
+        return str(self.event.get("session_id") or os.environ.get(SESSION_ENV) or "")
 
     @property
     def step(self) -> str | None:

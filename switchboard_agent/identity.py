@@ -15,9 +15,10 @@ How an attached MCP server knows its own client's session (never "the newest in 
    (pid and start time) is its session.
 3. Neither: it refuses (`no_agent_session`) rather than guess. Two candidates: `ambiguous_session`.
 
-With `SWITCHBOARD_CLIENT=codex` the server owns the session (Codex has no start hook): it registers
-on start, saves it under its client process so Codex's `notify` program finds it, and deregisters
-on exit.
+With `SWITCHBOARD_CLIENT=codex` the server owns the session of its Codex process (Codex passes its
+MCP servers no session id, and has no end hook): on start it takes the session its Codex process's
+hooks registered, or registers it, both under one lock and one key (`config.process_session_key`);
+the hooks find it the same way; it deregisters on exit.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from switchboard_agent.client import HubClient, HubError
 from switchboard_agent.config import (
     SavedSession,
     hub_url,
+    process_session_key,
     session_find,
     session_forget,
     session_lock,
@@ -124,22 +126,34 @@ class Identity:
             **kwargs,
         )
 
-    def register(self) -> HubClient:
-        client = self._make_client(self.url, None)
-        self.session = client.register(
-            name=session_name(self.cwd), cwd=self.cwd, kind=self.kind, status="busy"
-        )
-        self._client, self.owned = client, True
-        if self.owns_client_session:  # so the client's notify program finds this session
-            anchor = client_anchor()
-            key = f"{self.kind}-{anchor.replace(':', '-')}" if anchor else f"{self.kind}-{os.getpid()}"
-            self._saved_key = key
-            session_save(
-                SavedSession.registered(
-                    self.session, key=key, hub=self.url, cwd=self.cwd, anchor=anchor, client="codex"
-                )
+    def register(self, *, stale_token: str | None = None) -> HubClient:
+        """Register a session of this process's own. A Codex MCP server owns its Codex process's
+        session instead: the one its hooks registered (or it registers, under the same lock and
+        key), saved so the hooks find it; it ends that session when it exits with Codex.
+        `stale_token`: a saved token the hub refused (then a fresh registration replaces it)."""
+        if not self.owns_client_session:
+            client = self._make_client(self.url, None)
+            self.session = client.register(
+                name=session_name(self.cwd), cwd=self.cwd, kind=self.kind, status="busy"
             )
-        return client
+            self._client, self.owned = client, True
+            return client
+        anchor = client_anchor()
+        key = process_session_key(self.kind, anchor) if anchor else f"{self.kind}-{os.getpid()}"
+        self._saved_key = key
+        with session_lock(key):
+            saved = session_find(key, self.url)
+            if saved is None or saved.token == stale_token:
+                client = self._make_client(self.url, None)
+                body = client.register(
+                    name=session_name(self.cwd), cwd=self.cwd, kind=self.kind, status="busy"
+                )
+                saved = SavedSession.registered(
+                    body, key=key, hub=self.url, cwd=self.cwd, anchor=anchor, client=self.kind
+                )
+                session_save(saved)
+        self.owned = True
+        return self._use(saved)
 
     def client(self) -> HubClient:
         """The client acting as this process's session, resolved on first use."""
@@ -155,7 +169,7 @@ class Identity:
 
     def _resolve(self, *, stale_token: str | None) -> HubClient:
         if not self.attach_to_hooks or self.owns_client_session:
-            return self.register()
+            return self.register(stale_token=stale_token)
         if self.client_key:
             return self._resolve_by_key(self.client_key, stale_token)
         anchor = client_anchor()

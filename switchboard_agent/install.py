@@ -11,10 +11,13 @@ hooks and the tools of one agent always reach the same hub.
 - Gemini CLI (docs/hooks/reference.md, docs/reference/configuration.md): `.gemini/settings.json`
   (`~/.gemini/settings.json` for the user) `hooks` (SessionStart, BeforeAgent, AfterTool,
   AfterAgent, SessionEnd; `timeout` in milliseconds) and `mcpServers`.
-- Codex CLI (codex-rs config): `config.toml` (`$CODEX_HOME`, default `~/.codex`, for the user;
-  `.codex/config.toml` in a trusted project) `[mcp_servers.switchboard]` and `notify`, the program
-  Codex runs after each turn with the turn's JSON as its last argument. Codex runs one notify
-  program: one the user already has is kept, and the report says so.
+- Codex CLI (codex-rs/config/src/hook_config.rs, codex-rs/hooks): `config.toml` (`$CODEX_HOME`,
+  default `~/.codex`, for the user; `.codex/config.toml` in a trusted project)
+  `[mcp_servers.switchboard]` and inline `[hooks]` tables (`[[hooks.Stop]]` groups, each with
+  `[[hooks.Stop.hooks]]` handlers: SessionStart, UserPromptSubmit, PostToolUse, Stop; `timeout` in
+  seconds). Codex asks its user to review and trust new hooks (`/hooks`) before they run. A
+  `notify` program an earlier install wrote is removed (the Stop hook reports idle now); the user's
+  own is kept.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from switchboard_agent.home import write_private
 CLIENTS = ("claude", "codex", "gemini")
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
 GEMINI_EVENTS = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd")
+CODEX_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop")  # Codex has no SessionEnd
 HOOK_TIMEOUT_SECONDS = 10  # the client's own limit; the hook itself ends within hooks.HOOK_DEADLINE
 
 
@@ -57,11 +61,14 @@ def hook_line(client: str = "claude", command: list[str] | None = None, url: str
     return shlex.join(hook_argv(client, command, url))
 
 
-def hooks_settings(command: list[str] | None = None, url: str | None = None) -> dict[str, Any]:
-    """The `hooks` block for .claude/settings.json."""
-    entry = {"type": "command", "command": hook_line("claude", command, url), "timeout": HOOK_TIMEOUT_SECONDS}
+def hooks_settings(
+    command: list[str] | None = None, url: str | None = None, client: str = "claude"
+) -> dict[str, Any]:
+    """The `hooks` block for .claude/settings.json (or, with `client="codex"`, the same shape for
+    Codex's `[hooks]` tables): one command entry per event, every tool for PostToolUse."""
+    entry = {"type": "command", "command": hook_line(client, command, url), "timeout": HOOK_TIMEOUT_SECONDS}
     hooks: dict[str, Any] = {}
-    for event in HOOK_EVENTS:
+    for event in CODEX_EVENTS if client == "codex" else HOOK_EVENTS:
         group: dict[str, Any] = {"hooks": [entry]}
         if event == "PostToolUse":
             group = {"matcher": "*", **group}
@@ -156,26 +163,21 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def merge_codex(text: str, *, mcp: dict[str, Any], notify: list[str]) -> tuple[str, str | None]:
-    """Codex's config.toml text with `[mcp_servers.switchboard]` and `notify` set, comments and
-    everything else kept (tomlkit round-trips the file). Returns the text and, when the user has a
-    notify program of their own (Codex runs only one), a sentence saying it was kept."""
+def merge_codex(text: str, *, mcp: dict[str, Any], hooks: dict[str, Any]) -> tuple[str, str | None]:
+    """Codex's config.toml text with `[mcp_servers.switchboard]` and our `[hooks]` entries set,
+    comments and everything else kept (tomlkit round-trips the file; `[hooks.state]`, where Codex
+    records which hooks its user trusted, is left to Codex). A `notify` program an earlier install
+    wrote is removed. Returns the text and, when the user runs a notify program of their own, a
+    sentence saying it was kept."""
     import tomlkit
 
     doc = tomlkit.parse(text)
     warning = None
     current = doc.get("notify")
-    theirs = current is not None and not (
-        isinstance(current, list) and "hook" in current and "codex" in current
-    )
-    if theirs:
-        warning = (
-            f"Codex already runs notify = {json.dumps(list(current))}; it was kept (Codex runs one "
-            f"notify program). To report idle with the final answer, make it also run: {shlex.join(notify)} "
-            "'<the JSON argument>'."
-        )
-    else:
-        doc["notify"] = notify
+    if isinstance(current, list) and "hook" in current and "codex" in current:
+        del doc["notify"]  # ours, from before Codex had hooks: the Stop hook reports idle now
+    elif current is not None:
+        warning = f"Codex also runs your notify = {json.dumps(list(current))}; it was kept."
     servers = doc.get("mcp_servers")
     if servers is None:
         servers = tomlkit.table(is_super_table=True)
@@ -187,6 +189,16 @@ def merge_codex(text: str, *, mcp: dict[str, Any], notify: list[str]) -> tuple[s
     env.update(mcp["env"])
     server["env"] = env
     servers["switchboard"] = server
+    table = doc.get("hooks")
+    if table is None:
+        table = tomlkit.table(is_super_table=True)
+        doc["hooks"] = table
+    merged = merge_hooks({"hooks": table.unwrap()}, hooks)["hooks"]
+    for event in hooks["hooks"]:
+        groups = tomlkit.aot()
+        for group in merged[event]:
+            groups.append(tomlkit.item(group))
+        table[event] = groups
     return tomlkit.dumps(doc), warning
 
 
@@ -208,10 +220,10 @@ def install(
         "mcp": mcp,
     }
     if client == "codex":
-        notify = hook_argv("codex", url=url)
-        report["notify"] = notify
+        hooks = hooks_settings(url=url, client="codex")
+        report["hooks"] = hooks
         current = settings_file.read_text(encoding="utf-8") if settings_file.exists() else ""
-        text, warning = merge_codex(current, mcp=mcp["mcpServers"]["switchboard"], notify=notify)
+        text, warning = merge_codex(current, mcp=mcp["mcpServers"]["switchboard"], hooks=hooks)
         report["config_toml"] = text
         if warning:
             report["warning"] = warning
@@ -252,6 +264,7 @@ def show(report: dict[str, Any], *, written: bool) -> str:
     lines: list[str] = []
     if report["client"] == "codex":
         lines.append(f"{verb} this to {report['settings_file']}:\n{report['config_toml']}")
+        lines.append("Codex runs new hooks once its user has reviewed and trusted them: run /hooks in Codex.")
         if report.get("warning"):
             lines.append(f"Note: {report['warning']}")
     else:

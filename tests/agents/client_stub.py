@@ -4,8 +4,9 @@ on stdin, or Codex's notify with the JSON as the last argument) and runs `switch
 own stdio child, driven by the official MCP client SDK.
 
 It reads one JSON command per line on stdin and answers one JSON line on stdout:
-- {"op": "hook", "command": "<shell line>", "stdin": "<json>", "env": {...}}
-    → {"code", "stdout", "seconds"}
+- {"op": "hook", "command": "<shell line>", "stdin": "<json>", "env": {...}, "shell": [...]}
+    → {"code", "stdout", "seconds"} (the shell runs the line: `sh -c` as Claude Code and Gemini CLI
+    do by default; Codex runs `$SHELL -lc`)
 - {"op": "notify", "argv": [...], "payload": "<json>", "env": {...}} → {"code", "seconds"}
 - {"op": "mcp_start", "argv": [...], "env": {...}} → {"ok": true}
 - {"op": "mcp_call", "tool": "...", "args": {...}} → {"is_error", "text"}
@@ -42,9 +43,9 @@ def run_hook(command: dict[str, Any]) -> dict[str, Any]:
             env=env,
             timeout=60,
         )
-    else:  # Claude Code and Gemini CLI: a shell runs the line, the event's JSON on stdin
+    else:  # a shell runs the line, the event's JSON on stdin
         done = subprocess.run(
-            ["/bin/sh", "-c", command["command"]],
+            [*command.get("shell", ["/bin/sh", "-c"]), command["command"]],
             input=command.get("stdin", ""),
             capture_output=True,
             text=True,
@@ -107,8 +108,12 @@ class Stub:
         assert line, "the stub client process died"
         return json.loads(line)
 
-    def hook(self, command: str, payload: dict[str, Any], **env: str) -> dict[str, Any]:
-        out = self.send(op="hook", command=command, stdin=json.dumps(payload), env=env)
+    def hook(
+        self, command: str, payload: dict[str, Any], *, shell: list[str] | None = None, **env: str
+    ) -> dict[str, Any]:
+        out = self.send(
+            op="hook", command=command, stdin=json.dumps(payload), env=env, shell=shell or ["/bin/sh", "-c"]
+        )
         out["answer"] = json.loads(out["stdout"]) if out["stdout"].strip() else None
         return out
 

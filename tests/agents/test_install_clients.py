@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from switchboard_agent.cli import main
+from switchboard_agent.install import hook_argv, mcp_config
 from tests.agents.client_stub import Stub
 from tests.agents.test_hook_identity import REGISTERED, agent_env, enroll
 from tests.e2e.conftest import REPO, Hub
@@ -206,7 +207,43 @@ model = "gpt-5-codex"
 [mcp_servers.docs]
 command = "docs-mcp"  # keeps its comment
 args = ["--stdio"]
+
+[[hooks.PostToolUse]]
+matcher = "^Bash$"
+
+[[hooks.PostToolUse.hooks]]
+type = "command"
+command = "./audit.sh"
+
+[hooks.state."config.toml:post_tool_use:0:0"]
+trusted_hash = "sha256:0123"
 """
+CODEX_EVENTS = {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"}  # codex-rs hook_config.rs
+CODEX_SHELL = ["bash", "-lc"]  # codex-rs hooks command_runner.rs: `$SHELL -lc <command>`
+
+
+def codex_event(name: str, thread: str, **fields: Any) -> dict[str, Any]:
+    """Codex's hook input (codex-rs/hooks/schema/generated/*.command.input.schema.json)."""
+    base = {
+        "session_id": thread,
+        "transcript_path": None,
+        "cwd": "/work/api",
+        "hook_event_name": name,
+        "model": "gpt-5-codex",
+        "permission_mode": "default",
+    }
+    if name != "SessionStart":
+        base["turn_id"] = "019d036d-c7fa-72d2-b6fd-78878bfe34e4"
+    return base | fields
+
+
+def ours(config: dict[str, Any], event: str) -> list[dict[str, Any]]:
+    return [
+        h
+        for group in config["hooks"][event]
+        for h in group["hooks"]
+        if shlex.split(h["command"])[-4:-2] == ["--client", "codex"]
+    ]
 
 
 def test_codex_install_merges_config_toml_keeping_the_user_s(tmp_path: Path, monkeypatch) -> None:
@@ -229,7 +266,15 @@ def test_codex_install_merges_config_toml_keeping_the_user_s(tmp_path: Path, mon
         "SWITCHBOARD_ATTACH": "hooks",
         "SWITCHBOARD_CLIENT": "codex",
     }
-    assert parsed["notify"][-5:] == ["hook", "--client", "codex", "--url", "http://127.0.0.1:9123"]
+    assert set(parsed["hooks"]) == CODEX_EVENTS | {"state"}
+    for event in CODEX_EVENTS:
+        [entry] = ours(parsed, event)
+        assert entry["type"] == "command" and entry["timeout"] == 10  # Codex's timeouts are in seconds
+        assert shlex.split(entry["command"])[-2:] == ["--url", "http://127.0.0.1:9123"]
+    assert [g.get("matcher") for g in parsed["hooks"]["PostToolUse"]] == ["^Bash$", "*"]
+    assert parsed["hooks"]["PostToolUse"][0]["hooks"] == [{"type": "command", "command": "./audit.sh"}]
+    assert parsed["hooks"]["state"] == {"config.toml:post_tool_use:0:0": {"trusted_hash": "sha256:0123"}}
+    assert "notify" not in parsed
 
 
 def test_codex_install_keeps_a_notify_program_the_user_has(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -243,13 +288,25 @@ def test_codex_install_keeps_a_notify_program_the_user_has(tmp_path: Path, monke
     assert "it was kept" in capsys.readouterr().out
 
 
+def test_codex_install_removes_the_notify_program_an_earlier_install_wrote(tmp_path: Path) -> None:
+    """Before Codex had hooks, Switchboard reported idle through `notify`; the Stop hook does now."""
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    old = ["/opt/sb/bin/switchboard", "hook", "--client", "codex", "--url", "http://127.0.0.1:8765"]
+    config.write_text(f"notify = {json.dumps(old)}\n")
+
+    assert install_cli(tmp_path, "--client", "codex") == 0
+
+    assert "notify" not in tomllib.loads(config.read_text())
+
+
 def test_a_new_codex_config_is_its_owner_s_alone(tmp_path: Path) -> None:
     assert install_cli(tmp_path, "--client", "codex") == 0
     assert stat.S_IMODE((tmp_path / ".codex" / "config.toml").stat().st_mode) == 0o600
 
 
 @pytest.mark.e2e
-def test_a_codex_session_through_the_written_mcp_server_and_notify(
+def test_a_codex_session_through_the_written_hooks_and_mcp_server(
     hub_process: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hub = hub_process
@@ -260,16 +317,83 @@ def test_a_codex_session_through_the_written_mcp_server_and_notify(
     assert install_cli(tmp_path, "--client", "codex") == 0
     parsed = tomllib.loads((tmp_path / ".codex" / "config.toml").read_text())
     server = parsed["mcp_servers"]["switchboard"]
+    line = ours(parsed, "Stop")[0]["command"]
     bob = enroll(hub, "bob")
+    bob_api = httpx.Client(base_url=f"{hub.url}/api/v1", headers={"Authorization": f"Bearer {bob['token']}"})
+    thread = "019d036d-0000-7000-8000-00000000a001"
 
     env = client_env(hub, home) | {"SWITCHBOARD_NAME": "codex-api"}
     stub = Stub(env, str(REPO))  # stands for the codex process
     try:
+        # Codex starts its MCP servers and runs SessionStart as the thread starts: one hub session.
         assert stub.send(op="mcp_start", argv=[server["command"], *server["args"]], env=server["env"]) == {
             "ok": True
         }
-        listed = stub.send(op="mcp_call", tool="list_agents", args={})
-        assert not listed["is_error"], listed
+        started = stub.hook(line, codex_event("SessionStart", thread, source="startup"), shell=CODEX_SHELL)
+        name, ref = REGISTERED.search(started["answer"]["hookSpecificOutput"]["additionalContext"]).groups()
+        assert (name, agents(hub, bob["token"])["codex-api"]["ref"]) == ("codex-api", ref)
+
+        bob_api.post("messages", json={"to": "codex-api", "message": "The build needs --locked."})
+        tool = stub.hook(
+            line,
+            codex_event(
+                "PostToolUse",
+                thread,
+                tool_name="Bash",
+                tool_input={"command": "cargo build"},
+                tool_response="Finished dev profile",
+                tool_use_id="call_01",
+            ),
+            shell=CODEX_SHELL,
+        )
+        injected = tool["answer"]["hookSpecificOutput"]
+        assert injected["hookEventName"] == "PostToolUse"
+        assert "The build needs --locked." in injected["additionalContext"]
+
+        bob_api.post("messages", json={"to": "codex-api", "message": "And run the tests."})
+        stop = codex_event("Stop", thread, stop_hook_active=False, last_assistant_message="Built.")
+        kept = stub.hook(line, stop, shell=CODEX_SHELL)
+        assert kept["answer"]["decision"] == "block" and "And run the tests." in kept["answer"]["reason"]
+        final = "Built with --locked; tests pass."
+        done = stub.hook(
+            line, stop | {"stop_hook_active": True, "last_assistant_message": final}, shell=CODEX_SHELL
+        )
+        assert done["answer"] is None
+        assert agents(hub, bob["token"])["codex-api"]["status"] == "idle"
+
+        # /clear starts a new thread in the same Codex process: the same hub session carries on.
+        cleared = stub.hook(
+            line,
+            codex_event("SessionStart", "019d036d-0000-7000-8000-00000000a002", source="clear"),
+            shell=CODEX_SHELL,
+        )
+        assert REGISTERED.search(cleared["answer"]["hookSpecificOutput"]["additionalContext"]).group(2) == ref
+        sent = stub.send(op="mcp_call", tool="send_message", args={"to": "bob", "message": "Done."})
+        assert not sent["is_error"], sent
+        assert [m["from"]["ref"] for m in bob_api.get("inbox").json()["messages"]] == [ref]
+        assert len([a for a in agents(hub, bob["token"]).values() if a["kind"] == "codex"]) == 1
+    finally:
+        stub.close()
+    assert agents(hub, bob["token"])["codex-api"]["status"] == "exited"  # its MCP server ended it
+    assert not list((home / "sessions").glob("*.json"))
+
+
+@pytest.mark.e2e
+def test_a_notify_program_from_an_earlier_install_still_reports_idle(
+    hub_process: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = hub_process
+    home = tmp_path / "agent-home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("SWITCHBOARD_URL", hub.url)
+    server = mcp_config(url=hub.url, client="codex")["mcpServers"]["switchboard"]
+    bob = enroll(hub, "bob")
+
+    stub = Stub(client_env(hub, home) | {"SWITCHBOARD_NAME": "codex-api"}, str(REPO))
+    try:
+        assert stub.send(op="mcp_start", argv=[server["command"], *server["args"]], env=server["env"]) == {
+            "ok": True
+        }
         assert agents(hub, bob["token"])["codex-api"]["status"] == "busy"
         # Codex's notify after a turn: argv plus the JSON (codex-rs legacy notify) as the last argument.
         turn = {
@@ -281,7 +405,9 @@ def test_a_codex_session_through_the_written_mcp_server_and_notify(
             "input-messages": ["Rename `foo` to `bar` and update the callsites."],
             "last-assistant-message": "Rename complete and verified `cargo build` succeeds.",
         }
-        notified = stub.send(op="notify", argv=parsed["notify"], payload=json.dumps(turn), env={})
+        notified = stub.send(
+            op="notify", argv=hook_argv("codex", url=hub.url), payload=json.dumps(turn), env={}
+        )
         assert notified["code"] == 0
         row = agents(hub, bob["token"])["codex-api"]
         assert row["status"] == "idle" and row["kind"] == "codex", (home / "agent.log").read_text()

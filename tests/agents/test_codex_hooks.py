@@ -1,0 +1,131 @@
+"""Codex CLI's hooks (`switchboard hook --client codex`) and its MCP server share one hub session per
+Codex process, with the payloads Codex sends (codex-rs/hooks/schema/generated/*.command.input.schema.json)
+and the answers its schemas take (`*.command.output.schema.json`). Codex passes its MCP servers no
+session id, so the tie is the Codex process (here the in-process stand-in `4242:1`, see conftest).
+
+tests/agents/test_install_clients.py drives the same through the written config.toml, a real hub
+process and a real process tree."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+
+from messaging.models import AgentSession
+from switchboard_agent.client import HubClient
+from switchboard_agent.hooks import run_hook
+from switchboard_agent.identity import Identity
+
+THREAD = "019d036d-c7fa-72d2-b6fd-78878bfe34e4"
+AFTER_CLEAR = "019d036e-3164-72c3-a170-98925564c4fc"
+
+
+def codex_event(name: str, thread: str = THREAD, **fields: Any) -> dict[str, Any]:
+    base = {
+        "session_id": thread,
+        "transcript_path": None,
+        "cwd": "/work/api",
+        "hook_event_name": name,
+        "model": "gpt-5-codex",
+        "permission_mode": "default",
+    }
+    if name != "SessionStart":
+        base["turn_id"] = "019d036e-0000-7000-8000-000000000001"
+    return base | fields
+
+
+def hook(payload: dict[str, Any]) -> dict[str, Any] | None:
+    stdout = io.StringIO()
+    assert run_hook(io.StringIO(json.dumps(payload)), stdout, client_name="codex") == 0
+    out = stdout.getvalue()
+    return json.loads(out) if out else None
+
+
+def codex_mcp_server() -> Identity:
+    """The MCP server as Codex starts it (`SWITCHBOARD_CLIENT=codex`, `SWITCHBOARD_ATTACH=hooks`)."""
+    identity = Identity(cwd="/work/api", attach_to_hooks=True, owns_client_session=True, kind="codex")
+    identity.start()
+    return identity
+
+
+@pytest.fixture(autouse=True)
+def _named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWITCHBOARD_TOKEN", raising=False)
+    monkeypatch.setenv("SWITCHBOARD_NAME", "api")
+
+
+@pytest.fixture
+def peer(inprocess_hub: str) -> HubClient:
+    client = HubClient(inprocess_hub, None)
+    client.token = client.register(name="bob")["token"]
+    return client
+
+
+@pytest.mark.parametrize("mcp_first", [True, False], ids=["mcp-server-first", "hooks-first"])
+def test_the_mcp_server_and_the_hooks_of_one_codex_process_are_one_session(
+    inprocess_hub: str, mcp_first: bool
+) -> None:
+    server = codex_mcp_server() if mcp_first else None
+    started = hook(codex_event("SessionStart", source="startup"))
+    server = server or codex_mcp_server()
+
+    session = AgentSession.objects.get(name="api")
+    assert session.kind == "codex" and server.session["ref"] == session.ref
+    assert started is not None
+    context = started["hookSpecificOutput"]
+    assert context["hookEventName"] == "SessionStart"
+    assert f"api [{session.ref}]" in context["additionalContext"]
+    server.close()  # Codex exits: its MCP server ends the session, whoever registered it
+    session.refresh_from_db()
+    assert session.status == "exited"
+
+
+def test_messages_reach_codex_between_steps_and_stop_reports_the_final_answer(
+    inprocess_hub: str, peer: HubClient
+) -> None:
+    server = codex_mcp_server()
+    hook(codex_event("SessionStart", source="startup"))
+    peer.send(to="api", message="The build needs --locked.")
+
+    tool = hook(
+        codex_event(
+            "PostToolUse",
+            tool_name="Bash",
+            tool_input={"command": "cargo build"},
+            tool_response="Finished `dev` profile",
+            tool_use_id="call_01",
+        )
+    )
+    assert tool is not None
+    assert tool["hookSpecificOutput"]["hookEventName"] == "PostToolUse"
+    assert "The build needs --locked." in tool["hookSpecificOutput"]["additionalContext"]
+
+    peer.send(to="api", message="And run the tests.")
+    stop = codex_event("Stop", stop_hook_active=False, last_assistant_message="Built.")
+    kept = hook(stop)
+    assert kept is not None and kept["decision"] == "block"  # Codex's word; the reason is the next prompt
+    assert "And run the tests." in kept["reason"]
+    assert AgentSession.objects.get(name="api").status == "busy"
+
+    assert hook(stop | {"stop_hook_active": True, "last_assistant_message": "Built; tests pass."}) is None
+    session = AgentSession.objects.get(name="api")
+    assert (session.status, session.final_answer) == ("idle", "Built; tests pass.")
+
+    prompt = hook(codex_event("UserPromptSubmit", prompt="now the docs"))
+    assert prompt is None and AgentSession.objects.get(name="api").status == "busy"
+    server.close()
+
+
+def test_clear_keeps_the_codex_process_s_hub_session(inprocess_hub: str) -> None:
+    server = codex_mcp_server()
+    hook(codex_event("SessionStart", source="startup"))
+    ref = server.session["ref"]
+
+    cleared = hook(codex_event("SessionStart", AFTER_CLEAR, source="clear"))
+
+    assert cleared is not None and f"[{ref}]" in cleared["hookSpecificOutput"]["additionalContext"]
+    assert AgentSession.objects.filter(kind="codex").count() == 1
+    server.close()
