@@ -8,17 +8,14 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
 from django.urls import path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from alerts.services import acknowledgements_of, alert_acknowledge
-from console import selectors
-from console.views import CONTENT_SECURITY_POLICY, console_page, operator_required
+from console.views import console_page, operator_required, page_render
 from messaging.hold_reasons import hold_reason_label
 from messaging.liveness import session_liveness
 from messaging.models import AgentSession, Delivery
@@ -38,29 +35,15 @@ def _when(at: datetime | None) -> dict[str, Any] | str:
     return {"iso": at.isoformat(), "text": f"{text} (in {left // 60} min {left % 60} s)", "past": False}
 
 
-def _render(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
-    response = render(
-        request,
-        "console/alert.html",
-        {
-            "cursor": request.console_cursor,  # type: ignore[attr-defined]
-            "held_count": selectors.held_count(),
-            "dead_after": settings.SWITCHBOARD_DEAD_AFTER_SECONDS,
-            **context,
-        },
-    )
-    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
-    return response
-
-
 @console_page
 def hold_alert(request: HttpRequest, delivery_id: int) -> HttpResponse:
     d = Delivery.objects.select_related("message__sender", "recipient").filter(pk=delivery_id).first()
     if d is None:
         raise Http404("No such hold.")
     sender = d.message.sender
-    return _render(
+    return page_render(
         request,
+        "console/alert.html",
         {
             "subject": "hold",
             "heading": f"Hold {d.pk}",
@@ -86,8 +69,9 @@ def session_alert(request: HttpRequest, session_id: UUID) -> HttpResponse:
     session = AgentSession.objects.filter(pk=session_id).first()
     if session is None:
         raise Http404("No such session.")
-    return _render(
+    return page_render(
         request,
+        "console/alert.html",
         {
             "subject": "session",
             "heading": session.label,

@@ -74,8 +74,9 @@ def _wants_json(request: HttpRequest) -> bool:
     return "application/json" in request.headers.get("Accept", "")
 
 
-def _page(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
-    """Render a console page with what every page needs: the audit cursor and what needs a human."""
+def page_render(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
+    """Render a console page with what every page needs: the audit cursor and what needs a human.
+    Every page view renders through it (console.alert_views too), so each shows the same chrome."""
     attention = selectors.attention()
     base = {
         "cursor": request.console_cursor,  # type: ignore[attr-defined]
@@ -165,7 +166,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     dead_only = request.GET.get("liveness") == "dead"
     feed = _feed_filter(request)
     sessions = selectors.session_rows(include_exited=show_exited, dead_only=dead_only)
-    return _page(
+    return page_render(
         request,
         "console/dashboard.html",
         {
@@ -197,7 +198,7 @@ def holds(request: HttpRequest) -> HttpResponse:
     if escalated_only:
         rows = [r for r in rows if r["escalate"] == "required"]
     groups = selectors.hold_groups(rows, sort=sort)
-    return _page(
+    return page_render(
         request,
         "console/holds.html",
         {
@@ -267,7 +268,7 @@ def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
     policy_form = PolicyForm(
         initial={"policy": session.operator_policy or "", "hold_expiry_seconds": hold_expiry}
     )
-    return _page(
+    return page_render(
         request,
         "console/session.html",
         {
@@ -331,7 +332,7 @@ def team_detail(request: HttpRequest, team_id: UUID) -> HttpResponse:
     detail = selectors.team_detail(team_id=team_id)
     if detail is None:
         raise Http404("No such team.")
-    return _page(request, "console/team.html", detail)
+    return page_render(request, "console/team.html", detail)
 
 
 def _message_page(request: HttpRequest, message: Any, *, revealed: bool) -> HttpResponse:
@@ -345,7 +346,7 @@ def _message_page(request: HttpRequest, message: Any, *, revealed: bool) -> Http
         "text": mask_text(message.text) if masked else message.text,
         "summary": mask_text(message.summary) if masked else message.summary,
     }
-    return _page(
+    return page_render(
         request,
         "console/message.html",
         {
@@ -392,7 +393,7 @@ def conversation_pair(request: HttpRequest, a: UUID, b: UUID) -> HttpResponse:
     except SwitchboardError as exc:
         raise Http404(exc.detail) from exc
     export_url = reverse("console:session-export", args=[first.id]) + f"?with={second.id}"
-    return _page(
+    return page_render(
         request,
         "console/conversation.html",
         {
@@ -414,7 +415,7 @@ def team_conversation(request: HttpRequest, team_id: UUID) -> HttpResponse:
     except NotFound as exc:
         raise Http404(exc.detail) from exc
     team = selectors.team_rows_by_id(team_id)
-    return _page(
+    return page_render(
         request,
         "console/conversation.html",
         {
@@ -444,7 +445,7 @@ def audit(request: HttpRequest) -> HttpResponse:
     kind = request.GET.get("kind", "").strip()[:48]
     actor = request.GET.get("actor", "").strip()[:200]
     events = selectors.audit_page(before=_int("before"), kind=kind, actor=actor)
-    return _page(
+    return page_render(
         request,
         "console/audit.html",
         {
@@ -459,7 +460,7 @@ def audit(request: HttpRequest) -> HttpResponse:
 @console_page
 def peers(request: HttpRequest) -> HttpResponse:
     me = hub_identity()
-    return _page(
+    return page_render(
         request,
         "console/peers.html",
         {

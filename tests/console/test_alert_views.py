@@ -33,6 +33,8 @@ def test_the_hold_page_is_for_operators_and_says_why_without_the_text(
     assert "sensitive: AWS secret access key" in html and "held (escalated)" in html
     assert AWS_SECRET not in html and "the key" not in html
     assert "data-acknowledge" in html and "Content-Security-Policy" in page.headers
+    # The same chrome as every console page: the strip of what needs a human, counted.
+    assert 'data-attention="escalated" data-count="1"' in html
 
 
 def test_acknowledging_a_hold_takes_a_csrf_token_and_is_audited(operator_client, register, send):
