@@ -8,12 +8,17 @@ Everything here needs the `hub` extra; the agent side never imports this module 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from switchboard_agent.hub_commands import HUB_COMMANDS, add_serve_options
+
+# What the `hub` extra brings that every hub command needs (checked without importing them: daphne's
+# server must not be imported before `switchboard web` and `serve` choose the event loop).
+HUB_DEPENDENCIES = ("django", "channels", "daphne", "celery")
 
 
 def _django_setup() -> None:
@@ -141,7 +146,11 @@ def serve(argv: Sequence[str]) -> int:
 
 
 def run_hub_command(command: str, argv: Sequence[str]) -> int:
-    """Run the hub command `command` (`serve`, `web`, `manage`) with its own arguments."""
+    """Run the hub command `command` (`serve`, `web`, `manage`) with its own arguments. Raises
+    ModuleNotFoundError, before anything runs, when the `hub` extra is not installed."""
+    for name in HUB_DEPENDENCIES:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
     if command == "web":
         from console import web
 

@@ -1,5 +1,5 @@
-"""`switchboard` command line. `serve` and `web` run the hub (they need the `hub` extra); every
-other command is the agent side and talks to a hub over HTTP.
+"""`switchboard` command line. `serve`, `web` and `manage` run the hub (they need the `hub` extra);
+every other command is the agent side and talks to a hub over HTTP.
 
 Exit codes: 0 done, 1 nothing to do, 2 usage error (also: the hub's dependencies are not installed),
 3 the hub refused (or has nothing to act on), 4 the hub is unreachable. `--json`, `--url` and

@@ -161,7 +161,8 @@ def test_hub_commands_without_the_hub_extra_name_the_extra_to_install(tmp_path: 
 
         assert run.returncode == 2, run.stderr
         assert "Traceback" not in run.stderr
-        assert run.stderr.strip().endswith("install it with: pip install 'switchboard[hub]'")
+        [line] = run.stderr.strip().splitlines()  # one sentence, nothing before it
+        assert line.endswith("install it with: pip install 'switchboard[hub]'")
         assert tried  # the hub was asked for, and only because a hub command ran
 
 
