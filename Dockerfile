@@ -4,7 +4,7 @@ FROM python:3.12-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    DJANGO_SETTINGS_MODULE=console.settings \
+    DJANGO_SETTINGS_MODULE=hub.settings \
     SWITCHBOARD_HOME=/var/lib/switchboard
 
 WORKDIR /app
@@ -16,4 +16,4 @@ USER switchboard
 
 EXPOSE 8000
 # web by default; compose overrides the command for worker and beat.
-CMD ["switchboard", "web", "-b", "0.0.0.0", "-p", "8000", "console.asgi:application"]
+CMD ["switchboard", "web", "-b", "0.0.0.0", "-p", "8000", "hub.asgi:application"]

@@ -285,7 +285,7 @@ def wrk_parallel(urls: list[str], **kwargs: Any) -> dict[str, Any]:
 
 def add_event_loop_option(parser: argparse.ArgumentParser, *, processes: str) -> None:
     """`--event-loop`: the loop `processes` run on (SWITCHBOARD_EVENT_LOOP), uvloop by default."""
-    from console.web import EVENT_LOOPS
+    from hub.web import EVENT_LOOPS
 
     parser.add_argument(
         "--event-loop",
@@ -312,7 +312,7 @@ def django_in_process(*, database_url: str, redis_url: str | None = None, **env:
 
     os.environ.update(
         {
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "hub.settings",
             "DATABASE_URL": database_url,
             "SWITCHBOARD_HOME": tempfile.mkdtemp(prefix="sb-bench-home-"),
             "SWITCHBOARD_SECRET_KEY": "bench-" + "s" * 44,

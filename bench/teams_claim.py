@@ -34,7 +34,7 @@ def main() -> int:
         os.environ["DATABASE_URL"] = args.database_url
     else:
         os.environ.pop("DATABASE_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hub.settings")
     import django
 
     django.setup()

@@ -1,9 +1,8 @@
-from django.contrib import admin
-from django.contrib.staticfiles.views import serve as static_serve
-from django.urls import include, path
+"""The operator console's pages (mounted at the root by `hub.urls`, namespace `console`)."""
 
-from console import alert_views, export_views, health, views
-from console.api import api
+from django.urls import path
+
+from console import alert_views, export_views, views
 
 console_patterns = [
     path("", views.dashboard, name="dashboard"),
@@ -32,17 +31,4 @@ console_patterns = [
     path("console/updates", views.updates, name="updates"),
     *alert_views.urlpatterns,
     path("console/attention", views.attention_view, name="attention"),
-]
-
-urlpatterns = [
-    path("healthz", health.healthz, name="healthz"),
-    path("readyz", health.readyz, name="readyz"),
-    path("admin/", admin.site.urls),
-    path("api/", api.urls),
-    # One process serves its own CSS and script (and the admin's): there is no front proxy in the
-    # embedded footprint. Production may put `collectstatic` output behind a web server instead.
-    path("static/<path:path>", static_serve, {"insecure": True}),
-    # Browsers ask for /favicon.ico on every page whatever the page links.
-    path("favicon.ico", static_serve, {"path": "console/favicon.ico", "insecure": True}),
-    path("", include((console_patterns, "console"))),
 ]

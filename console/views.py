@@ -19,7 +19,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from console import selectors
-from console.cli import first_steps, manage_command
 from console.consumers import is_operator_user
 from console.forms import (
     HoldDecisionForm,
@@ -29,6 +28,7 @@ from console.forms import (
     PolicyForm,
     SenderPolicyForm,
 )
+from console.shell_lines import first_steps, manage_command
 from federation.models import Peer
 from federation.services.identity import hub_identity
 from federation.services.keys import keys_refused_recently

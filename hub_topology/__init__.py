@@ -381,7 +381,7 @@ class Hub:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         return {
             **base,
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "hub.settings",
             "PYTHONUNBUFFERED": "1",
             "DATABASE_URL": self.database_url,
             "REDIS_URL": self.redis_url,
@@ -421,7 +421,7 @@ class Hub:
                 "--http-timeout",
                 "120",
                 *self.web_args,
-                "console.asgi:application",
+                "hub.asgi:application",
             ],
             {"SWITCHBOARD_DB_POOL": "8", **self.env},  # web processes pool their connections
             self.workdir / f"web{index}.log",
@@ -446,7 +446,7 @@ class Hub:
         name = f"sbprod-{secrets.token_hex(3)}@%h"
         argv = (argv_prefix or [str(VENV_BIN / "celery")]) + [
             "-A",
-            "console",
+            "hub",
             "worker",
             "-n",
             name,
@@ -476,7 +476,7 @@ class Hub:
             [
                 str(VENV_BIN / "celery"),
                 "-A",
-                "console",
+                "hub",
                 "beat",
                 "--loglevel",
                 "INFO",

@@ -230,7 +230,7 @@ def send(request: HttpRequest, body: SendIn) -> Status:
 
 def send_answer(caller: Principal, body: SendIn) -> dict[str, Any]:
     """`POST /messages` once its caller and body are known; under daphne the direct send route
-    (`console.send_route`) calls it without going through ninja."""
+    (`hub.send_route`) calls it without going through ninja."""
     outcome = message_send_together(
         sender=caller.require_session(),
         to=body.to,

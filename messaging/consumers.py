@@ -78,7 +78,7 @@ def _off_the_shared_thread(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     every other socket's. Each socket still awaits its own calls one at a time, in order.
     On SQLite, which takes one writer at a time, the shared thread stays: more threads would
     only wait for each other (and the test suite's in-memory database refuses them)."""
-    sqlite = connections["default"].vendor == "sqlite"  # the engine is console.sqlite, Django's beneath
+    sqlite = connections["default"].vendor == "sqlite"  # the engine is hub.sqlite, Django's beneath
     return DatabaseSyncToAsync(fn, thread_sensitive=sqlite)
 
 

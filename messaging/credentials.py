@@ -8,7 +8,7 @@ import secrets
 
 from django.conf import settings
 
-from console.home import read_or_create_secret
+from messaging.home import read_or_create_secret
 
 SESSION_PREFIX = "sbs_"
 OPERATOR_PREFIX = "sbo_"

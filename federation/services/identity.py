@@ -18,7 +18,7 @@ from django.conf import settings
 from nacl.encoding import Base64Encoder
 from nacl.signing import SigningKey, VerifyKey
 
-from console.home import write_private
+from switchboard_agent.home import write_private
 
 KEY_FILE = "hub.key"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from django.conf import settings
 
-from console.home import write_private
 from federation.services.identity import hub_identity, key_fingerprint
+from switchboard_agent.home import write_private
 
 log = logging.getLogger(__name__)
 

@@ -169,11 +169,10 @@ def test_hub_commands_without_the_hub_extra_name_the_extra_to_install(tmp_path: 
 def test_a_missing_module_of_the_hub_itself_is_not_mistaken_for_the_missing_extra(tmp_path: Path) -> None:
     run, _ = without_the_hub(
         tmp_path,
-        "import console.cli\nconsole.cli.run_hub_command = lambda c, a: __import__('console.nothing')\n"
-        + RUN_THE_CLI,
+        "import hub.cli\nhub.cli.run_hub_command = lambda c, a: __import__('hub.nothing')\n" + RUN_THE_CLI,
         "serve",
         blocked=(),
     )
 
     assert run.returncode == 1
-    assert "No module named 'console.nothing'" in run.stderr and "pip install" not in run.stderr
+    assert "No module named 'hub.nothing'" in run.stderr and "pip install" not in run.stderr

@@ -10,7 +10,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from console.routing import websocket_application
+from hub.routing import websocket_application
 from messaging.models import Delivery
 from messaging.services.sending import message_send
 from messaging.services.sessions import Registration, session_register

@@ -275,7 +275,7 @@ def test_a_post_the_receiver_refuses_is_not_retried(alerting, register, sent):
 
 def test_the_periodic_job_runs_only_on_a_hub_that_posts_alerts(settings):
     from alerts.apps import alerts_jobs
-    from console.celery import app
+    from hub.celery import app
 
     settings.SWITCHBOARD_ALERT_WEBHOOK_URL = ""
     assert alerts_jobs() == []

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from console.routing import websocket_application
+from hub.routing import websocket_application
 from messaging.services import events as events_service
 from messaging.services.events import OPERATORS_GROUP, session_group
 

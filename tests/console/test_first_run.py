@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import load_command_class
 
-from console import cli
+from console import shell_lines
 from switchboard_agent.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def test_an_empty_dashboard_says_what_to_do_next(operator_client, register):
 
 
 def test_first_steps_name_no_hub_and_no_home_when_they_are_the_defaults():
-    steps = cli.first_steps("http://127.0.0.1:8765/", Path.home() / ".switchboard")
+    steps = shell_lines.first_steps("http://127.0.0.1:8765/", Path.home() / ".switchboard")
     assert not any("SWITCHBOARD_URL" in line or "SWITCHBOARD_HOME" in line for line in steps)
 
 

@@ -16,7 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 LONG_RUNNING = ("postgres", "redis", "web", "worker", "beat", "proxy")
-HOME_MODULES = ("console/home.py", "switchboard_agent/home.py")  # where SWITCHBOARD_HOME is read
+HOME_MODULES = ("messaging/home.py", "switchboard_agent/home.py")  # where SWITCHBOARD_HOME is read
 APP_SERVICES = ("migrate", "web", "worker", "beat")
 
 
@@ -26,8 +26,8 @@ def compose() -> dict[str, Any]:
 
 
 def settings_env_names() -> set[str]:
-    """Every environment variable console/settings.py (and the home module) reads."""
-    source = "".join((REPO / path).read_text() for path in ("console/settings.py", *HOME_MODULES))
+    """Every environment variable hub/settings.py (and the home module) reads."""
+    source = "".join((REPO / path).read_text() for path in ("hub/settings.py", *HOME_MODULES))
     return set(re.findall(r"""(?:environ\.get|_env_int|_env_bool)\(\s*["']([A-Z_]+)["']""", source))
 
 
@@ -52,9 +52,9 @@ def test_web_processes_are_checked_by_their_readiness_and_the_proxy_by_its_liven
 def test_app_services_run_the_same_commands_the_suite_runs(compose):
     services = compose["services"]
     assert services["web"]["command"][:2] == ["switchboard", "web"]
-    assert services["web"]["command"][-1] == "console.asgi:application"
-    assert services["worker"]["command"][:4] == ["celery", "-A", "console", "worker"]
-    assert services["beat"]["command"][:4] == ["celery", "-A", "console", "beat"]
+    assert services["web"]["command"][-1] == "hub.asgi:application"
+    assert services["worker"]["command"][:4] == ["celery", "-A", "hub", "worker"]
+    assert services["beat"]["command"][:4] == ["celery", "-A", "hub", "beat"]
     assert services["migrate"]["command"][-2:] == ["migrate", "--noinput"]
 
 
@@ -100,7 +100,7 @@ def test_named_volumes_are_declared_and_the_image_is_buildable(compose):
                 assert source in declared, f"{name} mounts undeclared volume {source}"
     assert {"pgdata", "redisdata"} <= declared
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert "pip install" in dockerfile and "console.asgi:application" in dockerfile
+    assert "pip install" in dockerfile and "hub.asgi:application" in dockerfile
     for name in APP_SERVICES:
         assert compose["services"][name]["build"] == "."
 

@@ -20,7 +20,7 @@ from kombu import Connection, Exchange, Queue
 from kombu import Consumer as KombuConsumer
 from kombu.message import Message
 
-from console.celery import Consumer, app
+from hub.celery import Consumer, app
 from tests.integration.harness import RedisServer
 
 
@@ -83,7 +83,7 @@ def test_the_worker_consumer_survives_losing_redis_with_a_task_unacknowledged(lo
     assert not message.acknowledged
 
 
-# Canaries, the reasons console.celery.Consumer exists: if one starts failing after upgrading Celery
+# Canaries, the reasons hub.celery.Consumer exists: if one starts failing after upgrading Celery
 # or kombu, that upstream bug is fixed and its half of the subclass can go.
 
 

@@ -48,7 +48,7 @@ def test_the_defaults_keep_everything_on_this_hub() -> None:
 def test_a_job_started_from_any_thread_runs_on_the_projects_celery_app() -> None:
     """`messaging.jobs` finds tasks through `celery.current_app`: the project's app in every thread
     (request threads, the embedded pool), never Celery's unconfigured fallback."""
-    from console.celery import app
+    from hub.celery import app
 
     found: list[object] = []
     thread = threading.Thread(target=lambda: found.append(jobs._task("messaging.tasks.purge_audit").app))

@@ -18,7 +18,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from console.routing import websocket_application
+from hub.routing import websocket_application
 from messaging.models import AgentSession
 from messaging.principals import operator_principal
 from messaging.services.sessions import session_deregister, session_register, session_set_status

@@ -16,11 +16,11 @@ from nacl.encoding import Base64Encoder
 from nacl.public import SealedBox
 from nacl.signing import SigningKey
 
-from console.asgi import application
 from federation.models import RemoteDelivery
 from federation.services.forwarding import RemoteRoute
 from federation.services.identity import hub_identity
 from federation.services.signatures import request_headers
+from hub.asgi import application
 from messaging.models import AuditEvent, Delivery
 from tests.federation.conftest import (
     OtherHub,

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from console.asgi import application
+from hub.asgi import application
 from messaging.models import Message
 from messaging.services.sessions import session_register
 
@@ -238,7 +238,7 @@ def _hub_signed(path: str) -> list[tuple[bytes, bytes]]:
     ],
 )
 async def test_a_chunked_body_is_cut_off_at_its_routes_limit_while_it_is_read(path: str) -> None:
-    from console.request_guard import body_limit
+    from hub.request_guard import body_limit
 
     client = FeedingClient(1200)  # 1.2 GB offered
     await application(client.scope(path, *_hub_signed(path)), client.receive, client.send)
@@ -258,7 +258,7 @@ async def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_re
 
 
 def test_the_hub_to_hub_routes_take_larger_bodies_than_ordinary_calls() -> None:
-    from console.request_guard import body_limit
+    from hub.request_guard import body_limit
 
     assert body_limit("/api/v1/federation/messages") > body_limit("/api/v1/files")
     assert (
@@ -299,7 +299,7 @@ def test_daphne_refuses_a_declared_length_over_the_limit_before_reading_the_body
 
 
 def test_daphne_cuts_a_chunked_body_off_at_the_limit_while_receiving_it() -> None:
-    from console.request_guard import body_limit
+    from hub.request_guard import body_limit
 
     protocol, transport = _daphne_connection()
     protocol.dataReceived(
@@ -555,7 +555,7 @@ def test_a_real_hub_cuts_off_a_huge_chunked_post_and_its_memory_stays_flat(
     served_hub: Any, path: str
 ) -> None:
     """The reported attack: 1.2 GB chunked took the hub from 0.14 to 2.6 GB before its 401."""
-    from console.request_guard import body_limit
+    from hub.request_guard import body_limit
 
     pid = served_hub.process.pid
     before = _rss_kb(pid)
@@ -601,7 +601,7 @@ def test_the_hubs_own_public_url_is_a_host_it_answers_to(tmp_path: Any) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_") and k != "DATABASE_URL"}
     env.update(SWITCHBOARD_HOME=str(tmp_path), SWITCHBOARD_PUBLIC_URL="http://relay.example:9000")
     code = (
-        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'console.settings'; django.setup(); "
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'hub.settings'; django.setup(); "
         "from django.conf import settings; print(','.join(settings.ALLOWED_HOSTS))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

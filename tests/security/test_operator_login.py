@@ -119,7 +119,7 @@ def test_secure_cookies_setting_makes_session_and_csrf_cookies_https_only(tmp_pa
     )
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "hub.settings",
         "SWITCHBOARD_HOME": str(tmp_path),
         "SWITCHBOARD_SECRET_KEY": "k" * 50,
     }

@@ -164,7 +164,7 @@ def process_worker(
 ) -> None:
     """Entry point of one racing process: set up Django on the given database, then race."""
     os.environ.update(env)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hub.settings")
     import django
 
     django.setup()
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DATABASE_URL"] = args.database_url
     else:
         os.environ.pop("DATABASE_URL", None)  # the embedded footprint: SQLite in SWITCHBOARD_HOME
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hub.settings")
     import django
 
     django.setup()

@@ -1,0 +1,113 @@
+"""The hub's logging: quiet when all is well, loud when something fails."""
+
+from __future__ import annotations
+
+import logging
+
+
+def test_finished_tasks_are_not_logged_but_failed_ones_are() -> None:
+    # The embedded scheduler runs the periodic sweeps every second or few: a line for each
+    # finished one flooded `switchboard serve`'s terminal (Celery logs a failure at ERROR).
+    trace = logging.getLogger("celery.app.trace")
+    assert not trace.isEnabledFor(logging.INFO)
+    assert trace.isEnabledFor(logging.ERROR)
+
+
+def test_the_worker_does_not_log_each_task_it_takes() -> None:
+    strategy = logging.getLogger("celery.worker.strategy")  # "Task ... received"
+    assert not strategy.isEnabledFor(logging.INFO)
+    assert strategy.isEnabledFor(logging.ERROR)
+
+
+def _beat_record(level: int, message: str) -> logging.LogRecord:
+    return logging.LogRecord("celery.beat", level, __file__, 1, message, None, None)
+
+
+def test_beat_logs_its_start_and_its_errors_but_not_each_task_it_sends() -> None:
+    beat = logging.getLogger("celery.beat")
+    assert not beat.filter(_beat_record(logging.INFO, "Scheduler: Sending due task %s (%s)"))
+    assert beat.filter(_beat_record(logging.INFO, "beat: Starting..."))
+    assert beat.filter(_beat_record(logging.ERROR, "Message Error: %s\n%s"))
+
+
+def test_asking_for_each_task_brings_the_lines_back() -> None:
+    from hub.logs import BeatSendsBelow
+
+    assert BeatSendsBelow("INFO").filter(_beat_record(logging.INFO, "Scheduler: Sending due task %s (%s)"))
+    assert not BeatSendsBelow("no such level").filter(
+        _beat_record(logging.INFO, "Scheduler: Sending due task")
+    )
+
+
+def _record_with(**extra: object) -> logging.LogRecord:
+    record = logging.LogRecord(
+        "messaging.services", logging.WARNING, __file__, 1, "pushed %d events", (3,), None
+    )
+    record.__dict__.update(extra)
+    return record
+
+
+def test_json_lines_carry_the_line_and_allowed_ids_but_no_other_extras() -> None:
+    import json
+
+    from hub.logs import JsonLines
+
+    line = JsonLines().format(
+        _record_with(message_id="m-1", session_id="s-1", text="a secret text", token="sb_sess_x")
+    )
+    body = json.loads(line)
+    assert body["msg"] == "pushed 3 events"
+    assert body["level"] == "WARNING" and body["logger"] == "messaging.services"
+    assert body["message_id"] == "m-1" and body["session_id"] == "s-1"
+    assert "a secret text" not in line and "sb_sess_x" not in line
+    assert "\n" not in line
+
+
+def test_json_lines_keep_a_traceback_on_one_line() -> None:
+    import json
+
+    from hub.logs import JsonLines
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        record = _record_with()
+        record.exc_info = sys.exc_info()
+    line = JsonLines().format(record)
+    assert "\n" not in line
+    assert "ValueError: boom" in json.loads(line)["exc"]
+
+
+def test_the_log_format_setting_chooses_json_for_a_whole_process(tmp_path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SWITCHBOARD_HOME": str(tmp_path), "SWITCHBOARD_LOG_FORMAT": "json"}
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    code = (
+        "import django, logging; django.setup(); "
+        "logging.getLogger('messaging').warning('hello %s', 'there', extra={'message_id': 'm-9'})"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "DJANGO_SETTINGS_MODULE": "hub.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stderr.strip().splitlines()[-1])
+    assert body["msg"] == "hello there" and body["message_id"] == "m-9"
+    refused = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env={**env, "DJANGO_SETTINGS_MODULE": "hub.settings", "SWITCHBOARD_LOG_FORMAT": "xml"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "SWITCHBOARD_LOG_FORMAT is plain or json" in refused.stderr
