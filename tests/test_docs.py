@@ -1,12 +1,14 @@
-"""README.md and docs/ against the code: every `switchboard ...` command they show names a real
-subcommand with options that subcommand takes (`switchboard manage X`: a management command the hub
-has)."""
+"""README.md and docs/ against the code: every relative link leads to a file that exists, and every
+`switchboard ...` command they show names a real subcommand with options that subcommand takes
+(`switchboard manage X`: a management command the hub has)."""
 
 from __future__ import annotations
 
 import argparse
 import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -116,3 +118,17 @@ def test_the_command_check_catches_what_it_should():
         ["no subcommand tasks 'claimm'"],
         ["status: no option --fnal"],
     ]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_lead_to_files(page: Path):
+    text = page.read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    missing = []
+    for link in links:
+        if re.match(r"[a-z]+:", link) or link.startswith("#"):
+            continue
+        target = (page.parent / link.split("#", 1)[0]).resolve()
+        if not target.exists():
+            missing.append(link)
+    assert not missing, f"{page.relative_to(REPO)} links to missing files: {missing}"
