@@ -13,6 +13,7 @@ from messaging.hold_reasons import hold_reason_label
 from messaging.liveness import dead_sessions_q, session_liveness
 from messaging.models import AgentSession, AuditEvent, Delivery, Pin, SessionStatus, Tier
 from messaging.services.export import export_recent, export_record
+from messaging.services.holds import holds_list
 from messaging.services.sending import message_event
 from messaging.services.sessions import session_summary
 from messaging.states import DeliveryState
@@ -170,6 +171,17 @@ def _hold_sort_key(sort: str) -> Any:
         h["held_at"] or "",
         h["delivery_id"],
     )
+
+
+def hold_queue(
+    *, recipient_id: str | None = None, escalated_only: bool = False, sort: str = "urgency"
+) -> list[dict[str, Any]]:
+    """The holds page's groups: pending holds (one recipient's, only the escalated ones when
+    asked), grouped and ordered by `hold_groups`."""
+    rows = holds_list(recipient_id=recipient_id)
+    if escalated_only:
+        rows = [r for r in rows if r["escalate"] == "required"]
+    return hold_groups(rows, sort=sort)
 
 
 def hold_groups(holds: list[dict[str, Any]], *, sort: str = "urgency") -> list[dict[str, Any]]:

@@ -40,7 +40,7 @@ from messaging.principals import Principal, operator_principal
 from messaging.selectors import message_for_viewer, message_status
 from messaging.sensitivity import mask_text, match_labels
 from messaging.services.export import export_pair_scope
-from messaging.services.holds import holds_decide, holds_list, message_reveal
+from messaging.services.holds import holds_decide, message_reveal
 from messaging.services.policies import policy_set, sender_policy_set
 from teams.services.export import team_export_scope
 
@@ -194,16 +194,15 @@ def holds(request: HttpRequest) -> HttpResponse:
     recipient = AgentSession.objects.filter(pk=_uuid_or_none(request.GET.get("recipient", ""))).first()
     escalated_only = request.GET.get("escalated") == "1"
     sort = request.GET.get("sort", "urgency")
-    rows = holds_list(recipient_id=str(recipient.id) if recipient else None)
-    if escalated_only:
-        rows = [r for r in rows if r["escalate"] == "required"]
-    groups = selectors.hold_groups(rows, sort=sort)
+    groups = selectors.hold_queue(
+        recipient_id=str(recipient.id) if recipient else None, escalated_only=escalated_only, sort=sort
+    )
     return page_render(
         request,
         "console/holds.html",
         {
             "groups": groups,
-            "hold_count": len(rows),
+            "hold_count": sum(g["count"] for g in groups),
             "recipient": recipient,
             "escalated_only": escalated_only,
             "sort": sort if sort in selectors.HOLD_SORTS else "urgency",
