@@ -132,3 +132,12 @@ def test_relative_links_lead_to_files(page: Path):
         if not target.exists():
             missing.append(link)
     assert not missing, f"{page.relative_to(REPO)} links to missing files: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_repository_paths_named_exist(page: Path):
+    """A path in code quotes whose first folder is one of the repository's (`messaging/policy.py`,
+    `bench/purge.py`) names a file or folder that exists: files move, and pages must follow."""
+    named = re.findall(r"`([a-z_]+(?:/[A-Za-z0-9_.-]+)+)`", page.read_text(encoding="utf-8"))
+    stale = [p for p in named if (REPO / p.split("/")[0]).exists() and not (REPO / p).exists()]
+    assert not stale, f"{page.relative_to(REPO)} names paths that do not exist: {stale}"
