@@ -1,21 +1,26 @@
-"""Batch sends in bulk: many messages from one sender, each with the outcome a single send gives.
+"""Sends in bulk: many messages, from one sender (a batch) or from many (a group sent together),
+each with the outcome a single send gives.
 
 `messages_send_batch` runs each item through the rules of `message_send` (validation, the
 idempotency key, resolution and pins, dedupe, rate limits and the unread cap, policy, loop
-protection), but it asks the database each question once per batch (per distinct address or
-recipient) and keeps what the earlier items changed in memory, then writes the messages, their
-deliveries and their audit events with one statement per table.
+protection), but it asks the database each question once for all the items (`read_ahead`: the
+texts they could repeat, whom their addresses mean, each sender → recipient pair's facts) and
+keeps what the earlier items changed in memory, then writes the messages, their deliveries and
+their audit events with one statement per table. `messages_send_together` does the same for
+sends of any senders in one transaction: each sender's sends as one batch, the senders one after
+another, their reads ahead and their writes shared (`_Writes`).
 
 The common case (a live local recipient, plain text) takes this bulk path. An item that needs a
 rare path (attached files, an address no local session takes — a federation route —, a stopped
 or remote recipient, a session messaging itself, a field the bulk path does not know) is sent with
-`message_send` itself, in order: what the batch has accepted so far is written first, so that send
-sees exactly what it would have seen after the earlier items were sent one by one.
+`message_send` itself, in order: what was accepted so far is written first, so that send sees
+exactly what it would have seen after the earlier items were sent one by one.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -43,6 +48,7 @@ from messaging.plugins import PLUGINS
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
+from messaging.services.bulk import as_uuid
 from messaging.services.events import Announcement
 from messaging.services.holds import STOPPED_HOLD, hold_expiry_for, holds_make_room
 from messaging.services.limits import (
@@ -64,6 +70,7 @@ from messaging.services.sending import (
     message_event,
     message_send,
     messages_write,
+    recipients_resolved,
     reply_checked,
     resolve_recipient_pinned,
     send_input_checked,
@@ -94,25 +101,196 @@ def messages_send_batch(
     if len(items) > BATCH_MAX:
         raise Invalid("batch_too_large", f"A batch takes at most {BATCH_MAX} messages; split it.")
     with transaction.atomic():
-        return _Batch(sender=sender, actor=actor or session_principal(sender)).send(items)
+        writes = _Writes()
+        results = _Batch(sender=sender, actor=actor or session_principal(sender), writes=writes).send(items)
+        writes.write()
+        return results
 
 
-# PostgreSQL: (text SHA-256, recipient id, delivery id) of the sender's texts within the dedupe
+@dataclass
+class Send:
+    """One send of a group sent together: who sends, as whom, and `message_send`'s other
+    keyword arguments (BULK_FIELDS)."""
+
+    sender: AgentSession
+    actor: Principal
+    fields: dict[str, Any]
+
+
+def messages_send_together(sends: list[Send]) -> list[SendOutcome | SwitchboardError]:
+    """Send a group of sends from any senders in one transaction, each with the outcome it would
+    have had on its own, in the order given: each sender's sends go as one batch (in their order,
+    so a pair's messages keep theirs), the senders one after another as they first appear, and all
+    their messages are written together. The answer comes only after the lot is committed; a
+    database failure commits none."""
+    by_sender: dict[tuple[Any, str], list[int]] = {}
+    for position, send in enumerate(sends):
+        by_sender.setdefault((send.sender.id, send.actor.actor), []).append(position)
+    results: list[SendOutcome | SwitchboardError | None] = [None] * len(sends)
+    with transaction.atomic():
+        # Every idempotency key of the group locked at once, in one order: two groups (in two web
+        # processes) that share keys never wait on each other in a cycle.
+        idempotency_keys_locked(
+            [
+                (send.sender.id, key)
+                for send in sends
+                if isinstance(key := send.fields.get("idempotency_key"), str) and 0 < len(key) <= 128
+            ]
+        )
+        writes = _Writes()
+        batches = []
+        for positions in by_sender.values():
+            first = sends[positions[0]]
+            batch = _Batch(sender=first.sender, actor=first.actor, writes=writes, keys_locked=True)
+            batches.append((batch, positions, batch.prepared([sends[p].fields for p in positions])))
+        read_ahead([(batch, items) for batch, _positions, items in batches], now=writes.now)
+        for batch, positions, items in batches:
+            for position, result in zip(positions, batch.send_prepared(items), strict=True):
+                results[position] = result
+        writes.write()
+    assert all(result is not None for result in results)
+    return results  # type: ignore[return-value]
+
+
+def idempotency_keys_locked(keys: list[tuple[Any, str]]) -> None:
+    """Lock (sender id, idempotency key) pairs until the transaction ends, as a single send locks
+    its one (PostgreSQL advisory locks; SQLite's IMMEDIATE transaction already serializes every
+    writer). The same lock ids as a single send's, taken in one order so two batches never deadlock."""
+    if connection.vendor != "postgresql" or not keys:
+        return
+    locks = sorted({idempotency_lock_id(sender_id=str(sender_id), key=key) for sender_id, key in keys})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(id) FROM unnest(%s::bigint[]) AS id", [locks])
+
+
+def read_ahead(batches: list[tuple[_Batch, list[_Item]]], *, now: Any) -> None:
+    """What the batches of one transaction read before they send, in a few queries for all of
+    them: the texts they could repeat, whom their addresses mean (with the senders' pins), and
+    the facts of each sender → live recipient pair. Each batch gets its own: what one sender's
+    batch writes changes none of it for another but the counts that `_Writes` keeps."""
+    recent_texts_read(batches, now=now)
+    wanted = {
+        (batch.sender.id, item.target): (batch, item.target)
+        for batch, items in batches
+        for item in items
+        if item.error is None and not item.single
+    }
+    if not wanted:
+        return
+    found = recipients_resolved([(batch.sender, target) for batch, target in wanted.values()])
+    pairs = []
+    for key, (batch, target) in wanted.items():
+        batch.resolution_kept(target, found[key])
+        if isinstance(found[key], tuple) and batch.sends_in_bulk_to(found[key][0]):
+            pairs.append((batch, found[key][0].id))
+    facts = pair_facts_read([(batch.sender.id, recipient_id) for batch, recipient_id in pairs], now=now)
+    for batch, recipient_id in pairs:
+        batch.facts[recipient_id] = facts[(batch.sender.id, recipient_id)]
+
+
+def pair_facts_read(
+    pairs: list[tuple[Any, Any]], *, now: Any
+) -> dict[tuple[Any, Any], tuple[bool, str | None, bool, int, int]]:
+    """Per (sender id, recipient id), in one query for all: whether either is an observer, the
+    recipient's rule for the sender (action, set by an operator), the recipient's texts to the
+    sender within the loop window (counted up to the threshold) and the recipient's unread count
+    (the counts the database keeps, models.UnreadCount). Separately they are four round trips per
+    pair; none of them changes with what a batch sends but the counts (see `_Writes`)."""
+    pairs = list(dict.fromkeys(pairs))
+    if not pairs:
+        return {}
+    restricted, policy = PLUGINS.send_guard.restricted_sql, SenderPolicy._meta.db_table
+    unread = UnreadCount._meta.db_table
+    ident = functools.partial(Message._meta.pk.get_db_prep_value, connection=connection)
+    threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
+    since = now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
+    parts, params = [], []
+    for place, (sender_id, recipient_id) in enumerate(pairs):
+        parts.append(
+            f"""
+            SELECT {place},
+              ({restricted} OR {restricted}),
+              (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
+              (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
+              (SELECT COUNT(*) FROM ({pair_texts_sql()}) AS replies),
+              (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s)
+            """
+        )
+        sender, recipient = ident(sender_id), ident(recipient_id)
+        params += [sender, recipient, recipient, sender, recipient, sender]
+        params += pair_texts_params(recipient_id, sender_id, since=since, limit=max(threshold, 1))
+        params += [recipient]
+    # Prepared like the single send's pair read: its loop count has one good plan for any values.
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts), params)
+        rows = cursor.fetchall()
+    return {
+        pairs[place]: (bool(observed), action, bool(by_operator), int(replies), int(count))
+        for place, observed, action, by_operator, replies, count in rows
+    }
+
+
+def recent_texts_read(batches: list[tuple[_Batch, list[_Item]]], *, now: Any) -> None:
+    """Read, in one query for every batch, the messages the dedupe rule could match (the same text
+    from the same sender within the window), and give each batch its own."""
+    if settings.SWITCHBOARD_DEDUPE_SECONDS <= 0:
+        return
+    owner: dict[str, _Batch] = {}
+    for batch, items in batches:
+        for item in items:
+            if item.sha256:
+                owner[dedupe_key(batch.sender.id, item.sha256)] = batch
+    if not owner:
+        return
+    keys = sorted(owner)
+    since = now - timedelta(seconds=settings.SWITCHBOARD_DEDUPE_SECONDS)
+    if connection.vendor == "postgresql":
+        # One index probe per text (`message_dedupe_key`), the keys as one array. The sender is
+        # in the key, not a condition of its own: the planner could otherwise read every message
+        # the sender wrote within the window (`message_sender_recent`) for each text, which it
+        # chose whenever its statistics took the sender for a rare one. Prepared like the send's
+        # other statements: a generic plan, made without knowing the array's length, probes the
+        # same index text by text (tests/messaging/test_pair_facts.py).
+        with connection.cursor() as cursor:
+            cursor.execute(RECENT_TEXTS_SQL, [keys, MessageKind.TEXT, since])
+            matches = cursor.fetchall()
+    else:
+        # The texts by `message_dedupe_key` first (CROSS JOIN: SQLite joins in the order
+        # written), then each one's delivery by its message.
+        sql = RECENT_TEXTS_SQLITE.format(keys=", ".join(["%s"] * len(keys)))
+        created_at = Message._meta.get_field("created_at").get_db_prep_value(since, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*keys, MessageKind.TEXT.value, created_at])
+            matches = cursor.fetchall()
+    found: dict[_Batch, list[tuple[str, Any, int]]] = {}
+    for sha256, recipient_id, pk, key in matches:
+        found.setdefault(owner[key], []).append((sha256, as_uuid(recipient_id), pk))
+    for batch, texts in found.items():
+        batch.recent_texts_kept(texts)
+
+
+# PostgreSQL: (text SHA-256, recipient id, delivery id, dedupe key) of the texts within the dedupe
 # window, oldest first; parameters: the texts' dedupe keys as an array, the kind, the window's start.
 # The statement fixes its plan's shape whatever the statistics say: for each key, a range of
 # `message_dedupe_key`'s own key (the only index that can serve it), then each match's delivery by
 # its message. Both lookups are LATERAL subqueries behind OFFSET 0, which the planner runs as
-# written instead of joining the tables in an order of its own. Written as one flat join, it was
-# planned from the delivery table outwards whenever the statistics took the tables for empty (an
-# ANALYZE while they held no live rows, until the next): every delivery against every text,
-# each by the `created_at` index, 24 s for one batch at 1,200 messages.
+# written instead of joining the tables in an order of its own (a flat join may be planned from
+# the delivery table outwards, reading every delivery in the window for every text).
 RECENT_TEXTS_SQL = (
-    "SELECT m.sha256, d.recipient_id, d.id FROM unnest(%s::text[]) AS h(dedupe_key) "
-    f"CROSS JOIN LATERAL (SELECT m.id, m.sha256, m.created_at FROM {Message._meta.db_table} m "
+    "SELECT m.sha256, d.recipient_id, d.id, m.dedupe_key FROM unnest(%s::text[]) AS h(dedupe_key) "
+    f"CROSS JOIN LATERAL (SELECT m.id, m.dedupe_key, m.sha256, m.created_at FROM {Message._meta.db_table} m "
     "WHERE m.kind = %s AND (m.dedupe_key, m.created_at) >= (h.dedupe_key, %s) "
     "AND m.dedupe_key = h.dedupe_key OFFSET 0) AS m "
     f"CROSS JOIN LATERAL (SELECT d.recipient_id, d.id FROM {Delivery._meta.db_table} d "
     "WHERE d.message_id = m.id OFFSET 0) AS d "
+    "ORDER BY m.created_at"
+)
+
+# SQLite: the same, the keys as parameters of an IN list.
+RECENT_TEXTS_SQLITE = (
+    f"SELECT m.sha256, d.recipient_id, d.id, m.dedupe_key FROM {Message._meta.db_table} m "
+    f"CROSS JOIN {Delivery._meta.db_table} d ON d.message_id = m.id "
+    "WHERE m.dedupe_key IN ({keys}) AND m.kind = %s AND m.created_at >= %s "
     "ORDER BY m.created_at"
 )
 
@@ -157,14 +335,107 @@ class _Accepted:
     outcome: SendOutcome
     resolution: Resolution
     decision: Decision
+    actor: Principal
+
+
+class _Writes:
+    """What the batches of one transaction accepted and have not written yet, written together:
+    one sender's batch, or the batches of every sender in a group sent together (`messages_send_together`).
+
+    A batch reads a recipient's counts (unread, holds, reply-loop texts) from the database, so
+    before it does, the messages that change them are written (`written_for`): those to that
+    recipient, and those from it to the reading sender. Every batch then reads what it would have
+    read had the batches before it been sent and committed one by one."""
+
+    def __init__(self) -> None:
+        self.now = timezone.now()  # every message of the transaction is sent at this time
+        self.pending: list[_Accepted] = []
+        self.batches: list[_Batch] = []  # whose pins are written with the messages
+        # What the transaction accepted, written or not, that changes the facts read before it
+        # (`pair_facts_read`): messages queued per recipient, texts per (sender, recipient).
+        self.queued_for: Counter[Any] = Counter()
+        self.texts_between: Counter[tuple[Any, Any]] = Counter()
+        # False once something else was written (a message sent alone, holds expired to make
+        # room): the facts read ahead no longer count everything, so each is read again.
+        self.facts_current = True
+
+    def accepted(self, accepted: _Accepted) -> None:
+        """Add a message to write, and count it."""
+        self.pending.append(accepted)
+        outcome = accepted.outcome
+        if outcome.delivery.state == S.QUEUED:
+            self.queued_for[outcome.recipient.id] += 1
+        self.texts_between[(outcome.message.sender_id, outcome.recipient.id)] += 1
+
+    def written_for(self, *, recipient_id: Any, reader_id: Any) -> None:
+        """Write what is pending when any of it changes what `reader_id` reads of `recipient_id`."""
+        for accepted in self.pending:
+            to, by = accepted.outcome.recipient.id, accepted.outcome.message.sender_id
+            if to == recipient_id or (by == recipient_id and to == reader_id):
+                self.write()
+                return
+
+    def write(self) -> None:
+        """Write the accepted messages, their deliveries, pins and audit events, and announce them
+        after the commit: one statement per table, whatever the number of messages and senders."""
+        pending, self.pending = self.pending, []
+        if pending:
+            messages_write(
+                [(a.outcome.message, a.outcome.delivery) for a in pending],
+                now=self.now,
+                audit=[
+                    row
+                    for a in pending
+                    for row in acceptance_audit(
+                        actor=a.actor,
+                        message=a.outcome.message,
+                        delivery=a.outcome.delivery,
+                        rule=a.resolution.rule,
+                        decision=a.decision,
+                    )
+                ],
+            )
+        for batch in self.batches:
+            batch.pins_written()
+        if not pending:
+            return
+        # First the recipients' pushes (the events that someone waits for), as a single send does,
+        # in one hand-off with the senders' notices. One wake-up per recipient: its sockets pull
+        # everything queued. A socket address is written one delivery per task, so each of its
+        # deliveries gets its own.
+        pushes, woken = [], set()
+        for accepted in pending:
+            delivery, recipient = accepted.outcome.delivery, accepted.outcome.recipient
+            if delivery.state != S.QUEUED:
+                continue
+            if recipient.peer_address.startswith(UDS_PREFIX) or recipient.id not in woken:
+                pushes.append((delivery.pk, recipient))
+                woken.add(recipient.id)
+        schedule_pushes(
+            pushes,
+            along_with=[
+                Announcement(
+                    "message.sent",
+                    message_event(a.outcome.message, a.outcome.delivery, a.outcome.recipient),
+                    sessions=[a.outcome.message.sender_id],
+                )
+                for a in pending
+            ],
+        )
 
 
 class _Batch:
-    """One batch send, item by item, with the database read in bulk and written in bulk."""
+    """One sender's batch send, item by item, with the database read in bulk and written in bulk
+    (with the other senders' batches of its transaction, `writes`)."""
 
-    def __init__(self, *, sender: AgentSession, actor: Principal) -> None:
+    def __init__(
+        self, *, sender: AgentSession, actor: Principal, writes: _Writes, keys_locked: bool = False
+    ) -> None:
         self.sender, self.actor = sender, actor
-        self.now = timezone.now()
+        self.writes = writes
+        writes.batches.append(self)
+        self.now = writes.now
+        self.keys_locked = keys_locked  # its idempotency keys' locks were taken with the group's
         self.results: list[SendOutcome | SwitchboardError] = []
         self.targets: dict[str, tuple[AgentSession, Resolution] | SwitchboardError] = {}
         self.inboxes: dict[Any, _Inbox] = {}
@@ -172,18 +443,27 @@ class _Batch:
         self.keyed: dict[str, tuple[str, SendOutcome | None, Message]] = {}
         # (text SHA-256, recipient id) → the newest such message within the dedupe window
         self.recent: dict[tuple[str, Any], tuple[Message, Delivery]] = {}
-        self.pending: list[_Accepted] = []
         self.pins: dict[str, AgentSession] = {}  # pins the batch set and has not written yet
         # name key → the id its pin points at in the database (None: no pin), as read with a
         # resolution or written by the batch: a pin that already points there is not written again
         self.pinned: dict[str, Any] = {}
         self.tokens: TokenReservation | None = None
         self.dedupe = settings.SWITCHBOARD_DEDUPE_SECONDS > 0
+        # recipient id → the pair's facts, read ahead for the whole transaction (`pair_facts_read`)
+        self.facts: dict[Any, tuple[bool, str | None, bool, int, int]] = {}
 
     def send(self, raw: list[dict[str, Any]]) -> list[SendOutcome | SwitchboardError]:
-        items = [self._prepare(fields) for fields in raw]
+        items = self.prepared(raw)
+        read_ahead([(self, items)], now=self.now)
+        return self.send_prepared(items)
+
+    def prepared(self, raw: list[dict[str, Any]]) -> list[_Item]:
+        """The items, checked as far as they can be without the database."""
+        return [self._prepare(fields) for fields in raw]
+
+    def send_prepared(self, items: list[_Item]) -> list[SendOutcome | SwitchboardError]:
+        """Send the items, once the texts they could repeat are read (`recent_texts_read`)."""
         self._load_keys(items)
-        self._load_recent(items)
         for position, item in enumerate(items):
             if item.error is not None:
                 self.results.append(item.error)
@@ -199,7 +479,7 @@ class _Batch:
                 self.results.append(self._send_one(item))
             except SwitchboardError as exc:
                 self.results.append(exc)
-        self._settle()
+        self._tokens_released()
         return self.results
 
     # --- reading -----------------------------------------------------------------------------
@@ -245,11 +525,8 @@ class _Batch:
         )
         if not keys:
             return
-        if connection.vendor == "postgresql":
-            # The same lock ids as a single send's, taken in one order so two batches never deadlock.
-            locks = sorted({idempotency_lock_id(sender_id=str(self.sender.id), key=key) for key in keys})
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(id) FROM unnest(%s::bigint[]) AS id", [locks])
+        if not self.keys_locked:
+            idempotency_keys_locked([(self.sender.id, key) for key in keys])
         earlier = {m.id: m for m in Message.objects.filter(sender=self.sender, idempotency_key__in=keys)}
         first: dict[Any, Delivery] = {}
         if earlier:
@@ -264,39 +541,14 @@ class _Batch:
             )
             self.keyed[message.idempotency_key] = (message.request_hash, outcome, message)
 
-    def _load_recent(self, items: list[_Item]) -> None:
-        """Read the messages the dedupe rule could match (same text, within the window), in one query."""
-        hashes = sorted({item.sha256 for item in items if item.sha256})
-        if not self.dedupe or not hashes:
-            return
-        since = self.now - timedelta(seconds=settings.SWITCHBOARD_DEDUPE_SECONDS)
-        keys = [dedupe_key(self.sender.id, sha256) for sha256 in hashes]
-        if connection.vendor == "postgresql":
-            # One index probe per text (`message_dedupe_key`), the keys as one array. The sender is
-            # in the key, not a condition of its own: the planner could otherwise read every
-            # message the sender wrote within the window (`message_sender_recent`) for each text,
-            # which it chose whenever its statistics took the sender for a rare one (a new sender,
-            # or any before the table's first ANALYZE): 23 ms per batch of 100 instead of 1.
-            # Prepared like the send's other statements: a generic plan, made without knowing the
-            # array's length, probes the same index text by text (tests/messaging/test_pair_facts.py).
-            with connection.cursor() as cursor:
-                cursor.execute(RECENT_TEXTS_SQL, [keys, MessageKind.TEXT, since])
-                matches = cursor.fetchall()
-        else:
-            matches = list(
-                Delivery.objects.filter(
-                    message__dedupe_key__in=keys,
-                    message__kind=MessageKind.TEXT,
-                    message__created_at__gte=since,
-                )
-                .order_by("message__created_at")
-                .values_list("message__sha256", "recipient_id", "pk")
-            )
-        newest = {(sha256, recipient_id): pk for sha256, recipient_id, pk in matches}  # oldest first
+    def recent_texts_kept(self, found: list[tuple[str, Any, int]]) -> None:
+        """Keep the sender's texts within the dedupe window: (text SHA-256, recipient id, delivery
+        id), oldest first, as `recent_texts_read` found them."""
+        newest = {(sha256, recipient_id): pk for sha256, recipient_id, pk in found}  # oldest first
         if newest:  # usually none: read the rows only for the texts that are sent again
-            found = Delivery.objects.select_related("message").in_bulk(list(newest.values()))
+            rows = Delivery.objects.select_related("message").in_bulk(list(newest.values()))
             for key, pk in newest.items():
-                self.recent[key] = (found[pk].message, found[pk])
+                self.recent[key] = (rows[pk].message, rows[pk])
 
     def _target(self, target: str) -> tuple[AgentSession, Resolution] | SwitchboardError:
         """`resolve_recipient` once per distinct address (its NotFound means: try a federation route)."""
@@ -315,6 +567,26 @@ class _Batch:
             self.targets[target] = found
         return found
 
+    def resolution_kept(
+        self, target: str, found: tuple[AgentSession, Resolution, Any] | SwitchboardError
+    ) -> None:
+        """Keep whom `target` means, as `recipients_resolved` read it ahead (see `_target`)."""
+        if isinstance(found, SwitchboardError):
+            self.targets[target] = found
+            return
+        recipient, resolution, pinned = found
+        self.targets[target] = (recipient, resolution)
+        if resolution.pin_key:
+            self.pinned[resolution.pin_key] = pinned
+
+    def sends_in_bulk_to(self, recipient: AgentSession) -> bool:
+        """True when a message to `recipient` takes the bulk path (see the module docstring)."""
+        return (
+            recipient.status in LIVE_STATUSES
+            and recipient.kind != REMOTE_KIND
+            and recipient.id != self.sender.id
+        )
+
     def _needs_single(self, item: _Item) -> bool:
         """True when the item's address leads off the bulk path (see the module docstring)."""
         if item.key and item.key in self.keyed:
@@ -324,18 +596,18 @@ class _Batch:
             return True
         if isinstance(found, SwitchboardError):
             return False
-        recipient = found[0]
-        return (
-            recipient.status not in LIVE_STATUSES
-            or recipient.kind == REMOTE_KIND
-            or recipient.id == self.sender.id
-        )
+        return not self.sends_in_bulk_to(found[0])
 
     def _inbox(self, recipient: AgentSession) -> _Inbox:
         inbox = self.inboxes.get(recipient.id)
         if inbox is None:
             inbox = self.inboxes[recipient.id] = _Inbox(recipient=recipient)
-            observed = self._read_recipient(inbox)
+            facts = self.facts.get(recipient.id) if self.writes.facts_current else None
+            if facts is not None:
+                observed = self._facts_kept(inbox, facts, read_ahead=True)
+            else:
+                self._write_for(inbox)  # another sender's batch of the group may have written to it
+                observed = self._read_recipient(inbox)
             if observed:
                 # Observers send only observer reports to their target and receive nothing.
                 try:
@@ -349,35 +621,26 @@ class _Batch:
         return inbox
 
     def _read_recipient(self, inbox: _Inbox) -> bool:
-        """Read in one query what the batch needs of a recipient that no item changes: whether
-        either side is an observer (returned), its rule for this sender, whether it has sent the
-        sender the loop threshold of texts within the window, and its unread count (the counts the
-        database keeps, models.UnreadCount). Separately they are four round trips per recipient."""
-        restricted, policy = PLUGINS.send_guard.restricted_sql, SenderPolicy._meta.db_table
-        unread = UnreadCount._meta.db_table
-        ident = functools.partial(Message._meta.pk.get_db_prep_value, connection=connection)
+        """Read in one query what the batch needs of a recipient that no item changes
+        (`pair_facts_read`); True when either side is an observer."""
+        (facts,) = pair_facts_read([(self.sender.id, inbox.recipient.id)], now=self.now).values()
+        return self._facts_kept(inbox, facts, read_ahead=False)
+
+    def _facts_kept(
+        self, inbox: _Inbox, facts: tuple[bool, str | None, bool, int, int], *, read_ahead: bool
+    ) -> bool:
+        """Keep a pair's facts (`pair_facts_read`); when they were read ahead of the transaction's
+        writes, with what it accepted since: its messages queued for the recipient, its texts
+        from the recipient to this sender. True when either side is an observer."""
+        observed, action, by_operator, replies, unread = facts
+        if read_ahead:
+            replies += self.writes.texts_between[(inbox.recipient.id, self.sender.id)]
+            unread += self.writes.queued_for[inbox.recipient.id]
         threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
-        since = self.now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
-        sender, recipient = ident(self.sender.id), ident(inbox.recipient.id)
-        sql = f"""
-            SELECT
-              ({restricted} OR {restricted}),
-              (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
-              (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
-              (SELECT COUNT(*) FROM ({pair_texts_sql()}) AS replies),
-              (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s)
-        """
-        params = [sender, recipient, recipient, sender, recipient, sender]
-        params += pair_texts_params(inbox.recipient.id, self.sender.id, since=since, limit=max(threshold, 1))
-        params += [recipient]
-        # Prepared like the single send's pair read: its loop count has one good plan for any values.
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            observed, action, by_operator, replies, unread = cursor.fetchone()
         inbox.override = (action, bool(by_operator)) if action is not None else (None, False)
         inbox.looping_back = threshold > 0 and replies >= threshold
-        inbox.unread = int(unread)  # nothing of this batch is written for it yet
-        return bool(observed)
+        inbox.unread = unread
+        return observed
 
     def _reserve(self, items: list[_Item]) -> TokenReservation:
         """Tokens for every item up to the next one sent alone: at most one each."""
@@ -435,7 +698,9 @@ class _Batch:
             message=message, recipient=recipient, decision=decision, tier=DeliveryTier.HOST, now=self.now
         )
         outcome = SendOutcome(message=message, delivery=delivery, recipient=recipient)
-        self.pending.append(_Accepted(outcome=outcome, resolution=resolution, decision=decision))
+        self.writes.accepted(
+            _Accepted(outcome=outcome, resolution=resolution, decision=decision, actor=self.actor)
+        )
         self._remember(item.key, item.fingerprint, item.sha256, outcome)
         if resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead"):
             self._pin(resolution.pin_key, recipient)
@@ -549,6 +814,8 @@ class _Batch:
         self._write()  # the oldest holds may be this batch's own
         moved = holds_make_room(recipient=inbox.recipient)
         inbox.holds -= len(moved)
+        if moved:
+            self.writes.facts_current = False
         # The expired holds' senders were told with a notification: their unread counts changed.
         for sender_id in {m.sender_id for m in moved}:
             if sender_id in self.inboxes:
@@ -580,6 +847,7 @@ class _Batch:
     def _send_single(self, item: _Item) -> None:
         """Send one item with `message_send`, after writing and settling what came before it."""
         self._settle()
+        self.writes.facts_current = False  # it may write more than its message
         try:
             outcome = message_send(sender=self.sender, actor=self.actor, **item.fields)
         except SwitchboardError as exc:
@@ -600,66 +868,31 @@ class _Batch:
         self.pinned.clear()
         self.inboxes.pop(outcome.recipient.id, None)
 
-    def _settle(self) -> None:
-        """Give back the tokens not spent and write everything accepted so far."""
+    def _tokens_released(self) -> None:
+        """Give back the rate-limit tokens taken and not spent."""
         if self.tokens is not None:
             self.tokens.release()
             self.tokens = None
+
+    def _settle(self) -> None:
+        """Give back the tokens not spent and write everything accepted so far."""
+        self._tokens_released()
         self._write()
 
     # --- writing -----------------------------------------------------------------------------
 
     def _write_for(self, inbox: _Inbox) -> None:
-        """Write what is pending when some of it is for `inbox`'s recipient, before counting there."""
-        if any(a.outcome.recipient.id == inbox.recipient.id for a in self.pending):
-            self._write()
+        """Write what is pending when it changes what this sender reads of `inbox`'s recipient,
+        before counting there (`_Writes.written_for`)."""
+        self.writes.written_for(recipient_id=inbox.recipient.id, reader_id=self.sender.id)
 
     def _write(self) -> None:
-        """Write the accepted messages, their deliveries, pins and audit events, and announce them
-        after the commit: one statement per table, whatever the number of messages."""
-        pending, self.pending = self.pending, []
+        """Write everything accepted so far (`_Writes.write`)."""
+        self.writes.write()
+
+    def pins_written(self) -> None:
+        """Write the pins the batch set, with its messages."""
         pins, self.pins = self.pins, {}
-        if pending:
-            messages_write(
-                [(a.outcome.message, a.outcome.delivery) for a in pending],
-                now=self.now,
-                audit=[
-                    row
-                    for a in pending
-                    for row in acceptance_audit(
-                        actor=self.actor,
-                        message=a.outcome.message,
-                        delivery=a.outcome.delivery,
-                        rule=a.resolution.rule,
-                        decision=a.decision,
-                    )
-                ],
-            )
         for key, recipient in pins.items():
             Pin.objects.update_or_create(sender=self.sender, name_key=key, defaults={"recipient": recipient})
             self.pinned[key] = recipient.id
-        if not pending:
-            return
-        # First the recipients' pushes (the events that someone waits for), as a single send does,
-        # in one hand-off with the sender's notices. One wake-up per recipient: its sockets pull
-        # everything queued. A socket address is written one delivery per task, so each of its
-        # deliveries gets its own.
-        pushes, woken = [], set()
-        for accepted in pending:
-            delivery, recipient = accepted.outcome.delivery, accepted.outcome.recipient
-            if delivery.state != S.QUEUED:
-                continue
-            if recipient.peer_address.startswith(UDS_PREFIX) or recipient.id not in woken:
-                pushes.append((delivery.pk, recipient))
-                woken.add(recipient.id)
-        schedule_pushes(
-            pushes,
-            along_with=[
-                Announcement(
-                    "message.sent",
-                    message_event(a.outcome.message, a.outcome.delivery, a.outcome.recipient),
-                    sessions=[self.sender.id],
-                )
-                for a in pending
-            ],
-        )

@@ -38,6 +38,7 @@ from messaging.errors import (
     NotFound,
     PinConflict,
     RateLimited,
+    SwitchboardError,
     TooLarge,
 )
 from messaging.hints import CHECK_STATUS
@@ -65,6 +66,7 @@ from messaging.services.bulk import (
     as_uuid,
     bulk_insert,
     insert_from_json,
+    joined_models_selected,
     model_columns,
     model_instance,
     model_row,
@@ -316,16 +318,50 @@ def _candidate_rows(address: ParsedAddress) -> list[AgentSession]:
     """The live sessions an address could mean: by name key (a prefix of 3+ characters), exact
     name, id, ref, or the ref of a `name [ref]` address. Read through the live-session indexes,
     so the cost does not grow with the exited sessions a hub keeps."""
-    prefix = len(address.key) >= 3
-    params: list[Any] = [address.key, prefix_end(address.key)] if prefix else [address.key]
+    return models_selected(
+        AgentSession, _candidate_statement(*_candidate_shape(address)), _candidate_params(address)
+    )
+
+
+def _candidate_rows_many(addresses: list[ParsedAddress]) -> list[list[AgentSession]]:
+    """`_candidate_rows` of each address, in one statement: each address's SELECT, one after
+    another (UNION ALL), each row tagged with its address's place."""
+    if len(addresses) == 1:
+        return [_candidate_rows(addresses[0])]
+    qn = connection.ops.quote_name
+    table = qn(AgentSession._meta.db_table)
+    columns = select_columns(AgentSession, table)
+    created_at = model_columns(AgentSession).index("created_at") + 1
+    parts, params = [], []
+    for place, address in enumerate(addresses):
+        parts.append(
+            f"SELECT {columns}, {place} FROM {table} WHERE {_candidate_where(*_candidate_shape(address))}"
+        )
+        params += _candidate_params(address)
+    sql = " UNION ALL ".join(parts) + f" ORDER BY {len(model_columns(AgentSession)) + 1}, {created_at}"
+    found: list[list[AgentSession]] = [[] for _ in addresses]
+    for row, place in joined_models_selected((AgentSession,), sql, params):
+        found[place].append(row)
+    return found
+
+
+def _candidate_shape(address: ParsedAddress) -> tuple[str, bool, bool, bool, bool]:
+    return (
+        connection.vendor,
+        len(address.key) >= 3,
+        bool(address.uuid),
+        bool(address.ref),
+        bool(address.name_ref),
+    )
+
+
+def _candidate_params(address: ParsedAddress) -> list[Any]:
+    params: list[Any] = [address.key, prefix_end(address.key)] if len(address.key) >= 3 else [address.key]
     params.append(address.raw)
     if address.uuid:
         params.append(AgentSession._meta.pk.get_db_prep_value(uuid.UUID(address.uuid), connection))
     params += [ref for ref in (address.ref, address.name_ref and address.name_ref[1]) if ref]
-    sql = _candidate_statement(
-        connection.vendor, prefix, bool(address.uuid), bool(address.ref), bool(address.name_ref)
-    )
-    return models_selected(AgentSession, sql, params)
+    return params
 
 
 def prefix_end(prefix: str) -> str:
@@ -350,6 +386,18 @@ def _candidate_statement(vendor: str, prefix: bool, by_id: bool, by_ref: bool, b
     once the pattern is known. The live condition is in the text, where the partial indexes
     (`AgentSession.Meta.indexes`) can match it."""
     qn = connection.ops.quote_name
+    return (
+        f"SELECT {select_columns(AgentSession, qn(AgentSession._meta.db_table))} "
+        f"FROM {qn(AgentSession._meta.db_table)} "
+        f"WHERE {_candidate_where(vendor, prefix, by_id, by_ref, by_name_ref)} "
+        f"ORDER BY {qn('created_at')}"
+    )
+
+
+@functools.cache
+def _candidate_where(vendor: str, prefix: bool, by_id: bool, by_ref: bool, by_name_ref: bool) -> str:
+    """The condition of `_candidate_statement`, for one address shape."""
+    qn = connection.ops.quote_name
     at_least, below = ("~>=~", "~<~") if vendor == "postgresql" else (">=", "<")
     name_key, name, ref = qn("name_key"), qn("name"), qn("ref")
     arms = [f"({name_key} {at_least} %s AND {name_key} {below} %s)" if prefix else f"{name_key} = %s"]
@@ -357,11 +405,7 @@ def _candidate_statement(vendor: str, prefix: bool, by_id: bool, by_ref: bool, b
     if by_id:
         arms.append(f"{qn('id')} = %s")
     arms += [f"{ref} = %s"] * (by_ref + by_name_ref)
-    return (
-        f"SELECT {select_columns(AgentSession, qn(AgentSession._meta.db_table))} "
-        f"FROM {qn(AgentSession._meta.db_table)} WHERE ({' OR '.join(arms)}) AND {LIVE_SESSION_SQL} "
-        f"ORDER BY {qn('created_at')}"
-    )
+    return f"({' OR '.join(arms)}) AND {LIVE_SESSION_SQL}"
 
 
 def lead_candidate(sender: AgentSession) -> Candidate | None:
@@ -392,10 +436,14 @@ def resolve_recipient_pinned(
 
 
 def pinned_recipient(sender: AgentSession, pin_key: str) -> uuid.UUID | None:
-    """The id of whom the sender's pin for `pin_key` points at, or None. Plain SQL (prepared on
-    PostgreSQL), as a batch asks it for every name it sends to; compiling the ORM's query cost
-    more than running it."""
-    sender_id = AgentSession._meta.pk.get_db_prep_value(sender.id, connection)
+    """The id of whom the sender's pin for `pin_key` points at, or None."""
+    return pinned_recipient_of(sender.id, pin_key)
+
+
+def pinned_recipient_of(sender_id: Any, pin_key: str) -> uuid.UUID | None:
+    """`pinned_recipient` by the sender's id. Plain SQL (prepared on PostgreSQL), as a batch asks
+    it for every name it sends to; compiling the ORM's query cost more than running it."""
+    sender_id = AgentSession._meta.pk.get_db_prep_value(sender_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(_pin_sql(), [sender_id, pin_key])
         row = cursor.fetchone()
@@ -441,10 +489,76 @@ def pin_check(*, recipient: AgentSession, target: str, pinned_to: Any) -> None:
 
 def _resolve(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
     address = parse_address(target)
+    return _resolved(sender, target, address, _candidate_rows(address))
+
+
+def recipients_resolved(
+    wanted: list[tuple[AgentSession, str]],
+) -> dict[tuple[Any, str], tuple[AgentSession, Resolution, uuid.UUID | None] | SwitchboardError]:
+    """`resolve_recipient_pinned` for each (sender, address), keyed by (sender id, address): the
+    sessions every address could mean read in one statement, the pins in one more."""
+    addresses = {target: parse_address(target) for _sender, target in wanted}
+    rows = dict(zip(addresses, _candidate_rows_many(list(addresses.values())), strict=True))
+    resolved: dict[tuple[Any, str], tuple[AgentSession, Resolution] | SwitchboardError] = {}
+    for sender, target in wanted:
+        try:
+            resolved[(sender.id, target)] = _resolved(sender, target, addresses[target], rows[target])
+        except SwitchboardError as exc:
+            resolved[(sender.id, target)] = exc
+    pins = pins_read(
+        [
+            (key[0], found[1].pin_key)
+            for key, found in resolved.items()
+            if isinstance(found, tuple) and found[1].pin_key
+        ]
+    )
+    out: dict[tuple[Any, str], tuple[AgentSession, Resolution, uuid.UUID | None] | SwitchboardError] = {}
+    for (sender_id, target), found in resolved.items():
+        if isinstance(found, SwitchboardError):
+            out[(sender_id, target)] = found
+            continue
+        recipient, resolution = found
+        pinned = pins.get((sender_id, resolution.pin_key)) if resolution.pin_key else None
+        try:
+            if _pin_key_checked(resolution):
+                pin_check(recipient=recipient, target=target, pinned_to=pinned)
+        except SwitchboardError as exc:
+            out[(sender_id, target)] = exc
+            continue
+        out[(sender_id, target)] = (recipient, resolution, pinned)
+    return out
+
+
+def pins_read(wanted: list[tuple[Any, str]]) -> dict[tuple[Any, str], uuid.UUID]:
+    """Whom each (sender id, name key) pin points at, for the pins that exist, in one query."""
+    if not wanted:
+        return {}
+    if len(wanted) == 1:
+        sender_id, key = wanted[0]
+        pinned = pinned_recipient_of(sender_id, key)
+        return {} if pinned is None else {(sender_id, key): pinned}
+    qn = connection.ops.quote_name
+    column = {name: qn(Pin._meta.get_field(name).column) for name in ("sender", "name_key", "recipient")}
+    prep = functools.partial(AgentSession._meta.pk.get_db_prep_value, connection=connection)
+    pairs = sorted(set(wanted), key=str)
+    sql = (
+        f"SELECT {column['sender']}, {column['name_key']}, {column['recipient']} FROM {qn(Pin._meta.db_table)} "
+        f"WHERE " + " OR ".join([f"({column['sender']} = %s AND {column['name_key']} = %s)"] * len(pairs))
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for sender_id, key in pairs for value in (prep(sender_id), key)])
+        return {(as_uuid(s), key): as_uuid(r) for s, key, r in cursor.fetchall()}
+
+
+def _resolved(
+    sender: AgentSession, target: str, address: ParsedAddress, candidate_rows: list[AgentSession]
+) -> tuple[AgentSession, Resolution]:
+    """The session `address` means among its candidate rows (`_candidate_rows`); raises NotFound
+    (naming an exited session as such) or Ambiguous."""
     try:
         # Look the team lead up only when the address is the `lead` alias (saves a query per send).
         lead = lead_candidate(sender) if address.key == LEAD_ALIAS else None
-        rows = {str(r.id): r for r in _candidate_rows(address)}
+        rows = {str(r.id): r for r in candidate_rows}
         resolution = resolve(address, [_candidate(r) for r in rows.values()], lead=lead)
     except NotFound:
         gone = AgentSession.objects.filter(status=SessionStatus.EXITED).filter(

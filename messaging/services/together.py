@@ -1,19 +1,17 @@
-"""A sender's concurrent single sends, sent together: group commit for `POST /messages`.
+"""Concurrent single sends, sent together: the hub's group commit for `POST /messages`.
 
-An agent that fans out (a lead messaging its teammates with parallel tool calls, a script with
-several connections) has single sends in flight at once. Each would run its own reads, rate-limit
-call and write. Here the first goes alone, by `message_send`, exactly as before; the sends of the
-same sender that arrive while it runs wait, and when it is done they go together, as one
-`messages_send_batch`, which gives each the outcome it would have had on its own (the batch's
-promise) and answers only after the lot is committed. Then the sends that arrived meanwhile go
-together in turn, and so on. A send never waits while nothing of its sender's is running, so an
-agent that sends one message at a time sees no difference.
+Agents each sending now and then, a lead fanning out with parallel tool calls, a script with
+several connections: a web process has single sends in flight at once, from one sender or many.
+Each would run its own reads, rate-limit call, write and commit, and on SQLite queue for the one
+writer. Here the first goes alone, by `message_send`, exactly as a lone send; the sends that
+arrive while it runs wait, whoever sends them, and when it is done they go together in one
+transaction (`messages_send_together`: each sender's sends as one batch, which gives each the
+outcome it would have had on its own), answered only after the lot is committed. Then the sends
+that arrived meanwhile go together in turn, and so on. A send never waits while no group runs,
+so a hub with one send at a time sees no difference.
 
-One group of a sender runs at a time (GROUPS_IN_FLIGHT), as a database flushes one group commit
-at a time. Under load that is the saving: in-process, with 8 threads of one sender, a send cost
-about a third of the CPU in this process and in PostgreSQL, and twice as many went through
-(`bench/sends_together.py`). On an idle hub a sender with a few sends in flight waits a little
-for them instead: with 4 threads, 0.90-0.96x the sends per second, for three quarters of the CPU.
+One group runs at a time in a process (GROUPS_IN_FLIGHT), as a database flushes one group commit
+at a time: a send waits at most for the group before it.
 
 The waiting happens on the requests' own threads: the first request of a group runs the group on
 its thread and database connection, and hands each of the others its outcome (or the error a
@@ -34,23 +32,21 @@ from django.db import connection
 
 from messaging.models import AgentSession
 from messaging.principals import Principal
-from messaging.services.batch import BULK_FIELDS, messages_send_batch
+from messaging.services.batch import BULK_FIELDS, Send, messages_send_together
 from messaging.services.sending import SendOutcome, message_send
 
-GROUP_MAX = 100  # sends of one sender written together at most; the rest go in the next group
-GROUPS_IN_FLIGHT = 1  # groups of one sender running at once; a send waits only when all are busy
+GROUP_MAX = 100  # sends written together at most; the rest go in the next group
+GROUPS_IN_FLIGHT = 1  # groups running at once in a process; a send waits only when all are busy
 
 
 @dataclass
-class _Send:
+class _Waiting:
     """One request's send, waiting for its outcome or for a group to run."""
 
-    sender: AgentSession
-    actor: Principal
-    fields: dict[str, Any]
+    send: Send
     done: threading.Event = field(default_factory=threading.Event)
     outcome: SendOutcome | BaseException | None = None
-    group: list[_Send] | None = None  # set when this request is to run the group itself
+    group: list[_Waiting] | None = None  # set when this request is to run the group itself
 
     def answer(self) -> SendOutcome:
         if isinstance(self.outcome, BaseException):
@@ -59,35 +55,26 @@ class _Send:
         return self.outcome
 
 
-@dataclass
-class _Sender:
-    """One sender's groups running, and its sends waiting for a group."""
-
-    running: int = 0
-    waiting: list[_Send] = field(default_factory=list)
-
-
 class SendsTogether:
-    """Per sender: the groups running (at most `in_flight`), and the sends waiting for the next."""
+    """The groups running (at most `in_flight`), and the sends waiting for the next."""
 
     def __init__(self, *, group_max: int = GROUP_MAX, in_flight: int = GROUPS_IN_FLIGHT) -> None:
         self.group_max, self.in_flight = group_max, in_flight
         self._lock = threading.Lock()
-        self._senders: dict[Any, _Sender] = {}  # present while a group of the sender's runs
+        self._running = 0
+        self._waiting: list[_Waiting] = []
 
     def send(self, *, sender: AgentSession, actor: Principal, fields: dict[str, Any]) -> SendOutcome:
         """Send `fields` (`message_send`'s keyword arguments, on the batch's path: BULK_FIELDS)
-        for `sender`, together with the sender's other sends in flight; return or raise what
+        for `sender`, together with the other sends in flight; return or raise what
         `message_send` would."""
-        mine = _Send(sender=sender, actor=actor, fields=fields)
-        key = (sender.id, actor.actor)
+        mine = _Waiting(Send(sender=sender, actor=actor, fields=fields))
         with self._lock:
-            state = self._senders.setdefault(key, _Sender())
-            if state.running < self.in_flight:
-                state.running += 1
+            if self._running < self.in_flight:
+                self._running += 1
                 mine.group = [mine]
             else:
-                state.waiting.append(mine)
+                self._waiting.append(mine)
         if mine.group is None:
             _database_connection_given_back()
             mine.done.wait()
@@ -95,32 +82,28 @@ class SendsTogether:
             try:
                 _run(mine.group)
             finally:
-                self._hand_over(key)
+                self._hand_over()
         return mine.answer()
 
-    def waiting(self, key: Any) -> int:
-        """How many sends of `key` (sender id, actor) wait for a group."""
+    def waiting(self) -> int:
+        """How many sends wait for a group."""
         with self._lock:
-            state = self._senders.get(key)
-            return len(state.waiting) if state else 0
+            return len(self._waiting)
 
     def idle(self) -> bool:
         """True when no group runs and no send waits."""
         with self._lock:
-            return not self._senders
+            return not self._running and not self._waiting
 
-    def _hand_over(self, key: Any) -> None:
+    def _hand_over(self) -> None:
         """Start the next group with the sends that arrived meanwhile, on the first one's thread,
         or free the finished group's place."""
         with self._lock:
-            state = self._senders[key]
-            if not state.waiting:
-                state.running -= 1
-                if not state.running:
-                    del self._senders[key]
+            if not self._waiting:
+                self._running -= 1
                 return
-            group = state.waiting[: self.group_max]
-            del state.waiting[: self.group_max]
+            group = self._waiting[: self.group_max]
+            del self._waiting[: self.group_max]
         group[0].group = group
         group[0].done.set()
 
@@ -129,41 +112,38 @@ def _database_connection_given_back() -> None:
     """Hand this thread's pooled database connection back before a send waits for its group.
     The request took it to check its token; held idle while the group runs, it is one fewer for
     the sends arriving meanwhile, which need one to check theirs before they can join the next
-    group (with one web process's pool of 8 and 16 sends of one sender in flight, a tenth of the
-    requests' time went to waiting for a connection). If this send is handed a group to run, it
-    takes one again. Kept: a connection that is not pooled (SQLite keeps one per thread) or is
-    in a transaction."""
+    group. If this send is handed a group to run, it takes one again. Kept: a connection that is
+    not pooled (SQLite keeps one per thread) or is in a transaction."""
     if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
         connection.close()
 
 
-def _run(group: list[_Send]) -> None:
-    """Send the group (one alone by `message_send`, more as a batch) and give each its outcome."""
-    first = group[0]
+def _run(group: list[_Waiting]) -> None:
+    """Send the group (one alone by `message_send`, more together) and give each its outcome."""
+    first = group[0].send
     outcomes: list[SendOutcome | BaseException]
     try:
         if len(group) == 1:
             outcomes = [message_send(sender=first.sender, actor=first.actor, **first.fields)]
         else:
-            items = [s.fields for s in group]
-            outcomes = list(messages_send_batch(sender=first.sender, items=items, actor=first.actor))
-    except BaseException as exc:  # a single send's own error, or the batch's (it committed nothing)
+            outcomes = list(messages_send_together([w.send for w in group]))
+    except BaseException as exc:  # a single send's own error, or the group's (it committed nothing)
         outcomes = [exc] * len(group)
     if len(outcomes) != len(group):  # never expected; a member left without an outcome would hang
-        fault = RuntimeError(f"a batch of {len(group)} sends gave {len(outcomes)} outcomes")
+        fault = RuntimeError(f"a group of {len(group)} sends gave {len(outcomes)} outcomes")
         outcomes = [fault] * len(group)
-    for send, outcome in zip(group, outcomes, strict=True):
-        send.outcome = outcome
-        if send is not first:
-            send.done.set()
+    for waiting, outcome in zip(group, outcomes, strict=True):
+        waiting.outcome = outcome
+        if waiting is not group[0]:
+            waiting.done.set()
 
 
 _together = SendsTogether()
 
 
 def message_send_together(*, sender: AgentSession, actor: Principal, **fields: Any) -> SendOutcome:
-    """`message_send(sender=..., actor=..., **fields)`, sent together with the sender's other
-    single sends in flight when the fields are ones a batch takes (no attached files) and
+    """`message_send(sender=..., actor=..., **fields)`, sent together with the other single sends
+    in flight in this process when the fields are ones a batch takes (no attached files) and
     SWITCHBOARD_SEND_TOGETHER is on; otherwise alone."""
     if not settings.SWITCHBOARD_SEND_TOGETHER or fields.get("files") or not BULK_FIELDS.issuperset(fields):
         return message_send(sender=sender, actor=actor, **fields)

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from messaging.errors import SwitchboardError
 from messaging.models import AgentSession, AuditEvent, Delivery, Message, Pin
-from messaging.services.batch import messages_send_batch
+from messaging.principals import session_principal
+from messaging.services.batch import Send, messages_send_batch, messages_send_together
 from messaging.services.sending import SendOutcome, message_send
 from teams.models import Observer
 
@@ -177,6 +178,68 @@ def test_each_item_of_a_batch_gets_the_outcome_a_single_send_gives(world, settin
     assert batch == single
 
 
+def group_sends() -> list[tuple[str, dict[str, Any]]]:
+    """Alice's mix among other senders' sends that change what she reads: frank's third text to
+    her (with a loop threshold of 3, her third text to frank makes a loop only after it), sends to erin
+    that fill her unread cap before alice's, bob's key "k1" (keys are per sender), carol's text
+    to bob."""
+    return [
+        ("frank", {"to": "alice", "text": "frank to alice 2"}),
+        ("bob", {"to": "erin", "text": "bob to erin"}),
+        ("alice", {"to": "frank", "text": "alice to frank before her mix"}),
+        *(("alice", item) for item in mixed_items()),
+        ("frank", {"to": "erin", "text": "frank to erin"}),
+        ("bob", {"to": "alice", "text": "keyed", "idempotency_key": "k1"}),
+        ("carol", {"to": "bob", "text": "hello bob"}),
+        ("bob", {"to": "carol", "text": "and back", "idempotency_key": "k-b"}),
+    ]
+
+
+def in_sender_order(sends: list[tuple[str, dict[str, Any]]]) -> list[int]:
+    """The positions of `sends`, each sender's in their order, senders as they first appear."""
+    first: dict[str, int] = {}
+    for position, (name, _fields) in enumerate(sends):
+        first.setdefault(name, position)
+    return sorted(range(len(sends)), key=lambda p: (first[sends[p][0]], p))
+
+
+def test_a_group_of_senders_gets_the_outcomes_of_their_sends_one_by_one(world, settings):
+    # Given small limits (as above), and a loop at three texts each way
+    settings.SWITCHBOARD_RATE_PAIR, settings.SWITCHBOARD_RATE_PAIR_SECONDS = 6, 12
+    settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS = 40, 40
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 4
+    settings.SWITCHBOARD_LOOP_EXCHANGES = 3
+    sends = group_sends()
+
+    def one_by_one_in_sender_order(_alice: AgentSession, _items: Any) -> list[Any]:
+        results: list[Any] = [None] * len(sends)
+        for position in in_sender_order(sends):
+            name, fields = sends[position]
+            try:
+                results[position] = message_send(sender=world[name], **fields)
+            except SwitchboardError as exc:
+                results[position] = exc
+        return results
+
+    def together(_alice: AgentSession, _items: Any) -> list[Any]:
+        group = [Send(sender=world[n], actor=session_principal(world[n]), fields=f) for n, f in sends]
+        return messages_send_together(group)
+
+    with time_machine.travel(timezone.now().replace(microsecond=0), tick=False):
+        # When the sends go one by one, each sender's in turn, and (from the same start) as one group
+        single_labels, single = run(world, one_by_one_in_sender_order, settings)
+        group_labels, group = run(world, together, settings)
+
+    # Then the other senders' sends changed alice's outcomes: erin's inbox was full sooner, and
+    # alice's texts to frank became a loop
+    alice_labels = single_labels[3 : 3 + len(mixed_items())]
+    assert alice_labels[15:19] == ["queued", "queued"] + ["rate_limited:recipient_queue_full"] * 2
+    assert alice_labels[23:26] == ["queued", "queued", "held:loop_suspected"]
+    # And each send of the group has the outcome it had one by one, and the hub's bucket is the same
+    assert group_labels == single_labels
+    assert group == single
+
+
 def test_a_batch_reads_the_database_the_same_number_of_times_for_10_or_100_messages(
     world, settings, django_assert_max_num_queries
 ):
@@ -313,3 +376,28 @@ def test_a_batch_counts_the_texts_sent_before_it_toward_a_reply_loop(world, sett
 
     # Then the second makes two texts each way within the window: a loop, as a single send says
     assert [label(r) for r in results] == ["queued", "held:loop_suspected"]
+
+
+def test_a_group_counts_what_earlier_senders_sent_toward_the_unread_cap_and_a_loop(world, settings):
+    # Given a cap of 4 unread and a loop at three texts each way (frank has sent alice two)
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
+    settings.SWITCHBOARD_RATE_PAIR = settings.SWITCHBOARD_RATE_HUB = 10_000
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 4
+    settings.SWITCHBOARD_LOOP_EXCHANGES = 3
+    sends = [
+        ("frank", {"to": "alice", "text": "frank's third"}),
+        ("bob", {"to": "erin", "text": "bob 1"}),
+        ("bob", {"to": "erin", "text": "bob 2"}),
+        ("carol", {"to": "erin", "text": "carol 1"}),
+        *(("alice", {"to": "frank", "text": f"alice to frank {i}"}) for i in range(4)),
+        ("alice", {"to": "erin", "text": "alice 1"}),
+        ("alice", {"to": "erin", "text": "alice 2"}),
+    ]
+
+    # When they go as one group (no send in it takes a rare path)
+    group = [Send(sender=world[n], actor=session_principal(world[n]), fields=f) for n, f in sends]
+    labels = [label(r) for r in messages_send_together(group)]
+
+    # Then alice's fourth text to frank is a loop (frank's third text, in the group, counts), and
+    # erin's inbox is full for alice's second (bob's and carol's, in the group, count)
+    assert labels == ["queued"] * 7 + ["held:loop_suspected", "queued", "rate_limited:recipient_queue_full"]

@@ -1,5 +1,6 @@
-"""A sender's concurrent single sends go together (messaging.services.together): the first alone,
-the ones that arrived while it ran as one batch, each answered with its own outcome or error."""
+"""Concurrent single sends go together, whoever sends them (messaging.services.together): the
+first alone, the ones that arrived while it ran as one group, each answered with its own outcome
+or error."""
 
 from __future__ import annotations
 
@@ -34,15 +35,15 @@ class FakeActor:
 
 
 class Recorder:
-    """Stands in for `message_send` and `messages_send_batch`: records each call, answers with the
-    text it was given (or an error for texts starting "bad"), and holds the first call until told."""
+    """Stands in for `message_send` and `messages_send_together`: records each call, answers with
+    the text it was given (or an error for texts starting "bad"), and holds the first call until told."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[str]]] = []
         self.first_started = threading.Event()
         self.release_first = threading.Event()
-        self.fail_batches = False
-        self.short_batches = False  # answers one outcome too few: a broken batch
+        self.fail_groups = False
+        self.short_groups = False  # answers one outcome too few: a broken group
         self._lock = threading.Lock()
 
     def _hold_if_first(self) -> None:
@@ -60,13 +61,14 @@ class Recorder:
             raise RateLimited("too fast", reason="pair_rate", retry_after=1)
         return ("sent", fields["text"])
 
-    def batch(self, *, sender: Any, items: list[dict[str, Any]], actor: Any) -> list[Any]:
+    def group(self, sends: list[Any]) -> list[Any]:
+        items = [send.fields for send in sends]
         with self._lock:
-            self.calls.append(("batch", [i["text"] for i in items]))
+            self.calls.append(("group", [i["text"] for i in items]))
         self._hold_if_first()
-        if self.fail_batches:
+        if self.fail_groups:
             raise OperationalError("the database went away")
-        if self.short_batches:
+        if self.short_groups:
             return [("sent", i["text"]) for i in items[1:]]
         return [
             Invalid("bad_text", "no") if i["text"].startswith("bad") else ("sent", i["text"]) for i in items
@@ -77,14 +79,14 @@ class Recorder:
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     fake = Recorder()
     monkeypatch.setattr(together, "message_send", fake.single)
-    monkeypatch.setattr(together, "messages_send_batch", fake.batch)
+    monkeypatch.setattr(together, "messages_send_together", fake.group)
     return fake
 
 
-def _queued_behind(hub: SendsTogether, key: Any, count: int) -> None:
-    """Wait until `count` sends are waiting behind the running group of `key`."""
+def _queued_behind(hub: SendsTogether, count: int) -> None:
+    """Wait until `count` sends are waiting behind the running group."""
     for _ in range(WAIT * 100):
-        if hub.waiting(key) >= count:
+        if hub.waiting() >= count:
             return
         threading.Event().wait(0.01)
     raise AssertionError(f"{count} sends never queued")
@@ -112,7 +114,7 @@ def _first_held_while_more_queue(
         first = _start(pool, hub, sender, "one")
         assert recorder.first_started.wait(WAIT)
         rest = [_start(pool, hub, sender, text) for text in texts]
-        _queued_behind(hub, (sender.id, "a"), len(texts))
+        _queued_behind(hub, len(texts))
         recorder.release_first.set()
         return [_result(f) for f in (first, *rest)]
 
@@ -121,9 +123,9 @@ def test_sends_that_arrive_while_one_runs_go_together_after_it(recorder: Recorde
     hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
     results = _first_held_while_more_queue(recorder, hub, alice, ["two", "bad three", "four"])
 
-    # The first went alone; the three that waited went as one batch, in the order they came
+    # The first went alone; the three that waited went as one group, in the order they came
     assert recorder.calls[0] == ("single", ["one"])
-    assert recorder.calls[1][0] == "batch" and sorted(recorder.calls[1][1]) == ["bad three", "four", "two"]
+    assert recorder.calls[1][0] == "group" and sorted(recorder.calls[1][1]) == ["bad three", "four", "two"]
     assert len(recorder.calls) == 2
     # Each answered with its own outcome, or raised its own error
     assert results == [("sent", "one"), ("sent", "two"), "Invalid", ("sent", "four")]
@@ -141,28 +143,34 @@ def test_a_lone_send_goes_by_itself_and_raises_its_own_error(recorder: Recorder)
     assert hub.idle()
 
 
-def test_other_senders_and_other_actors_do_not_wait(recorder: Recorder) -> None:
+def test_other_senders_and_other_actors_go_together_with_them(recorder: Recorder) -> None:
     hub, alice, bob = SendsTogether(), FakeSender(uuid.uuid4()), FakeSender(uuid.uuid4(), "bob")
     with ThreadPoolExecutor(4) as pool:
         held = _start(pool, hub, alice, "alice holds")
         assert recorder.first_started.wait(WAIT)
-        # bob, and alice acting as someone else, run while alice's first send is held
-        assert _result(_start(pool, hub, bob, "from bob")) == ("sent", "from bob")
-        assert _result(_start(pool, hub, alice, "as operator", actor="operator:x")) == ("sent", "as operator")
+        # bob, and alice acting as someone else, wait while alice's first send runs
+        from_bob = _start(pool, hub, bob, "from bob")
+        as_operator = _start(pool, hub, alice, "as operator", actor="operator:x")
+        _queued_behind(hub, 2)
         recorder.release_first.set()
         assert _result(held) == ("sent", "alice holds")
-    assert [kind for kind, _ in recorder.calls] == ["single"] * 3
+        assert _result(from_bob) == ("sent", "from bob")
+        assert _result(as_operator) == ("sent", "as operator")
+    # and then go as one group, each with its own sender and actor
+    assert recorder.calls[0] == ("single", ["alice holds"])
+    assert recorder.calls[1][0] == "group" and sorted(recorder.calls[1][1]) == ["as operator", "from bob"]
+    assert hub.idle()
 
 
 @pytest.mark.parametrize(
     ("broken", "error"),
-    [("fail_batches", "OperationalError"), ("short_batches", "RuntimeError")],
-    ids=["the batch raised", "the batch answered too few outcomes"],
+    [("fail_groups", "OperationalError"), ("short_groups", "RuntimeError")],
+    ids=["the group raised", "the group answered too few outcomes"],
 )
 def test_a_failed_group_is_every_members_error_and_hangs_none(
     recorder: Recorder, broken: str, error: str
 ) -> None:
-    """A batch that raises, or (never expected) answers fewer outcomes than it was given, fails
+    """A group that raises, or (never expected) answers fewer outcomes than it was given, fails
     every member of its group with one error, leaves none waiting, and the sender can send again."""
     hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
     setattr(recorder, broken, True)
@@ -244,21 +252,21 @@ def test_concurrent_sends_of_one_sender_each_get_their_own_message(
     actor = session_principal(sender)
     hub = SendsTogether()
     monkeypatch.setattr(together, "_together", hub)
-    # The first send waits until three more are queued behind it, so a batch surely forms
-    real_single, real_batch, groups = together.message_send, together.messages_send_batch, []
+    # The first send waits until three more are queued behind it, so a group surely forms
+    real_single, real_group, groups = together.message_send, together.messages_send_together, []
 
     def single(**kwargs: Any) -> SendOutcome:
         if not groups:
-            _queued_behind(hub, (sender.id, actor.actor), 3)
+            _queued_behind(hub, 3)
         groups.append(1)
         return real_single(**kwargs)
 
-    def batch(**kwargs: Any) -> list[Any]:
-        groups.append(len(kwargs["items"]))
-        return real_batch(**kwargs)
+    def group(sends: list[Any]) -> list[Any]:
+        groups.append(len(sends))
+        return real_group(sends)
 
     monkeypatch.setattr(together, "message_send", single)
-    monkeypatch.setattr(together, "messages_send_batch", batch)
+    monkeypatch.setattr(together, "messages_send_together", group)
 
     def send(i: int) -> SendOutcome:
         try:
@@ -280,3 +288,60 @@ def test_concurrent_sends_of_one_sender_each_get_their_own_message(
         assert outcome.message.id == original.id and original.text == f"note {i % 5}"
         assert outcome.status == "queued"
     assert sum(not o.duplicate for o in outcomes) == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_sends_of_many_senders_go_together_and_keep_each_pairs_order(
+    register: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four sessions in a ring, each sending its neighbour ten texts one after another, all at
+    once: sends of different senders are written in one group, and each recipient's inbox holds
+    its sender's texts in the order they were sent."""
+    settings.SWITCHBOARD_RATE_PAIR = settings.SWITCHBOARD_RATE_HUB = 10_000
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 10_000
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-together-{uuid.uuid4().hex}"
+    from messaging.models import AgentSession, Delivery
+
+    names = ["ann", "ben", "cat", "dan"]
+    sessions = [AgentSession.objects.get(pk=register(name).id) for name in names]
+    hub = SendsTogether()
+    monkeypatch.setattr(together, "_together", hub)
+    real_single, real_group, groups = together.message_send, together.messages_send_together, []
+
+    def single(**kwargs: Any) -> SendOutcome:
+        if not groups:  # the first send waits until the other three senders queue behind it
+            _queued_behind(hub, 3)
+        groups.append({kwargs["sender"].id})
+        return real_single(**kwargs)
+
+    def group(sends: list[Any]) -> list[Any]:
+        groups.append({send.sender.id for send in sends})
+        return real_group(sends)
+
+    monkeypatch.setattr(together, "message_send", single)
+    monkeypatch.setattr(together, "messages_send_together", group)
+
+    def sender(i: int) -> list[str]:
+        me, partner = sessions[i], names[(i + 1) % 4]
+        try:
+            actor = session_principal(me)
+            return [
+                message_send_together(sender=me, actor=actor, to=partner, text=f"{me.name} {k}").status
+                for k in range(10)
+            ]
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        states = list(pool.map(sender, range(4)))
+
+    assert states == [["queued"] * 10] * 4
+    assert max(len(senders) for senders in groups) >= 2  # at least one group of several senders
+    for i, recipient in enumerate(sessions):
+        partner = sessions[(i - 1) % 4]
+        inbox = (
+            Delivery.objects.filter(recipient=recipient)
+            .order_by("id")
+            .values_list("message__text", flat=True)
+        )
+        assert list(inbox) == [f"{partner.name} {k}" for k in range(10)]
