@@ -41,6 +41,7 @@ from messaging.errors import (
     SwitchboardError,
     TooLarge,
 )
+from messaging.frame_types import PROTOCOL_FRAME_TYPES
 from messaging.hints import CHECK_STATUS
 from messaging.hold_reasons import hold_reason_text
 from messaging.models import (
@@ -85,27 +86,6 @@ from messaging.services.transports import schedule_pushes
 from messaging.states import DeliveryState
 
 S = DeliveryState
-# Frame types that must never arrive as plain text (they only travel through the typed team API).
-PROTOCOL_FRAME_TYPES = frozenset(
-    {
-        "shutdown_request",
-        "shutdown_response",
-        "shutdown_approved",
-        "shutdown_rejected",
-        "plan_approval_request",
-        "plan_approval_response",
-        "permission_request",
-        "permission_response",
-        "sandbox_permission_request",
-        "sandbox_permission_response",
-        "mode_change",
-        "task_assignment",
-        "task_completed",
-        "idle_notification",
-        "team_permission_update",
-        "teammate_terminated",
-    }
-)
 LIVE_STATUSES = (SessionStatus.BUSY, SessionStatus.IDLE)
 
 

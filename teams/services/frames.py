@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, Invalid, NotFound, SwitchboardError
+from messaging.frame_types import HUB_FRAME_TYPES, MEMBER_FRAME_TYPES, FrameType
 from messaging.models import AgentSession, PermissionMode
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
@@ -34,19 +35,19 @@ class FrameRule:
     answers: str = ""  # the request kind this frame answers
 
 
-# Frames a member may send through the typed API. task_assignment and idle_notification exist
-# too, but only the hub writes them (on assignment and on a teammate's turn end).
+# Who sends each frame a member may send (messaging.frame_types.MEMBER_FRAME_TYPES), and the
+# request it opens or answers. The hub's own frames (HUB_FRAME_TYPES) are never sent by a member.
 FRAME_RULES: dict[str, FrameRule] = {
-    "shutdown_request": FrameRule(Role.LEAD, opens=RequestKind.SHUTDOWN),
-    "shutdown_response": FrameRule(Role.TEAMMATE, answers=RequestKind.SHUTDOWN),
-    "plan_approval_request": FrameRule(Role.TEAMMATE, opens=RequestKind.PLAN_APPROVAL),
-    "plan_approval_response": FrameRule(Role.LEAD, answers=RequestKind.PLAN_APPROVAL),
-    "permission_request": FrameRule(Role.TEAMMATE, opens=RequestKind.PERMISSION),
-    "permission_response": FrameRule(Role.LEAD, answers=RequestKind.PERMISSION),
-    "mode_change": FrameRule(Role.LEAD),
+    FrameType.SHUTDOWN_REQUEST: FrameRule(Role.LEAD, opens=RequestKind.SHUTDOWN),
+    FrameType.SHUTDOWN_RESPONSE: FrameRule(Role.TEAMMATE, answers=RequestKind.SHUTDOWN),
+    FrameType.PLAN_APPROVAL_REQUEST: FrameRule(Role.TEAMMATE, opens=RequestKind.PLAN_APPROVAL),
+    FrameType.PLAN_APPROVAL_RESPONSE: FrameRule(Role.LEAD, answers=RequestKind.PLAN_APPROVAL),
+    FrameType.PERMISSION_REQUEST: FrameRule(Role.TEAMMATE, opens=RequestKind.PERMISSION),
+    FrameType.PERMISSION_RESPONSE: FrameRule(Role.LEAD, answers=RequestKind.PERMISSION),
+    FrameType.MODE_CHANGE: FrameRule(Role.LEAD),
 }
-HUB_ONLY_FRAMES = frozenset({"task_assignment", "idle_notification"})
-FRAME_TYPES = frozenset(FRAME_RULES) | HUB_ONLY_FRAMES
+HUB_ONLY_FRAMES = HUB_FRAME_TYPES
+FRAME_TYPES = MEMBER_FRAME_TYPES | HUB_FRAME_TYPES
 BODY_MAX_CHARS = 50_000
 
 
