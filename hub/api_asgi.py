@@ -91,9 +91,9 @@ class ApiHandler(ASGIHandler):
     def __init__(self) -> None:
         super().__init__()
         self._idle_lanes: list[ThreadPoolExecutor] = []
-        from hub.send_route import SendRoute  # it imports the API, which needs the apps loaded
+        from hub.send_route import DirectSendRoute  # it imports the API, which needs the apps loaded
 
-        self._send_route = SendRoute()
+        self._send_route = DirectSendRoute()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

@@ -43,7 +43,7 @@ SEND_PATH = "/api/v1/messages"
 Asgi = Callable[..., Awaitable[Any]]
 
 
-class SendRoute:
+class DirectSendRoute:
     """The direct route for `POST /api/v1/messages`; `fallback` is the full API handler."""
 
     def __init__(self) -> None:

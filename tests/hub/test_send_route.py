@@ -20,7 +20,7 @@ from django.core.signals import request_started
 from django.db import OperationalError
 
 import hub.asgi
-from hub.send_route import SendRoute
+from hub.send_route import DirectSendRoute
 from messaging.auth import operator_token_create
 from messaging.services.sessions import session_register
 
@@ -52,7 +52,7 @@ def pair_for(path: str) -> Pair:
 
 @pytest.fixture
 def handlers_seen() -> Iterator[list[str]]:
-    """The class that started each request: SendRoute, or the full handler (ApiHandler)."""
+    """The class that started each request: DirectSendRoute, or the full handler (ApiHandler)."""
     seen: list[str] = []
 
     def note(sender: type, **_: Any) -> None:
@@ -151,9 +151,9 @@ async def test_the_direct_route_answers_as_the_full_handler(
         handlers_seen.clear()
         token, body = make(pair)
         answers[path] = comparable(await post(token, body, **{"Content-Type": "application/json"}), pair)
-        expected = ["SendRoute"] if path == "fast" and served_directly else ["ApiHandler"]
+        expected = ["DirectSendRoute"] if path == "fast" and served_directly else ["ApiHandler"]
         if path == "fast" and not served_directly:
-            expected = ["SendRoute", "ApiHandler"]  # looked at, then handed over with its body
+            expected = ["DirectSendRoute", "ApiHandler"]  # looked at, then handed over with its body
         assert handlers_seen == expected, (path, handlers_seen)
     assert answers["fast"] == answers["full"]
     assert answers["fast"]["status"] in (201, 400, 401, 403, 404), answers["fast"]
@@ -268,7 +268,7 @@ async def test_failures_in_the_service_answer_as_the_full_handler(
 
 
 def test_the_route_takes_only_posts_to_the_send_path() -> None:
-    route = SendRoute()
+    route = DirectSendRoute()
     assert route.takes({"method": "POST", "path": "/api/v1/messages"})
     assert route.takes({"method": "POST", "path": "/hub/api/v1/messages", "root_path": "/hub"})
     assert not route.takes({"method": "GET", "path": "/api/v1/messages"})
