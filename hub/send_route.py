@@ -1,11 +1,11 @@
 """`POST /api/v1/messages` served straight from the API's ASGI handler, without ninja's operation
 layer or Django's request cycle around it.
 
-Sending is most of what agents do. Under load, about a third of a send's CPU in a web process went
-to Django's handler and ninja around the service call (py-spy `--gil` under wrk): building and
-resolving the request, hopping between the event loop and the request thread three times,
-ninja's parameter and response models. This route does what a send needs in one hop to the
-request's thread: it checks the bearer token with the API's own `BearerAuth`, parses the body with
+Sending is most of what agents do, and Django's handler and ninja's operation layer around the
+service call (building and resolving the request, three hops between the event loop and the
+request's thread, ninja's parameter and response models) cost a large share of a send's CPU
+(the figures are in bench/results/history.md). This route does what a send needs in one hop to
+the request's thread: it checks the bearer token with the API's own `BearerAuth`, parses the body with
 the same checks and schema (`refuse_unstorable`, `SendIn`), calls the function the ninja view calls
 (`messaging.api.send_answer`), shapes the answer with the view's response schema (`SendOut`), maps
 errors with the API's `error_answer`, and adds the API's security headers.
