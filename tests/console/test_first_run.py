@@ -38,7 +38,9 @@ def test_operator_create_help_names_the_flag_it_takes():
     assert "--admin" not in text.replace("--no-admin", "")
 
 
-def test_switchboard_manage_runs_a_management_command(db, monkeypatch):
+def test_switchboard_manage_runs_a_management_command(transactional_db, monkeypatch):
+    """Django closes the database connections when a command ends (run_from_argv), so the test runs
+    outside a wrapping transaction: on PostgreSQL its next query opens a new connection."""
     monkeypatch.setattr("sys.stdin", StringIO("a-long-enough-password\n"))
     assert main(["manage", "operator_create", "grace", "--password-stdin"]) == 0
     assert get_user_model().objects.get(username="grace").is_staff
