@@ -68,7 +68,7 @@ def _approve_in_the_browser(hub: Hub) -> None:
             page.get_by_label("Username").fill("ada")
             page.get_by_label("Password").fill(PASSWORD)
             page.get_by_role("button", name="Log in").click()
-            page.get_by_role("navigation").get_by_role("link", name="Holds").click()
+            page.get_by_role("navigation", name="Console sections").get_by_role("link", name="Holds").click()
             row = page.locator("tr.hold").first
             row.locator("[data-reason-input]").fill("build/ is generated")
             row.get_by_role("button", name="Approve").click()
