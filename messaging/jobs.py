@@ -108,8 +108,11 @@ class EmbeddedScheduler:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_seconds: float = 0.0) -> None:
+        """Stop scheduling; with `wait_seconds`, also wait up to that long for a job under way to end."""
         self._stop.set()
+        if wait_seconds > 0 and self._thread.is_alive():
+            self._thread.join(wait_seconds)
 
     def _loop(self) -> None:
         next_run = {job.task_name: time.monotonic() for job in self.jobs}
