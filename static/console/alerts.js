@@ -1,8 +1,9 @@
 // Switchboard console: browser notifications for new escalated holds, for an operator who asked.
 //
 // Opt-in: a "Notify me" button in the header asks the browser's permission; the choice is kept in
-// this browser (localStorage). While it is on, this script listens on the console's live socket
-// (/ws/console/, the same events the pages show) and shows one notification per new hold that
+// this browser (localStorage). While it is on, this script hears the events of the console's live
+// socket (console.js passes each on as a `switchboard:event` on the document) and shows one
+// notification per new hold that
 // needs a human (escalate=required). A notification names the sessions and what matched, never
 // the message's text; clicking it opens the hold's page, where the operator can acknowledge it.
 (() => {
@@ -12,8 +13,7 @@
   const header = document.querySelector("header.top");
   if (!body || !body.dataset.wsPath || !header || !("Notification" in window)) return;
 
-  let socket = null;
-  let attempts = 0;
+  let socketOpen = Boolean(window.switchboardConsole && window.switchboardConsole.live());
   const button = document.createElement("button");
   button.type = "button";
   button.className = "link";
@@ -32,6 +32,8 @@
       : enabled()
         ? "Escalated holds show as notifications. Click to stop."
         : "Show a notification when a hold needs a human, even when this tab is in the background.";
+    if (enabled() && socketOpen) button.dataset.listening = "on";
+    else delete button.dataset.listening;
   }
 
   function label(who) {
@@ -55,48 +57,27 @@
     if (kind === "message.sent" && d && d.state === "held" && d.escalate === "required") show(d);
   }
 
-  function connect() {
-    if (!enabled() || socket) return;
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    socket = new WebSocket(scheme + location.host + body.dataset.wsPath);
-    socket.addEventListener("open", () => {
-      attempts = 0;
-      button.dataset.listening = "on";
-    });
-    socket.addEventListener("message", (e) => {
-      let event;
-      try {
-        event = JSON.parse(e.data);
-      } catch (err) {
-        return;
-      }
-      if (event && typeof event.kind === "string") heard(event.kind, event.data);
-    });
-    socket.addEventListener("close", (e) => {
-      socket = null;
-      delete button.dataset.listening;
-      if (e.code === 4403 || e.code === 403 || !enabled()) return;
-      attempts += 1;
-      setTimeout(connect, Math.min(15000, 500 * 2 ** Math.min(attempts, 5)));
-    });
-  }
+  document.addEventListener("switchboard:live", (e) => {
+    socketOpen = e.detail.open;
+    render();
+  });
+  document.addEventListener("switchboard:event", (e) => {
+    if (enabled()) heard(e.detail.kind, e.detail.data);
+  });
 
   button.addEventListener("click", async () => {
     if (enabled()) {
       localStorage.setItem(KEY, "off");
-      if (socket) socket.close();
       render();
       return;
     }
     const answer = await Notification.requestPermission();
     if (answer === "granted") localStorage.setItem(KEY, "on");
     render();
-    connect();
   });
 
   const live = header.querySelector("#live");
   if (live) live.after(button);
   else header.append(button);
   render();
-  connect();
 })();

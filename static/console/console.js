@@ -554,10 +554,17 @@
     "session.policy": (s) => upsertSessionRow(s),
   };
 
+  // The page's other scripts (alerts.js) hear the one live socket through document events
+  // instead of opening a socket of their own.
+  function tell(name, detail) {
+    document.dispatchEvent(new CustomEvent(name, { detail: detail }));
+  }
+
   function dispatch(kind, data) {
     const handler = handlers[kind];
     if (handler) handler(data || {});
     if (wantsRefresh(kind, data)) scheduleRefresh();
+    tell("switchboard:event", { kind: kind, data: data || {} });
   }
 
   // ---------------------------------------------------------------- catching up after a gap
@@ -603,6 +610,7 @@
     socket.addEventListener("open", () => {
       attempts = 0;
       setLive("on", "live");
+      tell("switchboard:live", { open: true });
       catchUp(); // whatever changed between rendering this page (or losing the socket) and now
       clearInterval(pinger);
       pinger = setInterval(() => {
@@ -620,6 +628,7 @@
     });
     socket.addEventListener("close", (e) => {
       clearInterval(pinger);
+      tell("switchboard:live", { open: false });
       if (e.code === 4403 || e.code === 403) {
         setLive("off", "not authorized — log in again");
         return;
@@ -867,6 +876,7 @@
   // `resume` reconnects and catches up; the browser test uses them to prove nothing is missed.
   window.switchboardConsole = {
     cursor: () => cursor,
+    live: () => Boolean(socket) && socket.readyState === WebSocket.OPEN,
     catchUp: catchUp,
     refreshAttention: refreshAttention,
     newHolds: () => newHolds.size,
