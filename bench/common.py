@@ -150,10 +150,8 @@ def line(label: str, value: str, target: str = "") -> None:
     print(f"  {label:<52} {value:>22}   {target}")
 
 
-WRK_SCRIPT = r"""
--- Every request gets a unique body (the hub deduplicates identical texts from one sender); the
--- caller makes the template unique per wrk process. Answers marked duplicate are counted.
-local counter = 0
+# Numbers wrk's threads (`tid`) and keeps them, for a `done` that sums their counters.
+WRK_THREADS_LUA = r"""
 local thread_seq = 0
 local threads = {}
 function setup(thread)
@@ -161,6 +159,14 @@ function setup(thread)
   thread_seq = thread_seq + 1
   table.insert(threads, thread)
 end
+"""
+
+WRK_SCRIPT = (
+    WRK_THREADS_LUA
+    + r"""
+-- Every request gets a unique body (the hub deduplicates identical texts from one sender); the
+-- caller makes the template unique per wrk process. Answers marked duplicate are counted.
+local counter = 0
 function init(args)
   method, path, token, template = args[1], args[2], args[3], args[4]
 end
@@ -198,6 +204,53 @@ function done(summary, latency, requests)
   io.write("Answers not 2xx: " .. bad .. "\n")
 end
 """
+)
+
+
+def wrk_script_run(
+    url: str, script: str, script_args: list[str], *, seconds: float, connections: int, threads: int = 1
+) -> tuple[str, str]:
+    """Run wrk with the Lua `script` (given `script_args`) against `url`; return its stdout and
+    stderr."""
+    import tempfile
+
+    # A file per run: wrk processes started at once must not read one while another rewrites it
+    # (a wrk that reads an empty script sends `GET /` instead).
+    with tempfile.NamedTemporaryFile("w", prefix="sb-bench-wrk-", suffix=".lua", delete=False) as f:
+        f.write(script)
+    path = Path(f.name)
+    try:
+        out = subprocess.run(
+            [
+                "wrk",
+                f"-t{threads}",
+                f"-c{connections}",
+                f"-d{seconds:g}s",
+                "--latency",
+                "-s",
+                str(path),
+                url,
+                "--",
+            ]
+            + script_args,
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+        )
+    finally:
+        path.unlink()
+    return out.stdout, out.stderr
+
+
+def wrk_rate(out: str) -> dict[str, Any]:
+    """What every run's wrk output says: requests/s, requests, and the script's count of answers
+    not 2xx (wrk's own count leaves out 3xx)."""
+    non2xx = re.search(r"Answers not 2xx: (\d+)", out)
+    return {
+        "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+        "requests": int(re.search(r"(\d+) requests in", out).group(1)),
+        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+    }
 
 
 def wrk_run(
@@ -212,52 +265,23 @@ def wrk_run(
     threads: int = 1,
 ) -> dict[str, Any]:
     """Run wrk against one web process; return requests/s, non-2xx count and latency figures."""
-    import tempfile
-
-    # A file per run: wrk processes started at once must not read one while another rewrites it
-    # (a wrk that reads an empty script sends `GET /` instead).
-    with tempfile.NamedTemporaryFile("w", prefix="sb-bench-wrk-", suffix=".lua", delete=False) as f:
-        f.write(WRK_SCRIPT)
-    script = Path(f.name)
-    try:
-        out = subprocess.run(
-            [
-                "wrk",
-                f"-t{threads}",
-                f"-c{connections}",
-                f"-d{seconds:g}s",
-                "--latency",
-                "-s",
-                str(script),
-                url,
-                "--",
-                method,
-                path,
-                token,
-                template,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 60,
-        )
-    finally:
-        script.unlink()
-    samples = sorted(set(out.stderr.splitlines()))[:6]
-    out = out.stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    total = int(re.search(r"(\d+) requests in", out).group(1))
-    non2xx = re.search(r"Answers not 2xx: (\d+)", out)  # wrk's own count leaves out 3xx
+    out, err = wrk_script_run(
+        url,
+        WRK_SCRIPT,
+        [method, path, token, template],
+        seconds=seconds,
+        connections=connections,
+        threads=threads,
+    )
     duplicates = re.search(r"Duplicate answers: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
     latency = dict(re.findall(r"^\s+(50|90|99)%\s+([\d.]+\w+)", out, flags=re.M))
     return {
-        "requests_per_s": rps,
-        "requests": total,
-        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+        **wrk_rate(out),
         "duplicates": int(duplicates.group(1)) if duplicates else 0,
         "socket_errors": errors.group(1) if errors else "",
         "latency": latency,
-        "non_2xx_samples": samples,
+        "non_2xx_samples": sorted(set(err.splitlines()))[:6],
         "raw": out,
     }
 

@@ -19,16 +19,16 @@ starts them.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import re
 import shutil
 import sqlite3
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import line, progress, write_result
+from common import WRK_THREADS_LUA, line, progress, write_result, wrk_rate, wrk_script_run
 from harness import (
     LOAD_ENV,
     PRODUCTION_SWEEP,
@@ -41,15 +41,10 @@ from harness import (
 # Each request: a random session's token; a send goes to a random other session, with a text no
 # other request of the run carries (the hub answers an identical text from one sender with the
 # earlier send). Sessions come from a file of "token ref" lines (the first argument).
-MANY_SENDERS_LUA = r"""
+MANY_SENDERS_LUA = (
+    WRK_THREADS_LUA
+    + r"""
 local sessions = {}
-local thread_seq = 0
-local threads = {}
-function setup(thread)
-  thread:set("tid", thread_seq)
-  thread_seq = thread_seq + 1
-  table.insert(threads, thread)
-end
 function init(args)
   for l in io.lines(args[1]) do
     local token, ref = string.match(l, "(%S+) (%S+)")
@@ -93,6 +88,7 @@ function done(summary, latency, requests)
   io.write(string.format("p50 %.3f\np99 %.3f\n", latency:percentile(50) / 1000, latency:percentile(99) / 1000))
 end
 """
+)
 
 
 def wrk_many(
@@ -100,36 +96,22 @@ def wrk_many(
 ) -> dict[str, Any]:
     """One wrk per web process at once, `connections` split evenly over them; requests/s summed,
     latency percentiles of each run (ms) and their request-weighted p50 and worst p99."""
-    with tempfile.NamedTemporaryFile("w", prefix="sb-bench-many-", suffix=".lua", delete=False) as f:
-        f.write(MANY_SENDERS_LUA)
-    script = Path(f.name)
     each = max(1, connections // len(urls))
-    try:
-        procs = [
-            subprocess.Popen(
-                ["wrk", "-t1", f"-c{each}", f"-d{seconds:g}s", "--latency", "-s", str(script), url, "--"]
-                + [str(sessions_file), mode, f"{tag}w{i}"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for i, url in enumerate(urls)
-        ]
-        outs = [p.communicate(timeout=seconds + 60) for p in procs]
-    finally:
-        script.unlink()
-    runs = []
-    for out, err in outs:
-        runs.append(
-            {
-                "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-                "requests": int(re.search(r"(\d+) requests in", out).group(1)),
-                "non_2xx": int(re.search(r"Answers not 2xx: (\d+)", out).group(1)),
-                "p50_ms": float(re.search(r"^p50 ([\d.]+)", out, re.M).group(1)),
-                "p99_ms": float(re.search(r"^p99 ([\d.]+)", out, re.M).group(1)),
-                "non_2xx_samples": sorted(set(err.splitlines()))[:3],
-            }
+
+    def run(indexed: tuple[int, str]) -> dict[str, Any]:
+        i, url = indexed
+        out, err = wrk_script_run(
+            url, MANY_SENDERS_LUA, [str(sessions_file), mode, f"{tag}w{i}"], seconds=seconds, connections=each
         )
+        return {
+            **wrk_rate(out),
+            "p50_ms": float(re.search(r"^p50 ([\d.]+)", out, re.M).group(1)),
+            "p99_ms": float(re.search(r"^p99 ([\d.]+)", out, re.M).group(1)),
+            "non_2xx_samples": sorted(set(err.splitlines()))[:3],
+        }
+
+    with concurrent.futures.ThreadPoolExecutor(len(urls)) as pool:
+        runs = list(pool.map(run, enumerate(urls)))
     total = sum(r["requests"] for r in runs) or 1
     return {
         "requests_per_s": round(sum(r["requests_per_s"] for r in runs), 1),
