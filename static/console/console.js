@@ -307,19 +307,26 @@
     return showing;
   }
 
+  // This page as the server renders it now, parsed; null when it cannot be had (offline, an
+  // error, or a session that ended and was sent to the login page).
+  async function fetchThisPage() {
+    let response;
+    try {
+      response = await fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } });
+    } catch (err) {
+      return null;
+    }
+    if (!response.ok || new URL(response.url).pathname.startsWith("/login")) return null;
+    return new DOMParser().parseFromString(await response.text(), "text/html");
+  }
+
   async function fetchNewHolds() {
     const region = $('[data-live-region="holds"]');
     if (!region) return;
     // Every hold noted before this request is in its answer, or is no longer held.
     const arrived = Array.from(newHolds);
-    let response;
-    try {
-      response = await fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } });
-    } catch (err) {
-      return;
-    }
-    if (!response.ok || new URL(response.url).pathname.startsWith("/login")) return;
-    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    const fresh = await fetchThisPage();
+    if (!fresh) return;
     const replacement = fresh.querySelector('[data-live-region="holds"]');
     if (!replacement) return;
     const state = holdsState();
@@ -499,14 +506,8 @@
   }
 
   async function refreshRegions() {
-    let response;
-    try {
-      response = await fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } });
-    } catch (err) {
-      return;
-    }
-    if (!response.ok || new URL(response.url).pathname.startsWith("/login")) return;
-    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    const fresh = await fetchThisPage();
+    if (!fresh) return;
     $$("[data-live-region]:not([data-live-manual])").forEach((region) => {
       const name = region.dataset.liveRegion;
       const replacement = fresh.querySelector('[data-live-region="' + name + '"]');
