@@ -82,13 +82,17 @@ def alerts_run(*, now: datetime | None = None) -> dict[str, int]:
     return {"detected": detected, "posted": alerts_send_due(now=now)}
 
 
-def _hold_acknowledged() -> Exists:
-    return Exists(Acknowledgement.objects.filter(delivery_id=OuterRef("pk")))
+def _hold_acknowledged(delivery: str = "pk") -> Exists:
+    """Whether an operator acknowledged the hold that the outer row's `delivery` field names."""
+    return Exists(Acknowledgement.objects.filter(delivery_id=OuterRef(delivery)))
 
 
-def _silence_acknowledged() -> Exists:
-    # An acknowledgement made after the session was last heard from covers this silence.
-    return Exists(Acknowledgement.objects.filter(session_id=OuterRef("pk"), at__gte=OuterRef("last_seen")))
+def _silence_acknowledged(session: str = "pk", silent_since: str = "last_seen") -> Exists:
+    """Whether an operator acknowledged the session's silence that began at `silent_since`: an
+    acknowledgement made after the session was last heard from covers that silence."""
+    return Exists(
+        Acknowledgement.objects.filter(session_id=OuterRef(session), at__gte=OuterRef(silent_since))
+    )
 
 
 def alerts_detect(*, now: datetime) -> int:
@@ -157,6 +161,10 @@ def alerts_send_due(*, now: datetime) -> int:
     claimed = list(
         Alert.objects.filter(claim=claim, state=AlertState.PENDING)
         .select_related("delivery__message__sender", "delivery__recipient", "session")
+        .annotate(
+            hold_acknowledged=_hold_acknowledged("delivery_id"),
+            silence_acknowledged=_silence_acknowledged("session_id", "seen"),
+        )
         .order_by("id")
     )
     by_kind: dict[str, list[tuple[Alert, AlertItem]]] = defaultdict(list)
@@ -176,16 +184,11 @@ def alerts_send_due(*, now: datetime) -> int:
     return taken
 
 
-def _acknowledged(alert: Alert) -> bool:
-    if alert.delivery_id is not None:
-        return Acknowledgement.objects.filter(delivery_id=alert.delivery_id).exists()
-    return Acknowledgement.objects.filter(session_id=alert.session_id, at__gte=alert.seen).exists()
-
-
 def _item(alert: Alert, now: datetime) -> AlertItem | None:
     """What the alert says about its hold or session, or None when there is nothing left to say
-    (decided, expired, heard from again, acknowledged)."""
-    if _acknowledged(alert):
+    (decided, expired, heard from again, acknowledged). `alert` carries the acknowledgement
+    annotations of `alerts_send_due`'s query."""
+    if alert.hold_acknowledged or alert.silence_acknowledged:  # type: ignore[attr-defined]
         return None
     if alert.kind in HOLD_KINDS:
         d = alert.delivery

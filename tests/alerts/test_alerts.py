@@ -194,6 +194,17 @@ def test_an_alert_acknowledged_before_it_was_posted_is_dropped(alerting, setting
     assert Alert.objects.get(session_id=worker.id).state == AlertState.SKIPPED
 
 
+def test_an_alert_written_after_its_acknowledgement_is_dropped_when_due(alerting, register, sent):
+    """The race acknowledging cannot close by itself: a detection that read before the operator
+    acknowledged writes its row after. The post checks again and says nothing."""
+    _alice, _bob, hold = _escalated(register, sent)
+    alert_acknowledge(actor=OPERATOR, delivery_id=hold)
+    Alert.objects.create(kind="escalated_hold", delivery_id=hold)  # the late detection's row
+    alerts_run()
+    assert alerting.received == []
+    assert Alert.objects.get(delivery_id=hold, kind="escalated_hold").state == AlertState.SKIPPED
+
+
 def test_only_an_operator_acknowledges(db, register):
     worker = register("worker")
     with pytest.raises(Forbidden):
