@@ -37,7 +37,7 @@ from alerts.payloads import AlertItem, alert_post
 from messaging.errors import NotFound, SwitchboardError
 from messaging.hold_reasons import hold_reason_label
 from messaging.jobs import enqueue
-from messaging.liveness import dead_sessions_q, session_is_dead
+from messaging.liveness import dead_before, dead_sessions_q, session_is_dead
 from messaging.models import REMOTE_KIND, AgentSession, Delivery
 from messaging.outbound import outbound_post
 from messaging.principals import Principal
@@ -121,11 +121,7 @@ def alerts_detect(*, now: datetime) -> int:
     if AlertKind.SESSION_DEAD in settings.SWITCHBOARD_ALERT_ON:
         dead = (
             AgentSession.objects.filter(dead_sessions_q(now))
-            .filter(
-                last_seen__gte=now
-                - timedelta(seconds=settings.SWITCHBOARD_DEAD_AFTER_SECONDS)
-                - DEAD_LOOKBACK
-            )
+            .filter(last_seen__gte=dead_before(now) - DEAD_LOOKBACK)
             .exclude(kind=REMOTE_KIND)
             .filter(~_silence_acknowledged())
             .filter(

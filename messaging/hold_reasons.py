@@ -2,8 +2,8 @@
 
 The codes come from `messaging.policy` (inbound policy, sensitive tier), the send pipeline
 (suspected loop, stopped recipient) and federation (unknown or revoked peer hub, an isolated
-machine). The sender is
-told in the second person why its message waits; the operator reads a short phrase at a glance.
+machine). The sender is told in the second person why its message waits; the operator reads a
+short phrase at a glance.
 An unknown code is shown as it is, so a new code is never hidden, only unworded.
 """
 
