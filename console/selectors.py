@@ -17,6 +17,7 @@ from messaging.services.holds import holds_list
 from messaging.services.sending import message_event
 from messaging.services.sessions import session_summary
 from messaging.states import DeliveryState
+from teams.selectors import team_roster_ids
 
 S = DeliveryState
 FEED_LIMIT = 50
@@ -126,11 +127,7 @@ def team_session_ids(team_id: Any) -> list[str]:
     from teams.models import Team
 
     team = Team.objects.filter(pk=team_id).first()
-    if team is None:
-        return []
-    ids = {str(i) for i in team.memberships.values_list("session_id", flat=True)}
-    ids.add(str(team.lead_session_id))
-    return sorted(ids)
+    return sorted(str(i) for i in team_roster_ids(team)) if team else []
 
 
 def held_count() -> int:

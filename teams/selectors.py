@@ -9,6 +9,14 @@ from messaging.principals import Principal
 from teams.models import FrameRequest, GateCheck, Membership, Role, Subscription, Task, Team
 
 
+def team_roster_ids(team: Team) -> set[Any]:
+    """The id of every session that was ever on the team's roster (members who left included),
+    the lead's too: whose messages are the team's conversation."""
+    roster = set(team.memberships.values_list("session_id", flat=True))
+    roster.add(team.lead_session_id)
+    return roster
+
+
 def lead_session_of(session: AgentSession) -> AgentSession | None:
     """The lead of the team `session` is a teammate in, or None when it is in no team."""
     member = (

@@ -9,6 +9,7 @@ from datetime import datetime
 from messaging.errors import NotFound
 from messaging.services.export import ExportScope
 from teams.models import Team
+from teams.selectors import team_roster_ids
 
 
 def team_export_scope(
@@ -22,13 +23,11 @@ def team_export_scope(
         team = None
     if team is None:
         raise NotFound(f"No team has the id {team_id!r}.")
-    roster = set(team.memberships.values_list("session_id", flat=True))
-    roster.add(team.lead_session_id)
     return ExportScope(
         kind="team",
         target=f"team:{team.pk}",
         label=f"team {team.name}",
-        session_ids=frozenset(roster),
+        session_ids=frozenset(team_roster_ids(team)),
         since=since,
         until=until,
     )
