@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 
 from alerts.services import acknowledgements_of, alert_acknowledge
 from console.views import console_page, operator_required, page_render
+from messaging.errors import NotFound
 from messaging.hold_reasons import hold_reason_label
 from messaging.liveness import session_liveness
 from messaging.models import AgentSession, Delivery
@@ -90,9 +91,10 @@ def session_alert(request: HttpRequest, session_id: UUID) -> HttpResponse:
 @require_POST
 @operator_required
 def hold_alert_acknowledge(request: HttpRequest, delivery_id: int) -> HttpResponse:
-    if not Delivery.objects.filter(pk=delivery_id).exists():
-        raise Http404("No such hold.")
-    alert_acknowledge(actor=operator_principal(request.user.get_username()), delivery_id=delivery_id)
+    try:
+        alert_acknowledge(actor=operator_principal(request.user.get_username()), delivery_id=delivery_id)
+    except NotFound as exc:
+        raise Http404(exc.detail) from exc
     messages.success(request, f"Hold {delivery_id} acknowledged: no more alerts about it.")
     return HttpResponseRedirect(reverse("console:alert-hold", args=[delivery_id]))
 
