@@ -18,23 +18,9 @@ from messaging.models import AgentSession
 from switchboard_agent.client import HubClient
 from switchboard_agent.hooks import run_hook
 from switchboard_agent.identity import Identity
+from tests.agents.codex_payloads import codex_event
 
-THREAD = "019d036d-c7fa-72d2-b6fd-78878bfe34e4"
 AFTER_CLEAR = "019d036e-3164-72c3-a170-98925564c4fc"
-
-
-def codex_event(name: str, thread: str = THREAD, **fields: Any) -> dict[str, Any]:
-    base = {
-        "session_id": thread,
-        "transcript_path": None,
-        "cwd": "/work/api",
-        "hook_event_name": name,
-        "model": "gpt-5-codex",
-        "permission_mode": "default",
-    }
-    if name != "SessionStart":
-        base["turn_id"] = "019d036e-0000-7000-8000-000000000001"
-    return base | fields
 
 
 def hook(payload: dict[str, Any]) -> dict[str, Any] | None:

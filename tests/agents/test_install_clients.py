@@ -17,6 +17,7 @@ import pytest
 from switchboard_agent.cli import main
 from switchboard_agent.install import hook_argv, mcp_config
 from tests.agents.client_stub import Stub
+from tests.agents.codex_payloads import codex_event
 from tests.agents.test_hook_identity import REGISTERED, agent_env, enroll
 from tests.e2e.conftest import REPO, Hub
 
@@ -220,21 +221,6 @@ trusted_hash = "sha256:0123"
 """
 CODEX_EVENTS = {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"}  # codex-rs hook_config.rs
 CODEX_SHELL = ["bash", "-lc"]  # codex-rs hooks command_runner.rs: `$SHELL -lc <command>`
-
-
-def codex_event(name: str, thread: str, **fields: Any) -> dict[str, Any]:
-    """Codex's hook input (codex-rs/hooks/schema/generated/*.command.input.schema.json)."""
-    base = {
-        "session_id": thread,
-        "transcript_path": None,
-        "cwd": "/work/api",
-        "hook_event_name": name,
-        "model": "gpt-5-codex",
-        "permission_mode": "default",
-    }
-    if name != "SessionStart":
-        base["turn_id"] = "019d036d-c7fa-72d2-b6fd-78878bfe34e4"
-    return base | fields
 
 
 def ours(config: dict[str, Any], event: str) -> list[dict[str, Any]]:
