@@ -150,7 +150,7 @@ def process_session_key(client: str, anchor: str) -> str:
 
 def sessions_of_process(anchor: str, hub: str) -> list[SavedSession]:
     """The live saved sessions on `hub` registered from the agent client process `anchor`."""
-    return [s for s in live_sessions(hub) if anchor and s.anchor == anchor] if anchor else []
+    return [s for s in live_sessions(hub) if s.anchor == anchor] if anchor else []
 
 
 @contextlib.contextmanager
