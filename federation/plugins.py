@@ -8,6 +8,7 @@ from typing import Any
 
 from federation.models import MessageAttachment
 from messaging.jobs import enqueue
+from messaging.liveness import LIVE
 from messaging.models import AgentSession, SessionStatus
 from messaging.plugins import PLUGINS, RemoteSend, session_registered, session_status_changed
 
@@ -90,7 +91,7 @@ def _registered(*, session: AgentSession, **_: object) -> None:
 
 def _status_changed(*, session: AgentSession, previous: str, **_: object) -> None:
     if previous != session.status:
-        _registry_keep(session, live=session.status in (SessionStatus.BUSY, SessionStatus.IDLE))
+        _registry_keep(session, live=session.status in LIVE)
 
 
 def federation_plug_in() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from messaging.models import AgentSession
 from messaging.plugins import PLUGINS, session_status_changed
 from teams.models import Observer
+from teams.selectors import lead_session_of
 
 
 class ObserverGuard:
@@ -23,13 +24,6 @@ class ObserverGuard:
         return observer_check_send(sender=sender, recipient=recipient, kind=kind)
 
 
-def lead_of(session: AgentSession) -> AgentSession | None:
-    """The lead of the team `session` is a teammate in (the address `lead`), or None."""
-    from teams.selectors import lead_session_of
-
-    return lead_session_of(session)
-
-
 def _status_changed(
     *, session: AgentSession, previous: str, final_answer: str | None, actor: Any, **_: object
 ) -> None:
@@ -41,5 +35,5 @@ def _status_changed(
 def teams_plug_in() -> None:
     """Register teams on messaging's plug-in points (once per process)."""
     PLUGINS.send_guard = ObserverGuard()
-    PLUGINS.lead_of = lead_of
+    PLUGINS.lead_of = lead_session_of  # whom the address `lead` means for a teammate
     session_status_changed.connect(_status_changed, dispatch_uid="teams.status")

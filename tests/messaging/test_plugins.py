@@ -15,10 +15,11 @@ from tests.messaging.conftest import Pair
 
 def test_teams_and_federation_plug_in_when_django_starts() -> None:
     from federation.plugins import OtherHubsFederated, StoredFiles
-    from teams.plugins import ObserverGuard, lead_of
+    from teams.plugins import ObserverGuard
+    from teams.selectors import lead_session_of
 
     assert isinstance(PLUGINS.send_guard, ObserverGuard)
-    assert PLUGINS.lead_of is lead_of
+    assert PLUGINS.lead_of is lead_session_of
     assert isinstance(PLUGINS.other_hubs, OtherHubsFederated)
     assert isinstance(PLUGINS.attachments, StoredFiles)
     listeners = {receiver[0][0] for receiver in session_status_changed.receivers}
