@@ -43,6 +43,7 @@ from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
 from messaging.errors import Invalid, NotFound, TooLarge, Unavailable
 from messaging.jobs import enqueue
+from messaging.liveness import LIVE
 from messaging.models import AgentSession, Delivery, Message, Priority, SessionStatus
 from messaging.principals import HUB
 from messaging.services.audit import audit_event
@@ -957,9 +958,7 @@ def hosts_answer(*, target: str) -> dict[str, Any]:
     live = [
         c
         for c in find_candidates(None, target)  # type: ignore[arg-type]
-        if AgentSession.objects.filter(pk=c.id, status__in=(SessionStatus.BUSY, SessionStatus.IDLE))
-        .exclude(kind=REMOTE_KIND)
-        .exists()
+        if AgentSession.objects.filter(pk=c.id, status__in=LIVE).exclude(kind=REMOTE_KIND).exists()
     ]
     try:
         found = resolve(target, live).candidate
@@ -977,9 +976,5 @@ def hosts_answer(*, target: str) -> dict[str, Any]:
 
 def local_agents_public() -> list[dict[str, Any]]:
     """This hub's live agents, as another hub's discovery shows them."""
-    rows = (
-        AgentSession.objects.filter(status__in=(SessionStatus.BUSY, SessionStatus.IDLE))
-        .exclude(kind=REMOTE_KIND)
-        .order_by("name_key")
-    )
+    rows = AgentSession.objects.filter(status__in=LIVE).exclude(kind=REMOTE_KIND).order_by("name_key")
     return [{"id": str(s.id), "name": s.name, "ref": s.ref, "status": s.status} for s in rows[:1000]]

@@ -30,6 +30,7 @@ from federation.models import FederationTier, RelayLease, RelayMessage
 from federation.services.keys import relay_key
 from federation.transport import hub_call
 from messaging.errors import Invalid, NotFound, SwitchboardError
+from messaging.liveness import LIVE
 from messaging.names import normalize_name
 from messaging.services.audit import audit_event
 
@@ -337,11 +338,9 @@ def relay_lease_drop(*, name: str) -> None:
 
 
 def live_session_names() -> list[dict[str, str]]:
-    from messaging.models import AgentSession, SessionStatus
+    from messaging.models import AgentSession
 
     return [
         {"id": str(s.id), "name": s.name, "name_key": s.name_key, "ref": s.ref, "cwd": s.cwd}
-        for s in AgentSession.objects.filter(status__in=(SessionStatus.BUSY, SessionStatus.IDLE)).exclude(
-            kind="remote"
-        )
+        for s in AgentSession.objects.filter(status__in=LIVE).exclude(kind="remote")
     ]

@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from messaging.addressing import Resolution, parse_address
 from messaging.errors import IdempotencyConflict, Invalid, NotFound, PinConflict, SwitchboardError
+from messaging.liveness import LIVE
 from messaging.models import (
     REMOTE_KIND,
     AgentSession,
@@ -59,7 +60,6 @@ from messaging.services.limits import (
 )
 from messaging.services.pair import dedupe_key, pair_texts_params, pair_texts_sql
 from messaging.services.sending import (
-    LIVE_STATUSES,
     Decision,
     SendOutcome,
     acceptance_audit,
@@ -581,11 +581,7 @@ class _Batch:
 
     def sends_in_bulk_to(self, recipient: AgentSession) -> bool:
         """True when a message to `recipient` takes the bulk path (see the module docstring)."""
-        return (
-            recipient.status in LIVE_STATUSES
-            and recipient.kind != REMOTE_KIND
-            and recipient.id != self.sender.id
-        )
+        return recipient.status in LIVE and recipient.kind != REMOTE_KIND and recipient.id != self.sender.id
 
     def _needs_single(self, item: _Item) -> bool:
         """True when the item's address leads off the bulk path (see the module docstring)."""

@@ -86,7 +86,6 @@ from messaging.services.transports import schedule_pushes
 from messaging.states import DeliveryState
 
 S = DeliveryState
-LIVE_STATUSES = (SessionStatus.BUSY, SessionStatus.IDLE)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from messaging.credentials import SESSION_PREFIX, hash_token, new_token
 from messaging.errors import Conflict, Invalid, Unauthorized
-from messaging.liveness import liveness_fields
+from messaging.liveness import LIVE, liveness_fields
 from messaging.models import (
     AgentSession,
     Delivery,
@@ -204,7 +204,7 @@ def session_set_status(
                     sessions=[locked.id],
                     operators=False,
                 )
-        if status in (SessionStatus.BUSY, SessionStatus.IDLE) and previous in (
+        if status in LIVE and previous in (
             SessionStatus.STOPPED,
             SessionStatus.USER_STOPPED,
         ):
@@ -283,7 +283,7 @@ def session_summary(session: AgentSession) -> dict[str, object]:
         "permission_mode": session.permission_mode,
         "inbound_policy": session.inbound_policy,
         "peer_address": session.peer_address,
-        "addressable": session.status in (SessionStatus.BUSY, SessionStatus.IDLE),
+        "addressable": session.status in LIVE,
         "last_seen": session.last_seen.isoformat() if session.last_seen else None,
         **liveness_fields(session),
     }
