@@ -40,7 +40,7 @@ from messaging.principals import Principal, operator_principal
 from messaging.selectors import message_for_viewer, message_status
 from messaging.sensitivity import mask_text, match_labels
 from messaging.services.export import export_pair_scope
-from messaging.services.holds import holds_decide, message_reveal
+from messaging.services.holds import hold_expiry_seconds_of, holds_decide, message_reveal
 from messaging.services.policies import policy_set, sender_policy_set
 from teams.services.export import team_export_scope
 
@@ -263,7 +263,7 @@ def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
     if detail is None:
         raise Http404("No such session.")
     session = detail["session"]
-    hold_expiry = session.hold_expiry_seconds or settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS
+    hold_expiry = hold_expiry_seconds_of(session)
     policy_form = PolicyForm(
         initial={"policy": session.operator_policy or "", "hold_expiry_seconds": hold_expiry}
     )

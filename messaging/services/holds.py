@@ -51,10 +51,14 @@ def escalated_holds_announce(deliveries: list[Delivery]) -> None:
         transaction.on_commit(lambda: escalated_holds_created.send(sender=Delivery, delivery_ids=ids))
 
 
+def hold_expiry_seconds_of(recipient: AgentSession) -> int:
+    """How long a hold for `recipient` waits for an operator: the session's setting, else the hub's."""
+    return recipient.hold_expiry_seconds or settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS
+
+
 def hold_expiry_for(recipient: AgentSession, now: datetime) -> datetime:
-    """When a hold for `recipient` made at `now` expires: the session's setting, else the hub's."""
-    seconds = recipient.hold_expiry_seconds or settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS
-    return now + timedelta(seconds=seconds)
+    """When a hold for `recipient` made at `now` expires."""
+    return now + timedelta(seconds=hold_expiry_seconds_of(recipient))
 
 
 def _human_holds(recipient_id: Any) -> QuerySet[Delivery]:
