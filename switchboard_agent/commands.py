@@ -171,6 +171,8 @@ def cmd_inbox(args: argparse.Namespace) -> int:
                 )
             raise
         if not messages:
+            if args.json:  # a script reads JSON on stdout whatever the count, as every listing gives
+                _out("[]")
             print("No messages waiting.", file=sys.stderr)
             return EXIT_NOTHING
         again = _again(args, "inbox --unacked")

@@ -52,6 +52,8 @@ def test_a_script_registers_sends_pulls_and_acks(inprocess_hub: str, register, s
 
     code, out, err = run(capsys, "inbox", "--session", "ci")
     assert (code, out) == (1, "") and "No messages waiting" in err  # nothing to do
+    code, out, err = run(capsys, "inbox", "--session", "ci", "--json")
+    assert (code, json.loads(out)) == (1, []) and "No messages waiting" in err  # still JSON for jq
 
     message_id = send(bob, "ci-bot", "thanks").json_body["id"]
     code, out, _ = run(capsys, "inbox", "--session", "ci", "--json")
