@@ -8,7 +8,8 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
@@ -153,11 +154,19 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return api.create_response(request, body, status=exc.status_code)
 
 
+NOTHING_HERE = {"error": "not_found", "detail": "There is nothing here."}
+
+
 @api.exception_handler(Http404)
 def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
-    return api.create_response(
-        request, {"error": "not_found", "detail": "There is nothing here."}, status=404
-    )
+    return api.create_response(request, NOTHING_HERE, status=404)
+
+
+@csrf_exempt
+def no_such_path(request: HttpRequest) -> HttpResponse:
+    """A path under /api/ that no operation serves: the API's 404, in its error shape (not the
+    console's page), whatever the method."""
+    return JsonResponse(NOTHING_HERE, status=404)
 
 
 @api.exception_handler(RequestDataTooBig)

@@ -2,17 +2,18 @@
 
 from django.contrib import admin
 from django.contrib.staticfiles.views import serve as static_serve
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from console.urls import console_patterns
 from hub import health
-from hub.api import api
+from hub.api import api, no_such_path
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    re_path(r"^api/", no_such_path),  # after the API's own paths: the rest of /api/ answers JSON
     # One process serves its own CSS and script (and the admin's): there is no front proxy in the
     # embedded footprint. Production may put `collectstatic` output behind a web server instead.
     path("static/<path:path>", static_serve, {"insecure": True}),

@@ -40,3 +40,13 @@ def test_a_database_that_went_away_is_called_unavailable() -> None:
         503,
         {"error": "unavailable", "detail": DATABASE_DOWN_DETAIL},
     )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["get", "post", "delete"])
+def test_a_path_under_api_that_no_operation_serves_answers_the_json_error_shape(client, method) -> None:
+    response = getattr(client, method)("/api/v1/no-such-thing")
+
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"error": "not_found", "detail": "There is nothing here."}
