@@ -308,11 +308,12 @@
   }
 
   // This page as the server renders it now, parsed; null when it cannot be had (offline, an
-  // error, or a session that ended and was sent to the login page).
+  // error, or a session that ended and was sent to the login page). A page shown as the answer to
+  // a form (a revealed message) names the address that renders it again (data-page-url).
   async function fetchThisPage() {
     let response;
     try {
-      response = await fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } });
+      response = await fetch(body.dataset.pageUrl || location.href, { credentials: "same-origin", headers: { Accept: "text/html" } });
     } catch (err) {
       return null;
     }
@@ -379,14 +380,43 @@
       const left = groupIds(group);
       if (!left.length) group.remove();
       else {
-        $$("[data-group-count]", group).forEach((el) => (el.textContent = String(left.length)));
+        refreshGroupLine(group);
         $$('form[data-group-form] input[type=hidden][name="delivery_ids"]', group).forEach((input) => {
           if (input.value === String(deliveryId)) input.remove();
         });
       }
     }
     refreshHoldsChrome();
+    tickAges();
+    tickCountdowns();
     return true;
+  }
+
+  // The earliest time among the rows' `selector` elements' data-`key` values ("" when none).
+  function earliestOf(rows, selector, key) {
+    const times = rows
+      .map((row) => $(selector, row))
+      .filter((el) => el && !isNaN(Date.parse(el.dataset[key])))
+      .map((el) => el.dataset[key]);
+    times.sort((x, y) => Date.parse(x) - Date.parse(y));
+    return times[0] || "";
+  }
+
+  // A group's line states facts about the holds still in it: when one leaves (decided, expired),
+  // its count, escalated count, oldest age and next expiry are taken again from the rows left.
+  function refreshGroupLine(group) {
+    const rows = $$("tr.hold", group);
+    $$("[data-group-count]", group).forEach((el) => (el.textContent = String(rows.length)));
+    const escalated = rows.filter((row) => row.dataset.escalate === "required").length;
+    const part = $("[data-group-escalated-part]", group);
+    if (part) {
+      part.hidden = escalated === 0;
+      $("[data-group-escalated]", part).textContent = String(escalated);
+    }
+    const oldest = $("[data-group-oldest]", group);
+    if (oldest) oldest.dataset.age = earliestOf(rows, ".age[data-age]", "age");
+    const next = $("[data-group-next-expiry]", group);
+    if (next) next.dataset.expires = earliestOf(rows, '.countdown[data-slot="expires"]', "expires");
   }
 
   // ---------------------------------------------------------------- sessions on the dashboard

@@ -84,3 +84,55 @@ def test_an_escalated_hold_is_masked_revealed_on_purpose_and_approved_only_with_
     [got] = world.inbox(bob)
     assert got["text"] == SECRET_TEXT
     page.context.close()
+
+
+def test_a_revealed_message_page_stays_live(world: World, browser: Any) -> None:  # noqa: F811
+    alice, bob = world.register("alice-reveal-live"), world.register("bob-reveal-live")
+    sent = world.send(alice, f"{bob.name} [{bob.ref}]", SECRET_TEXT)
+    page = _log_in(browser, world)
+    failed: list[str] = []
+    page.on(
+        "response",
+        lambda r: failed.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None,
+    )
+    page.goto(world.hub.url + f"/messages/{sent['id']}/")
+    _wait_live(page)
+    page.locator("[data-reveal]").click()
+    page.wait_for_selector("[data-revealed]")
+    _wait_live(page)
+
+    # When another operator approves it, the revealed page shows the new state without a reload,
+    # re-read from the message's own address (the reveal's form address answers only a POST).
+    world.operator("POST", f"holds/{_delivery_id(world, sent['id'])}/approve", {"reason": "rotated"})
+    page.wait_for_function(
+        "() => !document.querySelector('[data-live-region=\"deliveries\"]').innerText.includes('held')",
+        timeout=5_000,
+    )
+    assert page.locator("[data-message-text]").inner_text() == SECRET_TEXT
+    assert failed == []
+    page.context.close()
+
+
+def test_a_group_line_is_recounted_when_one_of_its_holds_leaves(world: World, browser: Any) -> None:  # noqa: F811
+    alice, bob = world.register("alice-group-line"), world.register("bob-group-line")
+    sent = [world.send(alice, f"{bob.name} [{bob.ref}]", f"then run rm -rf /tmp/build-{i}") for i in range(3)]
+    assert {s["status"] for s in sent} == {"held"}
+    page = _log_in(browser, world)
+    page.goto(world.hub.url + f"/holds/?recipient={bob.id}")
+    _wait_live(page)
+    group = page.locator("tbody.hold-group").first
+    facts = group.locator(".group-facts")
+    assert facts.locator(".escalate").text_content() == "3 escalated"
+    second = _hold_row(page, _delivery_id(world, sent[1]["id"]))
+    second_held_at = second.locator(".age[data-age]").get_attribute("data-age")
+    second_expires = second.locator('.countdown[data-slot="expires"]').get_attribute("data-expires")
+
+    # When the oldest is denied elsewhere, the line speaks of the two left: their count, how many
+    # are escalated, the oldest one's age and the next deadline.
+    world.operator("POST", f"holds/{_delivery_id(world, sent[0]['id'])}/deny", {"reason": "no"})
+    _hold_row(page, _delivery_id(world, sent[0]["id"])).wait_for(state="detached", timeout=5_000)
+    assert group.locator("[data-group-count]").first.inner_text() == "2"
+    assert facts.locator(".escalate").text_content() == "2 escalated"
+    assert facts.locator(".age").get_attribute("data-age") == second_held_at
+    assert facts.locator(".countdown").get_attribute("data-expires") == second_expires
+    page.context.close()
