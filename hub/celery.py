@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import (
+    setup_logging,
     task_postrun,
     task_prerun,
     worker_init,
@@ -27,6 +28,13 @@ log = logging.getLogger(__name__)
 app = Celery("switchboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["messaging", "teams", "federation", "alerts"])
+
+
+@setup_logging.connect
+def _hub_logging_kept(**_: object) -> None:
+    """Workers and beat log as the hub's other processes do, by settings.LOGGING (which
+    django.setup() applied: SWITCHBOARD_LOG_FORMAT, _LOG_LEVEL, _TASK_LOG_LEVEL). A receiver of
+    this signal keeps Celery from replacing those handlers with its own format and level."""
 
 
 @worker_init.connect

@@ -111,3 +111,36 @@ def test_the_log_format_setting_chooses_json_for_a_whole_process(tmp_path) -> No
         timeout=60,
     )
     assert refused.returncode != 0 and "SWITCHBOARD_LOG_FORMAT is plain or json" in refused.stderr
+
+
+def test_a_celery_worker_logs_in_the_hub_format(tmp_path) -> None:
+    # Celery sets up logging when a worker or beat starts; it must keep the hub's handlers, or
+    # SWITCHBOARD_LOG_FORMAT=json gives Celery's plain lines there.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SWITCHBOARD_HOME": str(tmp_path), "SWITCHBOARD_LOG_FORMAT": "json"}
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    code = (
+        "import django, logging; from hub.celery import app; django.setup(); "
+        "app.log.setup(loglevel='WARNING', redirect_stdouts=True); "
+        "logging.getLogger('messaging').warning('from a task', extra={'message_id': 'm-7'}); "
+        "logging.getLogger('celery.app.trace').error('Task failed')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "DJANGO_SETTINGS_MODULE": "hub.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stderr.strip().splitlines()]
+    assert [(b["logger"], b["msg"]) for b in lines] == [
+        ("messaging", "from a task"),
+        ("celery.app.trace", "Task failed"),
+    ]
+    assert lines[0]["message_id"] == "m-7"
