@@ -110,3 +110,22 @@ def test_secrets_are_required_not_defaulted():
     text = (REPO / "compose.yaml").read_text()
     for var in ("SWITCHBOARD_SECRET_KEY", "SWITCHBOARD_ENROLL_KEY", "POSTGRES_PASSWORD"):
         assert re.search(r"\$\{" + var + r":\?", text), var
+
+
+def test_every_process_of_the_hub_shares_one_home(compose):
+    # hub.key is the hub's identity and SWITCHBOARD_FILES_DIR (under the home) its stored files:
+    # a web replica or worker with a home of its own signs with another key and misses uploads.
+    homes = set()
+    for name in APP_SERVICES:
+        service = compose["services"][name]
+        home = service["environment"]["SWITCHBOARD_HOME"]
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in service.get("volumes", [])}
+        assert home in mounts, f"{name} keeps {home} in its own container"
+        homes.add(mounts[home])
+    assert len(homes) == 1 and homes <= set(compose["volumes"])
+
+
+def test_the_proxy_passes_the_largest_body_the_hub_takes(compose):
+    # Hub-to-hub calls carry files as base64 up to 280 MB; the hub refuses each route's excess itself.
+    size = re.search(r"client_max_body_size (\d+)m;", compose["configs"]["nginx"]["content"])
+    assert size and int(size.group(1)) * 1024 * 1024 >= 280 * 1000 * 1000
