@@ -28,7 +28,7 @@ from typing import Any
 
 from common import REPO, progress, summary_ms, write_result
 
-from tests.e2e.conftest import start_hub
+from hub_topology.embedded import start_hub
 
 SESSION_ID = "b3e1c0de-0000-4000-8000-000000000002"
 INITIALIZE = {

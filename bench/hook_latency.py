@@ -24,8 +24,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.conftest import start_hub  # noqa: E402
-from tests.e2e.test_hooks_process import run_hook  # noqa: E402
+from hub_topology.embedded import start_hub  # noqa: E402
+from hub_topology.hook import run_hook  # noqa: E402
 
 
 def hook(env: dict[str, str], payload: dict[str, object]) -> float:

@@ -31,9 +31,9 @@ from typing import Any
 
 from common import REPO, progress, summary_ms, write_result
 
+from hub_topology.embedded import start_hub
+from hub_topology.hung import HungHub
 from switchboard_agent.hooks import HOOK_DEADLINE
-from tests.agents.hung import HungHub
-from tests.e2e.conftest import start_hub
 
 SESSION_ID = "b3e1c0de-0000-4000-8000-000000000001"
 

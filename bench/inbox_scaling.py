@@ -228,12 +228,12 @@ def session_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
     the recipient: up through the sizes and back down, `rounds // 2` rounds at each visit."""
     from django.db import connection
 
+    from hub_fixtures.history import exited_sessions_made
     from messaging.models import AgentSession
     from messaging.principals import session_principal
     from messaging.services.delivery import inbox_ack, inbox_pull
     from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
-    from tests.history import exited_sessions_made
 
     alice = session_register(name="alice-sessions").session
     bob = session_register(name="bob-sessions").session

@@ -27,8 +27,8 @@ import django  # noqa: E402
 
 django.setup()
 
+from hub_fixtures.sensitivity_corpus import LEAKS, NEAR_MISSES, PW  # noqa: E402
 from messaging.sensitivity import classify  # noqa: E402
-from tests.messaging.sensitivity_corpus import LEAKS, NEAR_MISSES, PW  # noqa: E402
 
 # What agents send each other: status, code with the words the rules look for, a log excerpt.
 PARAGRAPH = (

@@ -41,11 +41,11 @@ def main() -> int:
     from django.core.management import call_command
     from django.db import connection
 
+    from hub_fixtures.claim_race import prepare, race_threads
     from messaging.models import AgentSession
     from messaging.principals import session_principal
     from teams.services.tasks import task_claim_next
     from teams.services.teams import team_get
-    from tests.teams.claim_race import prepare, race_threads
 
     call_command("migrate", verbosity=0)
     ids = prepare(workers=8, rounds=args.tasks)

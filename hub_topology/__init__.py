@@ -17,6 +17,13 @@ and neither imports the other.
 
 Every wait here is bounded; every process started is registered and stopped at interpreter exit
 even if a test run is interrupted.
+
+The agent's side and the one-process hub, in modules of their own:
+- `embedded`: `switchboard serve` as a user starts it (SQLite in a home folder of its own);
+- `hook`: `switchboard hook` as Claude Code runs it, a fresh process per event;
+- `hung`: a listener that takes every connection and never answers, a hub that hangs.
+
+What the tests and benchmarks put into a hub in their own process is in `hub_fixtures`.
 """
 
 from __future__ import annotations

@@ -30,6 +30,15 @@ FLOORS: dict[str, int] = {
     "hub": 5,  # the Django project: settings, ASGI, Celery app, server, database backend
 }
 
+# Outside the product, above it: the harness the tests and the benchmarks share, then the tests and
+# the benchmarks side by side, so neither imports the other and nothing below imports either.
+BESIDE: dict[str, int] = {
+    "hub_topology": 6,  # hubs started as processes
+    "hub_fixtures": 6,  # data and loads put into a hub in-process (corpora, history, races)
+    "tests": 7,
+    "bench": 7,
+}
+
 
 @dataclass(frozen=True)
 class Import:
@@ -139,10 +148,19 @@ def test_no_private_name_is_imported_from_another_module() -> None:
     assert private_names_crossing(ROOT, FLOORS) == []
 
 
+def test_the_benchmarks_import_nothing_from_the_tests() -> None:
+    """What a benchmark shares with the tests (a hub process, a corpus, a race) is in hub_topology or
+    hub_fixtures: bench/ imports nothing from tests/, tests/ nothing from bench/, and the product
+    neither, nor the harness."""
+    assert upward_imports(ROOT, FLOORS | BESIDE) == []
+
+
 def test_the_checks_read_every_package() -> None:
     """The checks above read real source: each package FLOORS names is a folder of the repository."""
     assert [p for p in FLOORS if not (ROOT / p / "__init__.py").is_file()] == []
     assert any(i.target.startswith("messaging") for i in imports_in(ROOT, {"teams": 2}))
+    assert [p for p in BESIDE if not (ROOT / p).is_dir()] == []
+    assert any(i.target.startswith("hub_topology") for i in imports_in(ROOT, {"bench": 7}))
 
 
 @pytest.fixture

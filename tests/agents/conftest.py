@@ -57,7 +57,7 @@ def hub_process(tmp_path: Any) -> Iterator[Any]:
     import tempfile
     from pathlib import Path
 
-    from tests.e2e.conftest import start_hub
+    from hub_topology.embedded import start_hub
 
     home = Path(tempfile.mkdtemp(prefix="hub-home-", dir=tmp_path))
     running = start_hub(home)

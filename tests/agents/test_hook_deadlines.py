@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
+from hub_topology import REPO
+from hub_topology.hung import HungHub
 from switchboard_agent.client import HubClient, HubUnreachable
 from switchboard_agent.config import SavedSession, session_save
 from switchboard_agent.hooks import run_hook
-from tests.agents.hung import HungHub
-from tests.e2e.conftest import REPO
 
 SESSION_ID = "5e1f0c2a-1b2c-4d3e-8f4a-9b8c7d6e5f4a"
 HOOK_DEADLINE = 3.0  # switchboard_agent.hooks.HOOK_DEADLINE (test_the_deadline_is_the_hooks checks)

@@ -17,11 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
+from hub_topology import REPO
+from hub_topology.embedded import Hub
 from messaging.models import AgentSession
 from switchboard_agent.client import HubClient
 from switchboard_agent.hooks import run_hook
 from tests.agents.client_stub import Stub
-from tests.e2e.conftest import REPO, Hub
 
 HOOK = f"{sys.executable} -m switchboard_agent.cli hook"
 MCP = [sys.executable, "-m", "switchboard_agent.cli", "mcp"]

@@ -14,12 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
+from hub_topology import REPO
+from hub_topology.embedded import Hub
 from switchboard_agent.cli import main
 from switchboard_agent.install import hook_argv, mcp_config
 from tests.agents.client_stub import Stub
 from tests.agents.codex_payloads import codex_event
 from tests.agents.test_hook_identity import REGISTERED, agent_env, enroll
-from tests.e2e.conftest import REPO, Hub
 
 
 def install_cli(project: Path, *args: str) -> int:

@@ -14,11 +14,11 @@ from django.utils import timezone
 
 from alerts.models import Alert, AlertState
 from alerts.services import alert_acknowledge, alerts_detect, alerts_run
+from hub_fixtures.sensitivity_corpus import AWS_SECRET
 from messaging.errors import Forbidden
 from messaging.hold_reasons import hold_reason_label
 from messaging.models import AgentSession, AuditEvent, Delivery
 from messaging.principals import HUB, operator_principal
-from tests.messaging.sensitivity_corpus import AWS_SECRET
 from tests.teams.hooks import Hook
 
 SECRET_TEXT = f"creds for the deploy: export AWS_SECRET_ACCESS_KEY={AWS_SECRET} (rotate after)"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from django.test import Client
 
 from alerts.models import Acknowledgement
+from hub_fixtures.sensitivity_corpus import AWS_SECRET
 from messaging.models import AuditEvent, Delivery
 from tests.console.conftest import csrf_post
-from tests.messaging.sensitivity_corpus import AWS_SECRET
 
 SECRET_TEXT = f"export AWS_SECRET_ACCESS_KEY={AWS_SECRET}"
 

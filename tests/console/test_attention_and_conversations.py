@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from hub_fixtures.sensitivity_corpus import AWS_SECRET
 from messaging.hold_reasons import HOLD_REASONS, hold_reason_label, hold_reason_text
 from messaging.models import AgentSession, Delivery
 from tests.console.conftest import csrf_post
-from tests.messaging.sensitivity_corpus import AWS_SECRET
 from tests.teams.conftest import join_team
 
 SECRET_TEXT = f"creds: export AWS_SECRET_ACCESS_KEY={AWS_SECRET} (rotate after)"

@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import start_hub
+from hub_fixtures.sensitivity_corpus import AWS_SECRET
+from hub_topology.embedded import start_hub
 from tests.e2e.test_console_browser import (  # noqa: F401 (browser and shots are fixtures)
     OPERATOR,
     World,
@@ -27,7 +28,6 @@ from tests.e2e.test_console_browser import (  # noqa: F401 (browser and shots ar
     browser,
     shots,
 )
-from tests.messaging.sensitivity_corpus import AWS_SECRET
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,8 @@ import httpx
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.e2e.conftest import REPO, Hub, start_hub
+from hub_topology import REPO
+from hub_topology.embedded import Hub, start_hub
 
 pytestmark = pytest.mark.e2e
 

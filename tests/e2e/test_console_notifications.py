@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from hub_fixtures.sensitivity_corpus import AWS_SECRET
 from tests.e2e.test_console_browser import (  # noqa: F401 (world and browser are fixtures)
     OPERATOR,
     World,
@@ -23,7 +24,6 @@ from tests.e2e.test_console_browser import (  # noqa: F401 (world and browser ar
     browser,
     world,
 )
-from tests.messaging.sensitivity_corpus import AWS_SECRET
 
 pytestmark = pytest.mark.e2e
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hub_fixtures.sensitivity_corpus import AWS_SECRET
 from tests.e2e.test_console_browser import (  # noqa: F401 (world and browser are fixtures)
     World,
     _delivery_id,
@@ -20,7 +21,6 @@ from tests.e2e.test_console_browser import (  # noqa: F401 (world and browser ar
     browser,
     world,
 )
-from tests.messaging.sensitivity_corpus import AWS_SECRET
 
 pytestmark = pytest.mark.e2e
 

@@ -3,36 +3,18 @@ against a real `switchboard serve` process; then the same with the hub stopped."
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import REPO, Hub
+from hub_topology.embedded import Hub
+from hub_topology.hook import run_hook
 
 pytestmark = pytest.mark.e2e
 SESSION_ID = "0d9a7c2e-4f61-4b8a-9c3e-5a1b2c3d4e5f"
-
-
-def run_hook(env: dict[str, str], payload: dict[str, Any]) -> tuple[int, dict[str, Any] | None, float]:
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "switchboard_agent.cli", "hook"],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=30,
-    )
-    elapsed = time.perf_counter() - started
-    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, elapsed
 
 
 def event(name: str, **fields: Any) -> dict[str, Any]:

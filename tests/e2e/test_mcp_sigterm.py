@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import REPO, Hub
+from hub_topology import REPO
+from hub_topology.embedded import Hub
 
 pytestmark = pytest.mark.e2e
 

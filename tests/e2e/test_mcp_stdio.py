@@ -14,7 +14,8 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.e2e.conftest import REPO, Hub
+from hub_topology import REPO
+from hub_topology.embedded import Hub
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, Hub, start_hub
+from hub_topology import REPO
+from hub_topology.embedded import Hub, start_hub
 from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.e2e

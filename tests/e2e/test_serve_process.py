@@ -79,7 +79,7 @@ def test_three_sessions_over_http_against_a_real_hub(hub):
 
 def test_messages_survive_a_restart(tmp_path):
     """Accepted means persisted: a queued message is still there after the hub restarts."""
-    from tests.e2e.conftest import start_hub
+    from hub_topology.embedded import start_hub
 
     home = tmp_path / "home"
     home.mkdir(mode=0o700)

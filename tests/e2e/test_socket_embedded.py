@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from hub_topology.embedded import Hub, start_hub
 from switchboard_agent.listen import bind_socket, serve
-from tests.e2e.conftest import Hub, start_hub
 
 pytestmark = pytest.mark.e2e
 

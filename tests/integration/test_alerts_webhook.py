@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from hub_fixtures.sensitivity_corpus import AWS_SECRET
 from tests.integration.harness import Hub
-from tests.messaging.sensitivity_corpus import AWS_SECRET
 from tests.teams.hooks import Hook
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import REPO, start_hub
+from hub_topology import REPO
+from hub_topology.embedded import start_hub
 from tests.integration.harness import (
     Hub,
     RedisServer,

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import start_hub
+from hub_topology.embedded import start_hub
 from tests.integration.harness import wait_until
 from tests.integration.ledger import LOAD_ENV, Ledger, SendLoad, SocketReceiver, ledger_problems
 

@@ -30,7 +30,7 @@ def _race(database_url: str, home: Path, *extra: str) -> dict:
         [
             sys.executable,
             "-m",
-            "tests.teams.claim_race",
+            "hub_fixtures.claim_race",
             "--workers",
             "8",
             "--database-url",

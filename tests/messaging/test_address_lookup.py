@@ -14,11 +14,11 @@ from django.db.models import Q
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hub_fixtures.history import exited_sessions_made
 from messaging.addressing import parse_address
 from messaging.models import AgentSession, SessionStatus
 from messaging.services.sending import _candidate_rows, _candidate_statement, message_send, prefix_end
 from messaging.services.sessions import session_register
-from tests.history import exited_sessions_made
 from tests.messaging.plans import plan_nodes, the_one_statement
 
 # Characters around the edges `prefix_end` steps over: the last before the surrogates, the first

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hub_fixtures.sensitivity_corpus import LEAKS
 from messaging.models import MessageKind, Tier
 from messaging.names import strip_invisible
 from messaging.sensitivity import RULES, classify, findings, lowered_for_needs, sensitive_matches
 from messaging.sensitivity import _accepted as accepted
 from messaging.sensitivity import _rule_matches as rule_matches
-from tests.messaging.sensitivity_corpus import LEAKS
 
 PATTERNS = RULES
 

@@ -1,13 +1,13 @@
-"""The sensitive tier over two corpora (tests/messaging/sensitivity_corpus.py): it holds at least
+"""The sensitive tier over two corpora (hub_fixtures/sensitivity_corpus.py): it holds at least
 95% of the leaks and at most 5% of the near misses, and masks every leak it holds."""
 
 from __future__ import annotations
 
 import pytest
 
+from hub_fixtures.sensitivity_corpus import LEAKS, NEAR_MISSES
 from messaging.models import Tier
 from messaging.sensitivity import classify, findings, mask_text
-from tests.messaging.sensitivity_corpus import LEAKS, NEAR_MISSES
 
 RECALL_AT_LEAST = 0.95
 FALSE_HOLDS_AT_MOST = 0.05

@@ -504,7 +504,7 @@ async def test_the_api_docs_load_only_scripts_and_styles_the_hub_serves() -> Non
 @pytest.fixture
 def served_hub(tmp_path: Any) -> Any:
     """A real `switchboard serve` process (daphne on its own loopback port)."""
-    from tests.e2e.conftest import start_hub
+    from hub_topology.embedded import start_hub
 
     home = tmp_path / "served-home"
     home.mkdir(mode=0o700)

@@ -14,9 +14,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from nacl.signing import SigningKey
 
+from hub_fixtures.sensitivity_corpus import AWS_SECRET, GH, PEM_RSA, PW
 from messaging.models import AuditEvent, Message, MessageKind
 from tests.console.conftest import csrf_post, operator_client  # noqa: F401 (a fixture)
-from tests.messaging.sensitivity_corpus import AWS_SECRET, GH, PEM_RSA, PW
 
 SECRET_TEXT = f"deploy key ready: export AWS_SECRET_ACCESS_KEY={AWS_SECRET} then run it"
 

@@ -23,7 +23,7 @@ def _race(tmp_path: Path, *extra: str) -> dict:
     env["SWITCHBOARD_JOBS"] = "inline"
     env["SWITCHBOARD_LOG_LEVEL"] = "WARNING"
     done = subprocess.run(
-        [sys.executable, "-m", "tests.teams.claim_race", "--workers", "8", *extra],
+        [sys.executable, "-m", "hub_fixtures.claim_race", "--workers", "8", *extra],
         cwd=ROOT,
         env=env,
         capture_output=True,

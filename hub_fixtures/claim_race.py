@@ -1,12 +1,12 @@
 """A harness that races N workers to claim the same task, round after round.
 
 Used by tests/teams/test_claim_race.py (threads on a file-backed SQLite database, in a child
-process so the hub gets a real database file rather than pytest's shared in-memory one) and by
-tests/integration/test_teams_claim_race.py (processes on PostgreSQL). `naive=True` swaps in a
-read-then-write claim with no compare-and-set, to show the harness really does race: it must
-produce double winners, or the real test proves nothing.
+process so the hub gets a real database file rather than pytest's shared in-memory one), by
+tests/integration/test_teams_claim_race.py (processes on PostgreSQL) and by bench/teams_claim.py.
+`naive=True` swaps in a read-then-write claim with no compare-and-set, to show the harness really
+does race: it must produce double winners, or the real test proves nothing.
 
-Run directly: `python -m tests.teams.claim_race --workers 8 --rounds 50` (needs SWITCHBOARD_HOME).
+Run directly: `python -m hub_fixtures.claim_race --workers 8 --rounds 50` (needs SWITCHBOARD_HOME).
 """
 
 from __future__ import annotations
