@@ -264,8 +264,13 @@ def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
         raise Http404("No such session.")
     session = detail["session"]
     hold_expiry = hold_expiry_seconds_of(session)
+    # The expiry field holds the session's own setting only: filled with the hub's default, saving
+    # the floor would pin that default on the session.
     policy_form = PolicyForm(
-        initial={"policy": session.operator_policy or "", "hold_expiry_seconds": hold_expiry}
+        initial={"policy": session.operator_policy or "", "hold_expiry_seconds": session.hold_expiry_seconds}
+    )
+    policy_form.fields["hold_expiry_seconds"].widget.attrs["placeholder"] = (
+        f"the hub's default, {settings.SWITCHBOARD_HOLD_EXPIRY_SECONDS}"
     )
     return page_render(
         request,

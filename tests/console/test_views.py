@@ -185,6 +185,21 @@ def test_policy_and_sender_rules_are_set_by_the_operator(operator_client, regist
     assert f"alice [{alice.ref}]" in page and "(operator)" in page
 
 
+def test_saving_a_floor_leaves_the_hold_expiry_to_the_hub_default(operator_client, register):
+    import re
+
+    bob = register("bob")
+    page = operator_client.get(f"/sessions/{bob.id}/").content.decode()
+    field = re.search(r'<input[^>]*name="hold_expiry_seconds"[^>]*>', page).group(0)
+    value = re.search(r'value="([^"]*)"', field)
+    # The operator picks a floor and saves the form as the page filled it.
+    form = {"policy": "hold", "hold_expiry_seconds": value.group(1) if value else ""}
+    assert csrf_post(operator_client, f"/sessions/{bob.id}/policy", form).status_code == 302
+    bob_row = AgentSession.objects.get(pk=bob.id)
+    assert (bob_row.operator_policy, bob_row.hold_expiry_seconds) == ("hold", None)
+    assert "s (the hub's default)</dd>" in operator_client.get(f"/sessions/{bob.id}/").content.decode()
+
+
 def test_a_bad_policy_value_is_refused_with_a_message(operator_client, register):
     bob = register("bob")
     response = csrf_post(operator_client, f"/sessions/{bob.id}/policy", {"policy": "maybe"})
