@@ -225,6 +225,9 @@ class Delivery(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # While a socket write of it is under way: when that write's lease runs out (by then the write
+    # is over, done or lost with its worker). A recipient's exit leaves such a delivery to its write.
+    writing_until = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True, default="")
     decided_by = models.CharField(max_length=200, blank=True, default="")
     decision_reason = models.CharField(max_length=500, blank=True, default="")

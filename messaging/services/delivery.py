@@ -17,9 +17,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from messaging.errors import Invalid
-from messaging.models import AgentSession, AuditEvent, Delivery, Message
+from messaging.models import AgentSession, AuditEvent, Delivery, Message, SessionStatus
 from messaging.plugins import PLUGINS
-from messaging.principals import Principal
+from messaging.principals import HUB, Principal
 from messaging.services.audit import audit_events_bulk
 from messaging.services.bulk import as_uuid, joined_models_selected, json_text, select_columns
 from messaging.services.events import Announcement, announce_many
@@ -450,11 +450,21 @@ def deliveries_release_for_recipient(*, recipient: AgentSession, actor: Principa
 
 
 def deliveries_retire_for_exit(*, recipient: AgentSession, actor: Principal) -> list[Moved]:
-    """The recipient exited for good: what still waits for it expires, and senders are told."""
+    """The recipient exited for good: what still waits for it expires, and senders are told.
+
+    A delivery whose socket write is under way is left to that write, since the receiver may
+    already hold the frame: it ends delivered if the write succeeds, and expires when the write
+    fails (`delivery_socket_failed`) or when its lease runs out (`delivery_socket_claim`)."""
+    return _expired_for_exit(Delivery.objects.filter(recipient=recipient), actor=actor)
+
+
+def _expired_for_exit(deliveries: QuerySet[Delivery], *, actor: Principal) -> list[Moved]:
+    """Expire those of `deliveries` still waiting (queued or held) that no socket write is under
+    way for, telling their senders the recipient exited. Must run inside a transaction."""
     from messaging.services.holds import holds_notify
 
     moved = delivery_transition(
-        Delivery.objects.filter(recipient=recipient, state__in=[S.QUEUED, S.HELD]),
+        deliveries.exclude(writing_until__gt=timezone.now()),
         to=S.EXPIRED,
         actor=actor,
         reason="recipient_exited",
@@ -505,21 +515,29 @@ def delivery_mark_delivered(*, delivery_id: int, actor: Principal, via: str) -> 
 def delivery_socket_claim(*, delivery_id: int, lease_seconds: float) -> Delivery | None:
     """Start one socket-write attempt: claim a queued delivery that is due (never tried, or its
     retry time or an earlier attempt's lease has passed), count the attempt and lease it, so two
-    workers never write the same delivery at once. None when it is not queued or not due."""
+    workers never write the same delivery at once. None when it is not queued or not due. One
+    whose recipient has exited is never written: it expires (its exit left it to a write whose
+    worker was lost)."""
     from datetime import timedelta
 
     from django.db.models import F, Max, Q
 
     now = timezone.now()
     due = Q(next_attempt_at__lte=now) | Q(next_attempt_at__isnull=True, attempts=0)
-    recipient_id = Delivery.objects.filter(pk=delivery_id, state=S.QUEUED).values_list(
-        "recipient_id", flat=True
-    )
+    queued = Delivery.objects.filter(pk=delivery_id, state=S.QUEUED)
+    recipient = queued.values_list("recipient_id", "recipient__status").first()
+    if recipient is None:
+        return None
+    recipient_id, status = recipient
+    if status == SessionStatus.EXITED:
+        with transaction.atomic():
+            _expired_for_exit(queued, actor=HUB)
+        return None
     # While one of the recipient's deliveries waits out a failed write, the rest wait with it (no
     # attempt counted): a socket that stopped reading then costs one timeout per retry instead of one
     # per queued message, and cannot tie up every worker while other sessions' sockets wait.
     failing_until = (
-        Delivery.objects.filter(recipient_id__in=recipient_id, state=S.QUEUED, next_attempt_at__gt=now)
+        Delivery.objects.filter(recipient_id=recipient_id, state=S.QUEUED, next_attempt_at__gt=now)
         .exclude(pk=delivery_id)
         .exclude(last_error="")
         .aggregate(until=Max("next_attempt_at"))["until"]
@@ -529,8 +547,9 @@ def delivery_socket_claim(*, delivery_id: int, lease_seconds: float) -> Delivery
             next_attempt_at=failing_until, updated_at=now
         )
         return None
+    lease = now + timedelta(seconds=lease_seconds)
     claimed = Delivery.objects.filter(due, pk=delivery_id, state=S.QUEUED).update(
-        attempts=F("attempts") + 1, next_attempt_at=now + timedelta(seconds=lease_seconds), updated_at=now
+        attempts=F("attempts") + 1, next_attempt_at=lease, writing_until=lease, updated_at=now
     )
     if not claimed:
         return None
@@ -539,7 +558,8 @@ def delivery_socket_claim(*, delivery_id: int, lease_seconds: float) -> Delivery
 
 def delivery_socket_failed(*, delivery_id: int, error: str, retry_in: float | None) -> None:
     """Record a failed socket attempt and when to try again; `retry_in=None` gives up on the socket
-    and leaves the delivery queued, so the recipient still gets it by pull or WebSocket."""
+    and leaves the delivery queued, so the recipient still gets it by pull or WebSocket. When the
+    recipient has exited (it left the delivery to this write), the delivery expires instead."""
     from datetime import timedelta
 
     from messaging.services.audit import audit_event
@@ -551,7 +571,16 @@ def delivery_socket_failed(*, delivery_id: int, error: str, retry_in: float | No
         row = queued.values("attempts", "recipient_id").first()
         if row is None:
             return
-        queued.update(last_error=error[:500], next_attempt_at=retry_at, updated_at=now)
+        # Locked, so an exit under way commits first (and this sees it) or waits for this write's
+        # end to be recorded (and then expires the delivery itself): none stays queued for a
+        # session that exited.
+        status = (
+            AgentSession.objects.select_for_update(no_key=True)
+            .filter(pk=row["recipient_id"])
+            .values_list("status", flat=True)
+            .first()
+        )
+        queued.update(last_error=error[:500], next_attempt_at=retry_at, writing_until=None, updated_at=now)
         audit_event(
             "delivery.attempt_failed",
             actor="hub",
@@ -559,6 +588,8 @@ def delivery_socket_failed(*, delivery_id: int, error: str, retry_in: float | No
             delivery_id=delivery_id,
             detail={"via": "uds", "attempts": row["attempts"], "error": error[:200], "gave_up": not retry_at},
         )
+        if status == SessionStatus.EXITED:
+            _expired_for_exit(queued, actor=HUB)
 
 
 def deliveries_due_for_socket(*, batch: int = 500) -> list[int]:

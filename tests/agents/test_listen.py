@@ -90,8 +90,10 @@ def test_listen_register_receives_a_message_sent_to_its_name(
         "--name",
         "ci-listener",
         "--json",
+        "--count",
+        "1",  # acks the frame and deregisters at once, while the hub may not have marked it yet
         "--seconds",
-        "4",  # keeps listening after the frame, so the exit cannot race the hub marking it delivered
+        "10",
     )
     wait_for(path)
     deadline = time.monotonic() + 10

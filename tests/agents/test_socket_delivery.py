@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import time_machine
 from django.utils import timezone
 
 from messaging.models import AuditEvent, Delivery
+from messaging.principals import HUB
+from messaging.services.delivery import delivery_socket_claim
 from messaging.tasks import deliver_to_socket, retry_socket_deliveries
 from messaging.uds import PermanentSocketError, TransientSocketError, encode_frame, write_frame
 from switchboard_agent.listen import bind_socket, serve
@@ -136,21 +139,25 @@ def test_a_retry_reaches_a_listener_that_started_late(register, send, sock_dir) 
     assert [f["text"] for f in listener.frames] == ["hello late listener"]
 
 
-def test_a_worker_lost_mid_delivery_is_taken_over_once(register, send, sock_dir, settings) -> None:
-    path = sock_dir / "bob.sock"
-    register("bob", peer_address=f"uds:{path}")
-    settings.SWITCHBOARD_JOBS = "celery-that-never-runs"  # the first write never happens...
+def sent_with_its_write_lost(send: Any, sender: Any, to: str, text: str, settings: Any) -> Any:
+    """A send whose socket write never happens, as if the worker that took it died."""
     from messaging import jobs
 
+    settings.SWITCHBOARD_JOBS = "celery-that-never-runs"
     original = jobs._submit
-    jobs._submit = lambda name, args: None  # ...as if the worker that took it died
+    jobs._submit = lambda name, args: None
     try:
-        sent = send(register("alice"), "bob", "exactly once")
+        return send(sender, to, text)
     finally:
         jobs._submit = original
         settings.SWITCHBOARD_JOBS = "inline"
+
+
+def test_a_worker_lost_mid_delivery_is_taken_over_once(register, send, sock_dir, settings) -> None:
+    path = sock_dir / "bob.sock"
+    register("bob", peer_address=f"uds:{path}")
+    sent = sent_with_its_write_lost(send, register("alice"), "bob", "exactly once", settings)
     delivery = state(sent.json_body["id"])
-    from messaging.services.delivery import delivery_socket_claim
 
     assert delivery_socket_claim(delivery_id=delivery.pk, lease_seconds=60) is not None  # the dead claim
     assert deliver_to_socket(delivery.pk) == "skipped"  # a duplicate task respects the lease
@@ -179,3 +186,104 @@ def test_write_frame_classifies_failures(sock_dir: Path) -> None:
     with pytest.raises(PermanentSocketError):
         write_frame("uds:/" + "x" * 200, frame, timeout=0.5)
     assert encode_frame({"text": "a\nb"}).count(b"\n") == 1
+
+
+def sender_told(api: Any, sender: Any) -> list[str]:
+    """The hub's notices in the sender's inbox."""
+    return [m["text"] for m in api.get("inbox", sender.token).json_body["messages"]]
+
+
+def sent_to_a_receiver_that_exits(register: Any, send: Any, sock_dir: Path, *, ack: bool) -> tuple[str, Any]:
+    """Alice sends to bob, whose receiver takes the frame and deregisters before it answers (with
+    an ack, or by closing the connection), so the exit lands strictly between the hub's claim of
+    the write and what the hub records when the write ends: what `switchboard listen --register
+    --count 1` does when its deregistration beats the worker that wrote to it. Returns the message
+    id and alice."""
+    from django.db import connection
+
+    from messaging.models import AgentSession
+    from messaging.services.sessions import session_deregister
+    from switchboard_agent.listen import read_frame
+
+    path = sock_dir / "bob.sock"
+    bob = register("bob", peer_address=f"uds:{path}")
+    alice = register("alice")
+    server = bind_socket(str(path))
+
+    def take_one() -> None:
+        try:
+            conn, _ = server.accept()
+            with conn:
+                frame = read_frame(conn)
+                assert frame is not None
+                session_deregister(session=AgentSession.objects.get(pk=bob.id), actor=HUB)
+                if ack:
+                    conn.sendall(b'{"ack": "%s"}\n' % str(frame["id"]).encode())
+        finally:
+            server.close()
+            connection.close()
+
+    receiver = threading.Thread(target=take_one)
+    receiver.start()
+    sent = send(alice, "bob", "deploy finished")
+    receiver.join(timeout=15)
+    return sent.json_body["id"], alice
+
+
+def test_a_receiver_that_exits_right_after_taking_the_frame_has_it_delivered(
+    api, register, send, sock_dir
+) -> None:
+    message_id, alice = sent_to_a_receiver_that_exits(register, send, sock_dir, ack=True)
+
+    delivery = state(message_id)
+    assert delivery.state == "delivered"  # the receiver acked the frame: it arrived
+    assert not AuditEvent.objects.filter(kind="delivery.expired", delivery_id=delivery.pk).exists()
+    assert sender_told(api, alice) == []  # never "expired: bob exited before it was delivered"
+    assert api.get(f"messages/{message_id}", alice.token).json_body["status"] == "delivered"
+
+
+def test_a_write_that_fails_after_the_receiver_exited_expires_and_the_sender_is_told(
+    api, register, send, sock_dir
+) -> None:
+    message_id, alice = sent_to_a_receiver_that_exits(register, send, sock_dir, ack=False)
+
+    delivery = state(message_id)
+    assert (delivery.state, delivery.decision_reason) == ("expired", "recipient exited")
+    [notice] = sender_told(api, alice)
+    assert "exited before it was delivered" in notice
+    assert retry_socket_deliveries() == 0  # nothing is left to write to a session that exited
+
+
+def test_a_write_whose_worker_died_as_the_receiver_exited_expires_when_its_lease_runs_out(
+    api, register, send, sock_dir, settings
+) -> None:
+    bob = register("bob", peer_address=f"uds:{sock_dir / 'bob.sock'}")
+    alice = register("alice")
+    sent = sent_with_its_write_lost(send, alice, "bob", "exactly once", settings)
+    delivery = state(sent.json_body["id"])
+    assert delivery_socket_claim(delivery_id=delivery.pk, lease_seconds=60) is not None  # then dies
+    api.delete("sessions/me", bob.token)
+    assert state(sent.json_body["id"]).state == "queued"  # the write may still be under way
+    assert sender_told(api, alice) == []
+
+    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):  # the lease ran out
+        retry_socket_deliveries()
+
+    assert state(sent.json_body["id"]).state == "expired"
+    [notice] = sender_told(api, alice)
+    assert "exited before it was delivered" in notice
+
+
+def test_a_message_waiting_to_retry_a_failed_write_expires_when_the_receiver_exits(
+    api, register, send, sock_dir
+) -> None:
+    bob = register("bob", peer_address=f"uds:{sock_dir / 'nobody.sock'}")  # nothing listens there
+    alice = register("alice")
+    sent = send(alice, "bob", "hello")
+    assert state(sent.json_body["id"]).next_attempt_at is not None  # a retry is scheduled
+
+    api.delete("sessions/me", bob.token)
+
+    assert state(sent.json_body["id"]).state == "expired"  # no write is under way: it expires now
+    [notice] = sender_told(api, alice)
+    assert "exited before it was delivered" in notice
