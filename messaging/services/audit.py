@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -31,18 +31,19 @@ def audit_events_bulk(rows: list[dict[str, Any]]) -> list[AuditEvent]:
     return AuditEvent.objects.bulk_create([AuditEvent(**_row_fields(row)) for row in rows])
 
 
-def audit_events_write(rows: list[dict[str, Any]]) -> None:
+def audit_events_write(rows: list[dict[str, Any]], *, at: datetime | None = None) -> None:
     """`audit_events_bulk` for many events at once (a batch send's) when no AuditEvent objects are
-    needed back: one INSERT, with little work per row (`messaging.services.bulk`)."""
-    bulk_insert(model=AuditEvent, rows=audit_rows(rows))
+    needed back: one INSERT, with little work per row (`messaging.services.bulk`). `at`: when the
+    events happened (default: now)."""
+    bulk_insert(model=AuditEvent, rows=audit_rows(rows, at=at))
 
 
-def audit_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def audit_rows(rows: list[dict[str, Any]], *, at: datetime | None = None) -> list[dict[str, Any]]:
     """The AuditEvent rows `audit_events_write` inserts for `rows`, as `bulk_insert` takes them."""
-    at = str(timezone.now())  # as text once, not once per row
+    when = str(at or timezone.now())  # as text once, not once per row
     written = []
     for row in rows:
-        fields = {"at": at, "length": None, "sha256": "", **_row_fields(row)}
+        fields = {"at": when, "length": None, "sha256": "", **_row_fields(row)}
         if isinstance(fields["message_id"], uuid.UUID):
             fields["message_id"] = fields["message_id"].hex
         written.append(fields)

@@ -13,14 +13,14 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.utils import timezone
 
 from messaging.errors import Invalid
 from messaging.models import AgentSession, AuditEvent, Delivery, Message, SessionStatus
 from messaging.plugins import PLUGINS
 from messaging.principals import HUB, Principal
-from messaging.services.audit import audit_events_bulk
+from messaging.services.audit import audit_events_write, audit_rows
 from messaging.services.bulk import as_uuid, joined_models_selected, json_text, select_columns
 from messaging.services.events import Announcement, announce_many
 from messaging.states import STATE_TIMESTAMP, DeliveryState, can_transition, sources_of
@@ -78,40 +78,80 @@ def _move_locked(
     if not rows:
         return []
     now = now or timezone.now()
-    fields: dict[str, Any] = {"state": to, "updated_at": now, **(updates or {})}
-    if to in STATE_TIMESTAMP:
-        fields[STATE_TIMESTAMP[to]] = now
-    moved: list[Moved] = []
+    moved = [
+        Moved(pk, message_id, recipient_id, sender_id, state, to)
+        for pk, state, message_id, recipient_id, sender_id in rows
+    ]
     by_state: dict[str, list[int]] = {}
-    for pk, state, *_ in rows:
-        by_state.setdefault(state, []).append(pk)
-    _update_by_state(by_state, fields)
-    for pk, state, message_id, recipient_id, sender_id in rows:
-        moved.append(Moved(pk, message_id, recipient_id, sender_id, state, to))
-    audit_events_bulk(
+    for m in moved:
+        by_state.setdefault(m.from_state, []).append(m.delivery_id)
+    _update_by_state(by_state, _moved_fields(to, now, updates))
+    audit_events_write(
         [
-            {
-                "kind": f"delivery.{to}",
-                "actor": actor.actor,
-                "target": str(m.recipient_id),
-                "delivery_id": m.delivery_id,
-                "message_id": m.message_id,
-                "detail": {"from": m.from_state, **({"reason": reason} if reason else {})},
-            }
+            _move_audit(
+                to=to,
+                actor=actor,
+                reason=reason,
+                from_state=m.from_state,
+                delivery_id=m.delivery_id,
+                message_id=m.message_id,
+                target=str(m.recipient_id),
+            )
             for m in moved
-        ]
+        ],
+        at=now,
     )
     _announce_moves(moved)
     return moved
+
+
+def _moved_fields(to: str, now: datetime, updates: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The columns a move to `to` writes (field name → value): the state, when the row changed,
+    `updates`, and the state's own timestamp column (`STATE_TIMESTAMP`). The one list of them,
+    which the portable moves and PostgreSQL's one-statement pull and ack each write."""
+    fields: dict[str, Any] = {"state": to, "updated_at": now, **(updates or {})}
+    if to in STATE_TIMESTAMP:
+        fields[STATE_TIMESTAMP[to]] = now
+    return fields
+
+
+def _move_audit(
+    *,
+    to: str,
+    actor: Principal,
+    from_state: Any,
+    delivery_id: Any,
+    message_id: Any,
+    target: Any,
+    reason: str = "",
+) -> dict[str, Any]:
+    """A move's audit event, as `audit_events_write` takes it: the one shape of the
+    `delivery.<to>` events. PostgreSQL's one-statement pull and ack build theirs with it too,
+    with `_Column`s for what each moved row gives (`_insert_each`)."""
+    return {
+        "kind": f"delivery.{to}",
+        "actor": actor.actor,
+        "target": target,
+        "delivery_id": delivery_id,
+        "message_id": message_id,
+        "detail": {"from": from_state, **({"reason": reason} if reason else {})},
+    }
+
+
+def _assignments(fields: dict[str, Any]) -> tuple[str, list[Any]]:
+    """An UPDATE's `column = %s, ...` for `fields` (field name → value), and the values as the
+    database takes them."""
+    qn = connection.ops.quote_name
+    columns = [(Delivery._meta.get_field(name), value) for name, value in fields.items()]
+    assignments = ", ".join(f"{qn(f.column)} = %s" for f, _ in columns)
+    return assignments, [f.get_db_prep_save(value, connection) for f, value in columns]
 
 
 def _update_by_state(by_state: dict[str, list[int]], fields: dict[str, Any]) -> None:
     """UPDATE the deliveries of each state to `fields` (what `QuerySet.update` does, without
     compiling a query each time: every pull and ack runs this)."""
     qn = connection.ops.quote_name
-    columns = [(Delivery._meta.get_field(name), value) for name, value in fields.items()]
-    assignments = ", ".join(f"{qn(f.column)} = %s" for f, _ in columns)
-    values = [f.get_db_prep_save(value, connection) for f, value in columns]
+    assignments, values = _assignments(fields)
     with connection.cursor() as cursor:
         for state, ids in by_state.items():
             in_ids, id_params = _in_list("id", ids)
@@ -119,6 +159,42 @@ def _update_by_state(by_state: dict[str, list[int]], fields: dict[str, Any]) -> 
                 f"UPDATE {qn(Delivery._meta.db_table)} SET {assignments} WHERE {in_ids} AND state = %s",
                 [*values, *id_params, state],
             )
+
+
+@dataclass(frozen=True)
+class _Column:
+    """In a row given to `_insert_each`: the value of this SQL expression in each row read."""
+
+    sql: str
+
+
+def _insert_each(model: type[Model], row: dict[str, Any], source: str) -> tuple[str, list[Any]]:
+    """PostgreSQL: an `INSERT INTO <model's table> (...) SELECT ... FROM <source>` that writes one
+    row per row of `source`, each as `row` (field attname → value, as `bulk_insert` takes them)
+    says: a `_Column` is read from the row of `source`, a JSON object holding `_Column`s is built
+    for each row, any other value is a parameter. Returns the statement and its parameters, in
+    order, so that a statement written as one can still take its rows from a row builder."""
+    qn = connection.ops.quote_name
+    fields = [f for f in model._meta.concrete_fields if f.attname in row]
+    selected: list[str] = []
+    params: list[Any] = []
+    for f in fields:
+        value = row[f.attname]
+        if isinstance(value, _Column):
+            selected.append(value.sql)
+        elif isinstance(value, dict) and any(isinstance(v, _Column) for v in value.values()):
+            per_row = {k: v for k, v in value.items() if isinstance(v, _Column)}
+            pairs = ", ".join(f"%s::text, {v.sql}" for v in per_row.values())
+            selected.append(f"(%s::jsonb || jsonb_build_object({pairs}))")
+            params += [json_text({k: v for k, v in value.items() if k not in per_row}), *per_row]
+        else:
+            selected.append("%s")
+            params.append(f.get_db_prep_save(value, connection))
+    columns = ", ".join(qn(f.column) for f in fields)
+    return (
+        f"INSERT INTO {qn(model._meta.db_table)} ({columns}) SELECT {', '.join(selected)} FROM {source}",
+        params,
+    )
 
 
 def _in_list(column: str, values: list[Any]) -> tuple[str, list[Any]]:
@@ -246,19 +322,21 @@ def _queued_locked(recipient: AgentSession, limit: int) -> list[Delivery]:
 def _pulled_in_one_statement(recipient: AgentSession, actor: Principal, limit: int) -> list[Delivery]:
     """PostgreSQL, outside a transaction: `inbox_pull` as one statement (`_pull_write_statement`),
     so a push costs one round trip instead of five (BEGIN, lock and read, update, audit, COMMIT).
-    The same rows move, with the same audit events and receipts."""
+    The same rows move, writing the same columns (`_moved_fields`) and audit events
+    (`_move_audit`), with the same receipts."""
     now = timezone.now()
-    when = Delivery._meta.get_field("updated_at").get_db_prep_value(now, connection)
+    assignments, values = _assignments(_moved_fields(S.DELIVERED, now))
+    audit, audit_params = _insert_each(
+        AuditEvent,
+        audit_rows([_moved_row_audit(S.DELIVERED, actor, "moved", from_state=S.QUEUED)], at=now)[0],
+        "moved ORDER BY moved.priority DESC, moved.id",
+    )
     recipient_id = AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection)
     handed = _handed(
         joined_models_selected(
             (Delivery, Message, AgentSession),
-            _pull_write_statement(),
-            [
-                *(recipient_id, S.QUEUED, limit),
-                *(S.DELIVERED, when, when),
-                *(when, f"delivery.{S.DELIVERED}", actor.actor, json_text({"from": S.QUEUED})),
-            ],
+            _pull_write_statement(assignments, audit),
+            [recipient_id, S.QUEUED, limit, *values, *audit_params],
         )
     )
     for delivery in handed:
@@ -272,35 +350,39 @@ def _pulled_in_one_statement(recipient: AgentSession, actor: Principal, limit: i
     return handed
 
 
+def _moved_row_audit(to: str, actor: Principal, alias: str, *, from_state: Any) -> dict[str, Any]:
+    """The audit event (`_move_audit`) of each delivery row `alias` of a statement, for `_insert_each`."""
+    return _move_audit(
+        to=to,
+        actor=actor,
+        from_state=from_state,
+        delivery_id=_Column(f"{alias}.id"),
+        message_id=_Column(f"{alias}.message_id"),
+        target=_Column(f"{alias}.recipient_id"),  # PostgreSQL writes the UUID as text, as str() does
+    )
+
+
 @functools.cache
-def _pull_write_statement() -> str:
+def _pull_write_statement(assignments: str, audit: str) -> str:
     """PostgreSQL: lock up to a limit of a recipient's queued deliveries (urgent first, then
-    oldest first, skipping rows another pull holds), mark them delivered, write their
-    `delivery.delivered` audit events, and read them back as `_pull_statement` does
-    (`_handed_select`), all in one statement.
+    oldest first, skipping rows another pull holds), mark them delivered (`assignments`), write
+    their `delivery.delivered` audit events (`audit`, reading the moved rows as `moved`), and read
+    them back as `_pull_statement` does (`_handed_select`), all in one statement.
 
     Every row it reads after the pick is read by its key (the update's by an array of the picked
     ids, each message behind a LATERAL subquery that `OFFSET 0` keeps from being flattened into a
     join), so the cost follows the rows pulled, not the tables' sizes, even under statistics that
     take the tables for empty (analyzed while they held a page and no live row), under which a
     join of the picked rows would read every delivery and every message."""
-    qn = connection.ops.quote_name
-    delivery, audit = qn(Delivery._meta.db_table), qn(AuditEvent._meta.db_table)
-    order = "ORDER BY moved.priority DESC, moved.id"
+    delivery = connection.ops.quote_name(Delivery._meta.db_table)
     return (
         f"WITH picked AS (SELECT id FROM {delivery} WHERE recipient_id = %s AND state = %s "
         "ORDER BY priority DESC, id LIMIT %s FOR UPDATE SKIP LOCKED), "
-        f"moved AS (UPDATE {delivery} AS u SET state = %s, updated_at = %s, delivered_at = %s "
+        f"moved AS (UPDATE {delivery} AS u SET {assignments} "
         "WHERE u.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING u.*), "
-        f"audit AS (INSERT INTO {audit} (at, kind, actor, target, message_id, delivery_id, length, sha256, detail) "
-        f"SELECT %s, %s, %s, moved.recipient_id::text, moved.message_id, moved.id, NULL, '', %s::jsonb "
-        f"FROM moved {order}) "
-        f"{_handed_select('moved', 'moved', message_by_key=True)} {order}"
+        f"audit AS ({audit}) "
+        f"{_handed_select('moved', 'moved', message_by_key=True)} ORDER BY moved.priority DESC, moved.id"
     )
-
-
-def inbox_has_queued(*, recipient_id: Any) -> bool:
-    return Delivery.objects.filter(recipient_id=recipient_id, state=S.QUEUED).exists()
 
 
 def inbox_ack(
@@ -357,20 +439,29 @@ def _acked_in_one_statement(
 ) -> tuple[list[tuple[Any, ...]], list[Moved]]:
     """PostgreSQL, outside a transaction: what `_acked_locked` and `_move_locked` do for an ack, as
     one statement (`_ack_write_statement`): the rows as `_acked_locked` gives them, and what moved
-    to read (audited and announced as `_move_locked` does). Locks as `_acked_locked` does: waits
-    for a pull that holds a row, then sees the row as that pull left it."""
+    to read (with the columns and audit events `_move_locked` writes, announced as it does). Locks
+    as `_acked_locked` does: waits for a pull that holds a row, then sees the row as that pull left it."""
     if not message_ids:
         return [], []
     field = Delivery._meta.get_field("message")
-    when = Delivery._meta.get_field("updated_at").get_db_prep_value(timezone.now(), connection)
+    now = timezone.now()
+    assignments, values = _assignments(_moved_fields(S.READ, now))
+    audit, audit_params = _insert_each(
+        AuditEvent,
+        audit_rows([_moved_row_audit(S.READ, actor, "locked", from_state=_Column("locked.state"))], at=now)[
+            0
+        ],
+        "locked JOIN moved ON moved.id = locked.id ORDER BY locked.id",
+    )
     with connection.cursor() as cursor:
         cursor.execute(
-            _ack_write_statement(),
+            _ack_write_statement(assignments, audit),
             [
                 [field.get_db_prep_value(m, connection) for m in message_ids],
                 AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection),
-                *(S.READ, when, when, list(sources_of(S.READ))),
-                *(when, f"delivery.{S.READ}", actor.actor),
+                *values,
+                list(sources_of(S.READ)),
+                *audit_params,
             ],
         )
         found = cursor.fetchall()
@@ -385,10 +476,11 @@ def _acked_in_one_statement(
 
 
 @functools.cache
-def _ack_write_statement() -> str:
+def _ack_write_statement(assignments: str, audit: str) -> str:
     """PostgreSQL: lock the recipient's deliveries of the acked messages in id order, mark those
-    in a state that may go to read as read, write their `delivery.read` audit events, and answer
-    each locked row (id, state before, message id, sender id) with whether it moved.
+    in a state that may go to read as read (`assignments`), write their `delivery.read` audit
+    events (`audit`, reading each moved row's locked row as `locked`), and answer each locked row
+    (id, state before, message id, sender id) with whether it moved.
 
     Each acked message's deliveries are read by message (`delivery_once_per_recipient`), and the
     recipient's kept; every later read is by key (arrays of ids, the senders behind a LATERAL
@@ -403,19 +495,15 @@ def _ack_write_statement() -> str:
     so that no statistics can make an ack's cost grow with the tables."""
     qn = connection.ops.quote_name
     delivery, message = qn(Delivery._meta.db_table), qn(Message._meta.db_table)
-    audit = qn(AuditEvent._meta.db_table)
     return (
         "WITH found AS (SELECT f.id FROM "
         f"(SELECT id, recipient_id FROM {delivery} WHERE message_id = ANY(%s) OFFSET 0) f "
         "WHERE f.recipient_id = %s), "
         f"locked AS (SELECT d.id, d.state, d.message_id, d.recipient_id FROM {delivery} d "
         "WHERE d.id = ANY(ARRAY(SELECT id FROM found)) ORDER BY d.id FOR UPDATE), "
-        f"moved AS (UPDATE {delivery} AS u SET state = %s, updated_at = %s, read_at = %s "
+        f"moved AS (UPDATE {delivery} AS u SET {assignments} "
         "WHERE u.id = ANY(ARRAY(SELECT id FROM locked WHERE state = ANY(%s))) RETURNING u.id), "
-        f"audit AS (INSERT INTO {audit} (at, kind, actor, target, message_id, delivery_id, length, sha256, detail) "
-        "SELECT %s, %s, %s, locked.recipient_id::text, locked.message_id, locked.id, NULL, '', "
-        "jsonb_build_object('from', locked.state) FROM locked JOIN moved ON moved.id = locked.id "
-        "ORDER BY locked.id) "
+        f"audit AS ({audit}) "
         "SELECT locked.id, locked.state, locked.message_id, m.sender_id, moved.id IS NOT NULL "
         f"FROM locked CROSS JOIN LATERAL (SELECT sender_id FROM {message} WHERE id = locked.message_id OFFSET 0) m "
         "LEFT JOIN moved ON moved.id = locked.id ORDER BY locked.id"
@@ -628,6 +716,5 @@ __all__ = [
     "delivery_socket_failed",
     "deliveries_due_for_socket",
     "inbox_ack",
-    "inbox_has_queued",
     "inbox_pull",
 ]
