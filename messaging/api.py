@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import time
 import uuid
 from typing import Any, Literal
 
 import orjson
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Router, Schema, Status
@@ -23,8 +18,7 @@ from messaging.models import AgentSession
 from messaging.principals import Principal
 from messaging.selectors import agents_list, audit_list, message_for_viewer, message_status
 from messaging.services.batch import BATCH_MAX, messages_send_batch
-from messaging.services.delivery import inbox_ack, inbox_has_queued, inbox_pull
-from messaging.services.events import session_group
+from messaging.services.delivery import inbox_ack, inbox_pull
 from messaging.services.sessions import (
     session_deregister,
     session_end_turn,
@@ -35,9 +29,9 @@ from messaging.services.sessions import (
     session_touch,
 )
 from messaging.services.together import message_send_together
+from messaging.services.waiting import inbox_wait
 
 router = Router(tags=["messaging"])
-log = logging.getLogger(__name__)
 
 
 class RegisterIn(Schema):
@@ -344,42 +338,13 @@ async def inbox(
     session: AgentSession = caller.require_session()
     wait = max(0.0, min(float(wait), float(settings.SWITCHBOARD_INBOX_MAX_WAIT)))
     messages = await sync_to_async(_pull)(caller, limit, include_unacked, status)
-    if messages or wait <= 0:
-        return {"messages": messages}
-    layer = get_channel_layer()
-    group = session_group(session.id)
-    channel: str | None = None
-    try:
-        channel = await layer.new_channel()
-        await layer.group_add(group, channel)
-    except Exception:  # the layer (Redis) is down: the database is the truth, so poll it instead
-        log.warning("channel layer unavailable; the inbox long-poll falls back to polling", exc_info=True)
-        channel = None
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            # Check after joining the group, so a message queued in between is not missed.
-            if await sync_to_async(inbox_has_queued)(recipient_id=session.id):
-                messages = await sync_to_async(_pull)(caller, limit, include_unacked)
-                if messages:
-                    return {"messages": messages}
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return {"messages": []}
-            if channel is None:
-                await asyncio.sleep(min(remaining, 0.5))
-                continue
-            try:
-                await asyncio.wait_for(layer.receive(channel), timeout=min(remaining, 5.0))
-            except TimeoutError:
-                continue
-            except Exception:  # lost the layer mid-wait: keep answering from the database
-                log.warning("channel layer failed; the inbox long-poll falls back to polling", exc_info=True)
-                channel = None
-    finally:
-        if channel is not None:
-            with contextlib.suppress(Exception):
-                await layer.group_discard(group, channel)
+    if not messages and wait > 0:
+        messages = await inbox_wait(
+            recipient_id=session.id,
+            seconds=wait,
+            take=lambda: sync_to_async(_pull)(caller, limit, include_unacked),
+        )
+    return {"messages": messages}
 
 
 @router.post("/inbox/ack", response={200: dict, **ERRORS}, auth=AUTH)

@@ -2,7 +2,8 @@
 
 Authentication: the session token in an `Authorization: Bearer ...` header of the handshake, or
 in the first frame `{"type": "auth", "token": "..."}` within AUTH_SECONDS. Never in the URL (URLs
-end up in logs). The socket joins the group `session.<id>` only after the token checks out.
+end up in logs). The socket joins the group `session.<id>` only after the token checks out, and
+learns of queued messages as `messaging.services.waiting` says (the wake-ups on that group).
 
 Server → agent frames:
   {"type": "hello", "session": {...}}                 after authentication
@@ -41,7 +42,6 @@ from messaging.metrics import OPEN_WEBSOCKETS
 from messaging.models import AgentSession
 from messaging.principals import session_principal
 from messaging.services.delivery import inbox_ack, inbox_pull
-from messaging.services.events import session_group
 from messaging.services.sessions import (
     SESSION_CLOSED_EVENT,
     closed_problem,
@@ -50,6 +50,7 @@ from messaging.services.sessions import (
     session_summary,
     session_touch,
 )
+from messaging.services.waiting import InboxSubscription, wakes_inbox
 
 T = TypeVar("T")
 AUTH_SECONDS = 10.0
@@ -153,7 +154,7 @@ class AgentConsumer(LoopConsumer):
     async def connect(self) -> None:
         self.session: AgentSession | None = None
         self.closed = False
-        self.group: str | None = None
+        self.subscription: InboxSubscription | None = None
         self.unacked = 0
         self.window_full = False  # a flush stopped at PUSH_WINDOW: an ack must flush again
         self._auth_timer: asyncio.Task[None] | None = None
@@ -180,10 +181,9 @@ class AgentConsumer(LoopConsumer):
 
     async def _start(self, session: AgentSession) -> None:
         self.session = session
-        self.group = session_group(session.id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.subscription = await InboxSubscription.join(self.channel_layer, self.channel_name, session.id)
         # Read after joining: a close announced before the join is seen here, one after it arrives
-        # as `session.closed`.
+        # as `session.closed` (and the flush below finds what was queued before, the wake-ups the rest).
         problem = await _socket_problem(session)
         if problem is not None:
             await self._close_session(problem)
@@ -194,8 +194,8 @@ class AgentConsumer(LoopConsumer):
     async def disconnect(self, code: int) -> None:
         if self._auth_timer is not None:
             self._auth_timer.cancel()
-        if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.subscription is not None:
+            await self.subscription.leave()
 
     async def flush(self) -> None:
         """Pull and push everything queued, in batches, until nothing is left."""
@@ -260,7 +260,7 @@ class AgentConsumer(LoopConsumer):
             return
         if event["kind"] == SESSION_CLOSED_EVENT:
             await self._close_session(closed_problem(event["data"].get("status")) or "")
-        elif event["kind"] == "inbox.queued":
+        elif wakes_inbox(event):
             await self.flush()
         else:
             await self.send_json({"type": "event", "kind": event["kind"], "data": event["data"]})

@@ -12,6 +12,7 @@ from messaging.jobs import enqueue
 from messaging.models import REMOTE_KIND, AgentSession
 from messaging.plugins import PLUGINS
 from messaging.services.events import Announcement, announce_many
+from messaging.services.waiting import inbox_wake_up
 
 UDS_PREFIX = "uds:"
 
@@ -29,12 +30,7 @@ def schedule_pushes(
     announce_many(
         [
             *(
-                Announcement(
-                    "inbox.queued",
-                    {"delivery_id": delivery_id, "recipient_id": str(recipient.id)},
-                    sessions=[recipient.id],
-                    operators=False,
-                )
+                inbox_wake_up(delivery_id=delivery_id, recipient_id=recipient.id)
                 for delivery_id, recipient in pushes
             ),
             *along_with,

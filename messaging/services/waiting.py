@@ -1,0 +1,158 @@
+"""Waiting for messages: how a caller learns that a session's inbox has something queued.
+
+Once a delivery is queued, `messaging.services.transports.schedule_pushes` announces the wake-up
+(`inbox_wake_up`: the event `inbox.queued`) to the recipient's group `session.<id>` after the
+commit. A caller that waits subscribes a channel to that group first (`InboxSubscription`) and
+reads the database after: a message queued before the join is found there, one queued after it
+arrives as the wake-up. The event only wakes; the database stays the truth, so a lost event costs
+at most a re-check (every RECHECK_SECONDS), and a channel layer that fails (Redis down) turns the
+wait into polling the database (every POLL_SECONDS) instead of an error.
+
+Two surfaces wait, each keeping only its own framing:
+- the long-poll (`GET /api/v1/inbox?wait=`, `messaging.api`) calls `inbox_wait` with its pull and
+  its deadline, and answers with what the pull gave;
+- the agent WebSocket (`messaging.consumers.AgentConsumer`) subscribes the channel Channels reads
+  for it, pushes its pull's frames when `wakes_inbox` says an event is the wake-up, and waits as
+  long as it is open. Channels reads that channel from the layer, so a socket cannot outlive a
+  failed layer: it ends, and its client reconnects or pulls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+
+from messaging.models import Delivery
+from messaging.services.events import Announcement, session_group
+from messaging.states import DeliveryState
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INBOX_QUEUED = "inbox.queued"
+# The longest a subscribed wait goes without reading the database (a wake-up lost on the way).
+RECHECK_SECONDS = 5.0
+# How often a wait without the channel layer reads the database.
+POLL_SECONDS = 0.5
+
+
+def inbox_wake_up(*, delivery_id: int, recipient_id: object) -> Announcement:
+    """The wake-up for a delivery just queued: to the recipient's group only (the console hears
+    of the message from the send's own events)."""
+    return Announcement(
+        INBOX_QUEUED,
+        {"delivery_id": delivery_id, "recipient_id": str(recipient_id)},
+        sessions=[recipient_id],
+        operators=False,
+    )
+
+
+def wakes_inbox(message: dict[str, Any]) -> bool:
+    """Whether a message from a session's group is (or, for `hub.events`, holds) the wake-up.
+    The group also carries the session's other events, which leave its inbox as it was."""
+    if message.get("kind") == INBOX_QUEUED:
+        return True
+    return any(event.get("kind") == INBOX_QUEUED for event in message.get("events", ()))
+
+
+class InboxSubscription:
+    """A channel subscribed to a session's group (`session.<id>`), where its wake-ups arrive."""
+
+    def __init__(self, layer: Any, channel: str, group: str) -> None:
+        self.layer, self.channel, self.group = layer, channel, group
+        # The channel's next read, started by `woken` and kept pending until `leave` cancels it:
+        # channels_redis' pub/sub layer drops a channel (its queue, its Redis subscription) when
+        # a read of it is cancelled, and only then. Cancelled when a `woken` timed out, it lost a
+        # wake-up published before the next read; never cancelled, it kept the channel for good.
+        self._read: asyncio.Future[dict[str, Any]] | None = None
+
+    @classmethod
+    async def join(cls, layer: Any, channel: str, recipient_id: object) -> InboxSubscription:
+        """Subscribe `channel` to the recipient's group. Read the database after this, not before:
+        then nothing queued in between goes unseen. Raises what the layer raises when it fails."""
+        group = session_group(recipient_id)
+        await layer.group_add(group, channel)
+        return cls(layer, channel, group)
+
+    async def leave(self) -> None:
+        read, self._read = self._read, None
+        if read is not None and not read.done():
+            read.cancel()  # the pub/sub layer lets the channel go
+        elif read is not None and not read.cancelled():
+            read.exception()  # taken: the wait is over whatever the read found
+        await self.layer.group_discard(self.group, self.channel)
+
+    async def woken(self, seconds: float) -> bool:
+        """Read the channel until the wake-up arrives (True) or `seconds` pass (False); other
+        events are dropped. Only for a channel its owner reads itself (not a consumer's, which
+        Channels reads). Raises what the layer raises when it fails."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self._read is None:
+                self._read = asyncio.ensure_future(self.layer.receive(self.channel))
+            done, _ = await asyncio.wait({self._read}, timeout=max(0.0, deadline - time.monotonic()))
+            if not done:
+                return False
+            read, self._read = self._read, None
+            message = read.result()
+            self._read = asyncio.ensure_future(self.layer.receive(self.channel))  # see __init__
+            if wakes_inbox(message):
+                return True
+
+
+def inbox_has_queued(*, recipient_id: object) -> bool:
+    """Whether the recipient's inbox has a message queued (the database's answer, which a
+    wake-up only prompts a caller to ask for)."""
+    return Delivery.objects.filter(recipient_id=recipient_id, state=DeliveryState.QUEUED).exists()
+
+
+async def inbox_wait(
+    *, recipient_id: object, seconds: float, take: Callable[[], Awaitable[list[T]]], layer: Any = None
+) -> list[T]:
+    """Wait up to `seconds` until the recipient's inbox has something queued, and answer with what
+    `take` (the caller's pull) gives then; `[]` when the deadline passes first. `take` runs only
+    when the database shows something queued, and the wait goes on if another pull took it
+    first. Woken by the recipient's wake-ups on the channel layer (`layer`, default the
+    project's); while the layer fails, the database is polled instead."""
+    subscription = await _subscribed(layer if layer is not None else get_channel_layer(), recipient_id)
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            if await sync_to_async(inbox_has_queued)(recipient_id=recipient_id):
+                taken = await take()
+                if taken:
+                    return taken
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            if subscription is None:
+                await asyncio.sleep(min(remaining, POLL_SECONDS))
+                continue
+            try:
+                await subscription.woken(min(remaining, RECHECK_SECONDS))
+            except Exception:  # lost the layer mid-wait: keep answering from the database
+                log.warning("channel layer failed; waiting for messages falls back to polling", exc_info=True)
+                subscription = None
+    finally:
+        if subscription is not None:
+            with contextlib.suppress(Exception):
+                await subscription.leave()
+
+
+async def _subscribed(layer: Any, recipient_id: object) -> InboxSubscription | None:
+    """A channel of this wait's own, subscribed to the recipient's group; None (poll the database
+    instead) when there is no layer or it fails (Redis down)."""
+    if layer is None:
+        return None
+    try:
+        return await InboxSubscription.join(layer, await layer.new_channel(), recipient_id)
+    except Exception:
+        log.warning("channel layer unavailable; waiting for messages falls back to polling", exc_info=True)
+        return None
