@@ -138,13 +138,20 @@ def _move_audit(
     }
 
 
-def _assignments(fields: dict[str, Any]) -> tuple[str, list[Any]]:
-    """An UPDATE's `column = %s, ...` for `fields` (field name → value), and the values as the
-    database takes them."""
-    qn = connection.ops.quote_name
+def _assignments(fields: dict[str, Any], *, prepare: bool = True) -> tuple[str, list[Any]]:
+    """An UPDATE's `column = %s, ...` for `fields` (field name → value), and the values, each
+    prepared for the database by its field; without `prepare`, as they are (PostgreSQL's fast
+    paths: psycopg takes a move's strings and datetimes as they are, as `bulk_insert` does)."""
+    if not prepare:
+        return _set_clause(tuple(fields)), list(fields.values())
     columns = [(Delivery._meta.get_field(name), value) for name, value in fields.items()]
-    assignments = ", ".join(f"{qn(f.column)} = %s" for f, _ in columns)
-    return assignments, [f.get_db_prep_save(value, connection) for f, value in columns]
+    return _set_clause(tuple(fields)), [f.get_db_prep_save(value, connection) for f, value in columns]
+
+
+@functools.cache
+def _set_clause(names: tuple[str, ...]) -> str:
+    qn = connection.ops.quote_name
+    return ", ".join(f"{qn(Delivery._meta.get_field(name).column)} = %s" for name in names)
 
 
 def _update_by_state(by_state: dict[str, list[int]], fields: dict[str, Any]) -> None:
@@ -173,27 +180,43 @@ def _insert_each(model: type[Model], row: dict[str, Any], source: str) -> tuple[
     row per row of `source`, each as `row` (field attname → value, as `bulk_insert` takes them)
     says: a `_Column` is read from the row of `source`, a JSON object holding `_Column`s is built
     for each row, any other value is a parameter. Returns the statement and its parameters, in
-    order, so that a statement written as one can still take its rows from a row builder."""
-    qn = connection.ops.quote_name
-    fields = [f for f in model._meta.concrete_fields if f.attname in row]
-    selected: list[str] = []
+    order, so that a statement written as one can still take its rows from a row builder. As in
+    `bulk_insert`, the values are what the columns hold, and PostgreSQL reads each as its
+    column's type; the statement is written once for each shape of `row`."""
     params: list[Any] = []
-    for f in fields:
-        value = row[f.attname]
+    shape: list[tuple[str, Any]] = []
+    for name, value in row.items():
         if isinstance(value, _Column):
-            selected.append(value.sql)
-        elif isinstance(value, dict) and any(isinstance(v, _Column) for v in value.values()):
-            per_row = {k: v for k, v in value.items() if isinstance(v, _Column)}
-            pairs = ", ".join(f"%s::text, {v.sql}" for v in per_row.values())
-            selected.append(f"(%s::jsonb || jsonb_build_object({pairs}))")
-            params += [json_text({k: v for k, v in value.items() if k not in per_row}), *per_row]
+            shape.append((name, value.sql))
+        elif isinstance(value, dict):
+            per_row = tuple((k, v.sql) for k, v in value.items() if isinstance(v, _Column))
+            shape.append((name, per_row))
+            params.append(json_text({k: v for k, v in value.items() if not isinstance(v, _Column)}))
+            params += [k for k, _ in per_row]
+        else:
+            shape.append((name, None))
+            params.append(value)
+    return _insert_each_statement(model, tuple(shape), source), params
+
+
+@functools.cache
+def _insert_each_statement(model: type[Model], shape: tuple[tuple[str, Any], ...], source: str) -> str:
+    """`_insert_each`'s statement for rows of `shape`: per field, in `row`'s order, the SQL of its
+    `_Column`, the (key, SQL) pairs of a JSON object's `_Column`s, or None for a parameter."""
+    qn = connection.ops.quote_name
+    columns, selected = [], []
+    for name, how in shape:
+        columns.append(qn(model._meta.get_field(name).column))
+        if isinstance(how, str):
+            selected.append(how)
+        elif isinstance(how, tuple):
+            pairs = ", ".join(f"%s::text, {sql}" for _, sql in how)
+            selected.append(f"(%s::jsonb || jsonb_build_object({pairs}))" if how else "%s::jsonb")
         else:
             selected.append("%s")
-            params.append(f.get_db_prep_save(value, connection))
-    columns = ", ".join(qn(f.column) for f in fields)
     return (
-        f"INSERT INTO {qn(model._meta.db_table)} ({columns}) SELECT {', '.join(selected)} FROM {source}",
-        params,
+        f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(columns)}) "
+        f"SELECT {', '.join(selected)} FROM {source}"
     )
 
 
@@ -325,7 +348,7 @@ def _pulled_in_one_statement(recipient: AgentSession, actor: Principal, limit: i
     The same rows move, writing the same columns (`_moved_fields`) and audit events
     (`_move_audit`), with the same receipts."""
     now = timezone.now()
-    assignments, values = _assignments(_moved_fields(S.DELIVERED, now))
+    assignments, values = _assignments(_moved_fields(S.DELIVERED, now), prepare=False)
     audit, audit_params = _insert_each(
         AuditEvent,
         audit_rows([_moved_row_audit(S.DELIVERED, actor, "moved", from_state=S.QUEUED)], at=now)[0],
@@ -445,7 +468,7 @@ def _acked_in_one_statement(
         return [], []
     field = Delivery._meta.get_field("message")
     now = timezone.now()
-    assignments, values = _assignments(_moved_fields(S.READ, now))
+    assignments, values = _assignments(_moved_fields(S.READ, now), prepare=False)
     audit, audit_params = _insert_each(
         AuditEvent,
         audit_rows([_moved_row_audit(S.READ, actor, "locked", from_state=_Column("locked.state"))], at=now)[
