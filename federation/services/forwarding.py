@@ -88,8 +88,8 @@ class SendRoute:
     def decide(self, *, sender: AgentSession, text: str, kind: str, now: Any) -> Any:
         """Relayed, or held for an operator when messages may not leave this machine."""
         from messaging.sensitivity import classify
+        from messaging.services.decision import Decision
         from messaging.services.holds import hold_expiry_for
-        from messaging.services.sending import Decision
 
         tier = classify(text, kind=kind).tier
         if isolation_applies(sender=sender, route=self.route):

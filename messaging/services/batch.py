@@ -46,12 +46,13 @@ from messaging.models import (
     UnreadCount,
 )
 from messaging.plugins import PLUGINS
-from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
+from messaging.policy import HOST_VERIFIED, Verdict
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import classify
 from messaging.services.bulk import as_uuid
+from messaging.services.decision import Decision, decide
 from messaging.services.events import Announcement
-from messaging.services.holds import STOPPED_HOLD, hold_expiry_for, holds_make_room
+from messaging.services.holds import STOPPED_HOLD, holds_make_room
 from messaging.services.limits import (
     TokenReservation,
     limits_reserve,
@@ -60,13 +61,12 @@ from messaging.services.limits import (
 )
 from messaging.services.pair import dedupe_key, pair_texts_params, pair_texts_sql
 from messaging.services.sending import (
-    Decision,
     SendOutcome,
     acceptance_audit,
     accepted_message,
+    decision_facts,
     first_delivery,
     idempotency_lock_id,
-    inbound_verdict,
     message_event,
     message_send,
     messages_write,
@@ -739,39 +739,26 @@ class _Batch:
             raise queue_full(inbox.recipient, inbox.unread)
 
     def _decide(self, item: _Item, inbox: _Inbox) -> Decision:
-        """`decide_inbound` for a live local recipient, with its reads done once per recipient."""
+        """`decide` for a live local recipient, with its reads done once per recipient."""
         recipient = inbox.recipient
         classification = classify(item.text, summary=item.summary, kind=MessageKind.TEXT)
-        tier = classification.tier
-        sensitive = tier == Tier.SENSITIVE
+        sensitive = classification.tier == Tier.SENSITIVE
         assert inbox.override is not None  # read with the recipient (`_read_recipient`)
         override, by_operator = inbox.override
-        verdict = inbox.verdicts.get(sensitive)
-        if verdict is None:
-            verdict = inbox.verdicts[sensitive] = inbound_verdict(
-                sender=self.sender,
-                recipient=recipient,
-                sensitive=sensitive,
-                trust=inbox.trust,
-                override=override,
-                by_operator=by_operator,
-            )
-        marks = {
-            "tier": tier,
-            "trust": inbox.trust,
-            "escalate": verdict.escalate,
-            "sensitivity": classification if classification.matches else None,
-        }
-        if verdict.action == REFUSE:
-            return Decision(state=S.REFUSED, reason=f"inbound policy: {verdict.reason}", **marks)
-        if verdict.action == HOLD:
-            expires = hold_expiry_for(recipient, self.now)
-            return Decision(state=S.HELD, hold_reason=verdict.reason, expires_at=expires, **marks)
-        # An operator's explicit allow for this pair says the human has seen them talk: no loop hold.
-        if not (override == ACCEPT and by_operator) and self._looping(inbox):
-            expires = hold_expiry_for(recipient, self.now)
-            return Decision(state=S.HELD, hold_reason="loop_suspected", expires_at=expires, **marks)
-        return Decision(state=S.QUEUED, **marks)
+        facts = decision_facts(
+            sender=self.sender,
+            recipient=recipient,
+            classification=classification,
+            trust=inbox.trust,
+            kind=MessageKind.TEXT,
+            override=override,
+            by_operator=by_operator,
+            looping=self._looping(inbox),
+            now=self.now,
+            verdict=inbox.verdicts.get(sensitive),
+        )
+        inbox.verdicts[sensitive] = facts.verdict
+        return decide(facts)
 
     def _looping(self, inbox: _Inbox) -> bool:
         """`limits_loop_suspected`, with each direction counted once per batch: the reply direction

@@ -14,7 +14,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -59,7 +59,7 @@ from messaging.models import (
 )
 from messaging.names import strip_invisible
 from messaging.plugins import PLUGINS
-from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, VERIFIED_TRUSTS, Verdict, inbound_decide
+from messaging.policy import HOST_VERIFIED, VERIFIED_TRUSTS, Verdict, inbound_decide
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import Classification, classify, mask_preview, mask_text, match_labels
 from messaging.services.audit import audit_events_write, audit_rows
@@ -74,14 +74,16 @@ from messaging.services.bulk import (
     models_selected,
     select_columns,
 )
+from messaging.services.decision import Decision, DecisionFacts, decide
 from messaging.services.events import Announcement
 from messaging.services.holds import (
+    STOPPED_HOLD,
     escalated_holds_announce,
-    hold_expiry_for,
+    hold_expiry_seconds_of,
     holds_make_room,
 )
 from messaging.services.limits import limits_take, loop_suspected
-from messaging.services.pair import PairFacts, dedupe_key, pair_facts, pair_key
+from messaging.services.pair import dedupe_key, pair_facts, pair_key
 from messaging.services.transports import schedule_pushes
 from messaging.states import DeliveryState
 
@@ -129,21 +131,6 @@ class SendOutcome:
         }
 
 
-@dataclass
-class Decision:
-    """The send pipeline's verdict for one recipient, before anything is written."""
-
-    state: str
-    hold_reason: str = ""
-    expires_at: Any = None
-    escalate: str = ""
-    tier: str = Tier.INFO
-    trust: str = "host-verified"
-    reason: str = ""
-    # What the sensitive tier found (`messaging.sensitivity.Classification`), when it found anything.
-    sensitivity: Classification | None = None
-
-
 def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: bool = False) -> str:
     """One sentence telling the sender what happened and whether to retry, wait or give up."""
     who = f"{recipient.name} [{recipient.ref}]"
@@ -156,7 +143,7 @@ def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: 
     if state == S.READ:
         return f"{again}Delivered to {who}, who has read it. Wait for their reply; do not resend."
     if state == S.HELD:
-        if delivery.hold_reason == "recipient_stopped":
+        if delivery.hold_reason == STOPPED_HOLD:
             return (
                 f"{again}HELD for {who}: they are stopped; the hub keeps it and delivers it when they "
                 f"start again, until {delivery.expires_at:%Y-%m-%d %H:%M} UTC. Do not resend."
@@ -551,28 +538,18 @@ def _resolved(
     return recipient, resolution
 
 
-def decide_by_recipient_state(recipient: AgentSession, now: Any) -> Decision:
-    """Core routing rule: live → queued; stopped → held for it; user-stopped → refused."""
-    if recipient.status == SessionStatus.USER_STOPPED:
-        return Decision(state=S.REFUSED, reason="the recipient was stopped by its user")
-    if recipient.status == SessionStatus.STOPPED:
-        per_recipient = Delivery.objects.filter(
-            recipient=recipient, state=S.HELD, hold_reason="recipient_stopped"
-        ).count()
-        if per_recipient >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
-            raise HoldFull(
-                f"{recipient.label} is stopped and already has {per_recipient} messages held for it; "
-                "wait until it starts again.",
-            )
-        per_hub = Delivery.objects.filter(state=S.HELD, hold_reason="recipient_stopped").count()
-        if per_hub >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB:
-            raise HoldFull("This hub holds as many messages for stopped sessions as it may; try later.")
-        return Decision(
-            state=S.HELD,
-            hold_reason="recipient_stopped",
-            expires_at=now + timedelta(seconds=settings.SWITCHBOARD_STOPPED_HOLD_SECONDS),
+def stopped_holds_checked(recipient: AgentSession) -> None:
+    """Raise HoldFull when a stopped `recipient`, or the hub, holds as many messages for stopped
+    sessions as it may: the caps of a decision to hold for a stopped recipient (`decide`)."""
+    held = Delivery.objects.filter(state=S.HELD, hold_reason=STOPPED_HOLD)
+    per_recipient = held.filter(recipient=recipient).count()
+    if per_recipient >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
+        raise HoldFull(
+            f"{recipient.label} is stopped and already has {per_recipient} messages held for it; "
+            "wait until it starts again.",
         )
-    return Decision(state=S.QUEUED)
+    if held.count() >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB:
+        raise HoldFull("This hub holds as many messages for stopped sessions as it may; try later.")
 
 
 def inbound_verdict(
@@ -599,59 +576,43 @@ def inbound_verdict(
     )
 
 
-def decide_inbound(
+def decision_facts(
     *,
     sender: AgentSession,
     recipient: AgentSession,
-    text: str,
+    classification: Classification,
+    trust: str,
     kind: str,
-    now: Any,
-    facts: PairFacts,
-    trust: str = HOST_VERIFIED,
-    signature_failed: bool = False,
-    classification: Classification | None = None,
-) -> Decision:
-    """Classify the message (tier, trust), apply the recipient's inbound policy (messaging.policy),
-    catch reply loops, then route by the recipient's state. Reads only; writes nothing."""
-    if classification is None:
-        classification = classify(text, kind=kind, signature_failed=signature_failed)
-    tier = classification.tier
-    found = classification if classification.matches else None
-    override, by_operator = facts.policy, facts.policy_by_operator
-    verdict = inbound_verdict(
-        sender=sender,
-        recipient=recipient,
-        sensitive=tier == Tier.SENSITIVE,
+    override: str | None,
+    by_operator: bool,
+    looping: bool,
+    now: datetime,
+    verdict: Verdict | None = None,
+) -> DecisionFacts:
+    """What `decide` needs of a message to a local recipient, from what the send has read
+    (`verdict`: the recipient's inbound policy when the caller has it already)."""
+    if verdict is None:
+        verdict = inbound_verdict(
+            sender=sender,
+            recipient=recipient,
+            sensitive=classification.tier == Tier.SENSITIVE,
+            trust=trust,
+            override=override,
+            by_operator=by_operator,
+        )
+    return DecisionFacts(
+        classification=classification,
         trust=trust,
+        verdict=verdict,
         override=override,
-        by_operator=by_operator,
+        override_by_operator=by_operator,
+        looping=looping,
+        kind=kind,
+        recipient_status=recipient.status,
+        now=now,
+        hold_seconds=hold_expiry_seconds_of(recipient),
+        stopped_hold_seconds=settings.SWITCHBOARD_STOPPED_HOLD_SECONDS,
     )
-    marks = {"tier": tier, "trust": trust, "escalate": verdict.escalate, "sensitivity": found}
-    if verdict.action == REFUSE or recipient.status == SessionStatus.USER_STOPPED:
-        why = (
-            "the recipient was stopped by its user"
-            if verdict.action != REFUSE
-            else f"inbound policy: {verdict.reason}"
-        )
-        return Decision(state=S.REFUSED, reason=why, **marks)
-    if verdict.action == HOLD:
-        return Decision(
-            state=S.HELD, hold_reason=verdict.reason, expires_at=hold_expiry_for(recipient, now), **marks
-        )
-    # An operator's explicit allow for this pair says the human has seen them talk: no loop hold.
-    operator_allowed = override == ACCEPT and by_operator
-    if (
-        kind == MessageKind.TEXT
-        and not operator_allowed
-        and loop_suspected(replies=facts.loop_replies, sends=facts.loop_sends)
-    ):
-        return Decision(
-            state=S.HELD, hold_reason="loop_suspected", expires_at=hold_expiry_for(recipient, now), **marks
-        )
-    decision = decide_by_recipient_state(recipient, now)
-    decision.tier, decision.trust, decision.escalate = tier, trust, verdict.escalate
-    decision.sensitivity = found
-    return decision
 
 
 def idempotency_lock_id(*, sender_id: str, key: str) -> int:
@@ -736,7 +697,7 @@ def message_send(
     route = None
     try:
         # A name a local session holds, live or stopped, is never routed away: a stopped
-        # session's messages are held for it (`decide_by_recipient_state`).
+        # session's messages are held for it (`decide`).
         recipient, resolution = _resolve(sender, target)  # its pin is checked with the pair's facts
     except NotFound:
         route = None if remote is not None else PLUGINS.other_hubs.route(sender=sender, target=target)
@@ -782,17 +743,21 @@ def message_send(
         if classification.matches:  # the summary and files count too, wherever the message goes
             decision.tier, decision.sensitivity = classification.tier, classification
     else:
-        decision = decide_inbound(
-            sender=sender,
-            recipient=recipient,
-            text=text,
-            kind=kind,
-            now=now,
-            facts=facts,
-            trust=trust,
-            signature_failed=signature_failed,
-            classification=classification,
+        decision = decide(
+            decision_facts(
+                sender=sender,
+                recipient=recipient,
+                classification=classification,
+                trust=trust,
+                kind=kind,
+                override=facts.policy,
+                by_operator=facts.policy_by_operator,
+                looping=loop_suspected(replies=facts.loop_replies, sends=facts.loop_sends),
+                now=now,
+            )
         )
+        if decision.hold_reason == STOPPED_HOLD:
+            stopped_holds_checked(recipient)
     if remote is not None:
         decision = remote.adjust(decision, recipient=recipient, now=now)
 
@@ -816,7 +781,7 @@ def message_send(
     )
     tier = route.tier if route else (remote.tier if remote is not None else DeliveryTier.HOST)
     delivery = first_delivery(message=message, recipient=recipient, decision=decision, tier=tier, now=now)
-    make_room = decision.state == S.HELD and decision.hold_reason != "recipient_stopped"
+    make_room = decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD
     pin_wanted = resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead")
     pin_changes = bool(pin_wanted and facts.pinned_to != recipient.id)
     # The common send writes with one statement on PostgreSQL (`messages_write`), which commits on
