@@ -142,6 +142,7 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
     from messaging.principals import session_principal
     from messaging.services.delivery import inbox_ack, inbox_pull
     from messaging.services.pair import dedupe_key, pair_key
+    from messaging.services.request import SendRequest
     from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
@@ -208,7 +209,7 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
     for i in range(rounds):
         for n, (alice, bob, actor) in pairs.items():
             t = time.perf_counter()
-            sent = message_send(sender=alice, to=bob.ref, text=f"new {shape} {n} {i}")
+            sent = message_send(SendRequest(sender=alice, to=bob.ref, text=f"new {shape} {n} {i}"))
             costs[n]["send"].append(time.perf_counter() - t)
             t = time.perf_counter()
             if shape == "unread":  # (the sender and recipient shapes' inboxes hold only these sends)
@@ -232,6 +233,7 @@ def session_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
     from messaging.models import AgentSession
     from messaging.principals import session_principal
     from messaging.services.delivery import inbox_ack, inbox_pull
+    from messaging.services.request import SendRequest
     from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
@@ -260,7 +262,7 @@ def session_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
         resize(n)
         for i in range(max(1, rounds // 2)):
             t = time.perf_counter()
-            sent = message_send(sender=alice, to=bob.name, text=f"new sessions {n} {k} {i}")
+            sent = message_send(SendRequest(sender=alice, to=bob.name, text=f"new sessions {n} {k} {i}"))
             costs[n]["send"].append(time.perf_counter() - t)
             t = time.perf_counter()
             got = inbox_pull(recipient=bob, actor=actor, limit=10)

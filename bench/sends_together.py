@@ -31,6 +31,7 @@ from harness import RedisServer, database_drop, database_migrated
 def batch_costs(sender: Any, sizes: list[int], messages: int) -> dict[str, Any]:
     """CPU and wall per message of single sends and of batches of each size, after a warm-up."""
     from messaging.services.batch import messages_send_batch
+    from messaging.services.request import SendRequest
     from messaging.services.sending import message_send
 
     counter = iter(range(10**9))
@@ -39,7 +40,7 @@ def batch_costs(sender: Any, sizes: list[int], messages: int) -> dict[str, Any]:
         return [{"to": "bench-sink", "text": f"batch cost {next(counter)}"} for _ in range(n)]
 
     def single() -> None:
-        message_send(sender=sender, **texts(1)[0])
+        message_send(SendRequest(sender=sender, **texts(1)[0]))
 
     shapes: list[tuple[str, int, Callable[[], Any]]] = [("single", 1, single)]
     shapes += [

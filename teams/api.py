@@ -16,6 +16,7 @@ from messaging.auth import AUTH, principal
 from messaging.errors import Forbidden, NotFound
 from messaging.models import AgentSession, SessionStatus
 from messaging.principals import Principal
+from messaging.services.request import SendRequest
 from messaging.services.sending import SendOutcome, message_send, resolve_recipient
 from teams.models import GateEvent, Observer, Team
 from teams.selectors import (
@@ -437,12 +438,14 @@ def team_message(request: HttpRequest, team_id: uuid.UUID, body: TeamMessageIn) 
         raise Forbidden("You are not on this team's roster.")
     member = member_require_live(team=team, member_id=body.to_member)
     outcome = message_send(
-        sender=session,
-        to=str(member.session_id),
-        text=body.message,
-        summary=body.summary,
-        priority=body.priority,
-        actor=caller,
+        SendRequest(
+            sender=session,
+            to=str(member.session_id),
+            text=body.message,
+            summary=body.summary,
+            priority=body.priority,
+            actor=caller,
+        )
     )
     return Status(201, _sent(outcome))
 

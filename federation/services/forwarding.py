@@ -119,7 +119,8 @@ class SendRoute:
 
 @dataclass(frozen=True)
 class InboundContext:
-    """What `message_send` needs to write a message another hub forwarded here."""
+    """What `message_send` needs to write a message another hub forwarded here (the context of
+    its `messaging.services.request.Origin`)."""
 
     message_id: uuid.UUID
     tier: str
@@ -783,6 +784,7 @@ def inbound_accept(
     keys (`peer_vouched_tier`), never from the body: a direct call is `channel` or `lan` as the
     caller's key is vouched for, a relay pull is `relay`. A message whose origin (or carrier) no
     one vouched for is at most `unverified` and held for an operator (`unknown_peer`)."""
+    from messaging.services.request import Origin, SendRequest
     from messaging.services.sending import message_send
 
     envelope = _check_envelope(envelope)
@@ -839,21 +841,21 @@ def inbound_accept(
     try:
         with transaction.atomic():
             outcome = message_send(
-                sender=sender,
-                to=envelope["to"],
-                text=envelope["text"],
-                summary=str(envelope.get("summary", ""))[:200],
-                priority=priority,
-                actor=HUB,
-                trust=trust,
-                signature_failed=not signed_ok,
-                attached=envelope_file_heads(envelope),
-                remote=InboundContext(
-                    message_id=message_id,
-                    tier=tier,
-                    trust=trust,
-                    hold_reason=hold_reason,
-                ),
+                SendRequest(
+                    sender=sender,
+                    to=envelope["to"],
+                    text=envelope["text"],
+                    summary=str(envelope.get("summary", ""))[:200],
+                    priority=priority,
+                    actor=HUB,
+                    origin=Origin.forwarded_by(
+                        InboundContext(
+                            message_id=message_id, tier=tier, trust=trust, hold_reason=hold_reason
+                        ),
+                        signature_failed=not signed_ok,
+                        attached=envelope_file_heads(envelope),
+                    ),
+                )
             )
             from federation.services.files import files_receive
 

@@ -60,6 +60,7 @@ from messaging.services.limits import (
     unread_count,
 )
 from messaging.services.pair import dedupe_key, pair_texts_params, pair_texts_sql
+from messaging.services.request import SendRequest
 from messaging.services.sending import (
     SendOutcome,
     acceptance_audit,
@@ -90,7 +91,7 @@ _NOT_READ = object()  # a pin the batch has not read: written whatever it points
 def messages_send_batch(
     *, sender: AgentSession, items: list[dict[str, Any]], actor: Principal | None = None
 ) -> list[SendOutcome | SwitchboardError]:
-    """Send many messages in one request. Each item holds `message_send`'s keyword arguments (to,
+    """Send many messages in one request. Each item holds a `SendRequest`'s fields (to,
     text, summary, idempotency_key, priority, in_reply_to, files) and goes through exactly the same
     validation, resolution, limits and policy, with the same outcome a single send would give.
     One transaction: the answer comes only after every accepted item is committed (a database
@@ -109,8 +110,8 @@ def messages_send_batch(
 
 @dataclass
 class Send:
-    """One send of a group sent together: who sends, as whom, and `message_send`'s other
-    keyword arguments (BULK_FIELDS)."""
+    """One send of a group sent together: who sends, as whom, and the other fields of its
+    `SendRequest` (BULK_FIELDS)."""
 
     sender: AgentSession
     actor: Principal
@@ -832,7 +833,7 @@ class _Batch:
         self._settle()
         self.writes.facts_current = False  # it may write more than its message
         try:
-            outcome = message_send(sender=self.sender, actor=self.actor, **item.fields)
+            outcome = message_send(SendRequest(sender=self.sender, actor=self.actor, **item.fields))
         except SwitchboardError as exc:
             self.results.append(exc)
             return

@@ -59,7 +59,7 @@ from messaging.models import (
 )
 from messaging.names import strip_invisible
 from messaging.plugins import PLUGINS
-from messaging.policy import HOST_VERIFIED, VERIFIED_TRUSTS, Verdict, inbound_decide
+from messaging.policy import VERIFIED_TRUSTS, Verdict, inbound_decide
 from messaging.principals import Principal, session_principal
 from messaging.sensitivity import Classification, classify, mask_preview, mask_text, match_labels
 from messaging.services.audit import audit_events_write, audit_rows
@@ -84,6 +84,7 @@ from messaging.services.holds import (
 )
 from messaging.services.limits import limits_take, loop_suspected
 from messaging.services.pair import dedupe_key, pair_facts, pair_key
+from messaging.services.request import SendRequest
 from messaging.services.transports import schedule_pushes
 from messaging.states import DeliveryState
 
@@ -632,61 +633,45 @@ def _idempotency_lock(*, sender_id: str, key: str) -> None:
         )
 
 
-def _serialized_by_idempotency_key(send: Callable[..., SendOutcome]) -> Callable[..., SendOutcome]:
+def _serialized_by_idempotency_key(
+    send: Callable[[SendRequest], SendOutcome],
+) -> Callable[[SendRequest], SendOutcome]:
     """Requests with the same idempotency key wait for each other, so a retry that races the original
     (a client timing out and sending again) always gets the original's answer, never a rate limit or
     a copy."""
 
     @functools.wraps(send)
-    def serialized(**arguments: Any) -> SendOutcome:
-        key = arguments.get("idempotency_key")
+    def serialized(request: SendRequest) -> SendOutcome:
+        key = request.idempotency_key
         if not key:
-            return send(**arguments)
+            return send(request)
         with transaction.atomic():
-            _idempotency_lock(sender_id=str(arguments["sender"].id), key=key)
-            return send(**arguments)
+            _idempotency_lock(sender_id=str(request.sender.id), key=key)
+            return send(request)
 
     return serialized
 
 
 @_serialized_by_idempotency_key
-def message_send(
-    *,
-    sender: AgentSession,
-    to: str,
-    text: str,
-    summary: str = "",
-    idempotency_key: str | None = None,
-    priority: str = "normal",
-    kind: str = MessageKind.TEXT,
-    frame_type: str = "",
-    in_reply_to: str | None = None,
-    actor: Principal | None = None,
-    trust: str = HOST_VERIFIED,
-    signature_failed: bool = False,
-    hub_made: bool = False,
-    files: list[dict[str, str]] | None = None,
-    remote: Any = None,
-    attached: list[bytes] | None = None,
-) -> SendOutcome:
-    """Send `text` from `sender` to the session `to` names. See the module docstring for the steps.
-
-    `hub_made` marks a message the hub writes on a session's behalf (an idle notification with a
-    final answer, a fired subscription): it skips the sender's rate limits so it is never lost.
-    `files` attaches uploaded files ({sha256, name}); `remote` (a federation InboundContext) marks
-    a message another hub forwarded here, and `attached` holds the start of each file it carried
-    (scanned with the text and the summary: `messaging.sensitivity.FILE_SCAN_BYTES`). An address
-    no local session (live or stopped) takes is tried on the other hubs (channel → LAN → relay,
-    `messaging.plugins.OtherHubs.route`) before it is `not_found`."""
-    actor = actor or session_principal(sender)
+def message_send(request: SendRequest) -> SendOutcome:
+    """Send the request's text from its sender to the session its `to` names, through every rule
+    its origin (`messaging.services.request.Origin`) follows. See the module docstring for the
+    steps. Uploaded files are scanned by their first bytes with the text and the summary
+    (`messaging.sensitivity.FILE_SCAN_BYTES`). An address no local session (live or stopped)
+    takes is tried on the other hubs (channel → LAN → relay, `messaging.plugins.OtherHubs.route`)
+    before it is `not_found`, unless the message was forwarded here."""
+    sender, kind, origin, files = request.sender, request.kind, request.origin, request.files
+    idempotency_key, in_reply_to = request.idempotency_key, request.in_reply_to
+    forwarded, trust = origin.forwarded, origin.trust
+    actor = request.actor or session_principal(sender)
     checked = send_input_checked(
-        to=to,
-        text=text,
-        summary=summary,
-        priority=priority,
+        to=request.to,
+        text=request.text,
+        summary=request.summary,
+        priority=request.priority,
         idempotency_key=idempotency_key,
         kind=kind,
-        frame_type=frame_type,
+        frame_type=request.frame_type,
     )
     target, text, summary, fingerprint = checked.target, checked.text, checked.summary, checked.fingerprint
     if idempotency_key:
@@ -700,7 +685,7 @@ def message_send(
         # session's messages are held for it (`decide`).
         recipient, resolution = _resolve(sender, target)  # its pin is checked with the pair's facts
     except NotFound:
-        route = None if remote is not None else PLUGINS.other_hubs.route(sender=sender, target=target)
+        route = None if forwarded is not None else PLUGINS.other_hubs.route(sender=sender, target=target)
         if route is None:
             raise
         recipient, resolution = route.recipient, route.resolution
@@ -718,11 +703,11 @@ def message_send(
     if facts.sender_is_observer or facts.recipient_is_observer or kind == MessageKind.OBSERVER_REPORT:
         # Observers send only observer reports to their target and receive nothing (raises Forbidden).
         trust = PLUGINS.send_guard.check(sender=sender, recipient=recipient, kind=kind) or trust
-    if kind == MessageKind.TEXT and not hub_made and facts.duplicate_of is not None:
+    if kind == MessageKind.TEXT and not origin.hub_made and facts.duplicate_of is not None:
         original = Message.objects.get(pk=facts.duplicate_of)
         delivery = original.deliveries.get(recipient=recipient)
         return SendOutcome(message=original, delivery=delivery, recipient=recipient, duplicate=True)
-    if not hub_made:
+    if not origin.hub_made:
         try:
             limits_take(sender=sender, recipient=recipient, unread=facts.unread)
         except RateLimited:
@@ -734,9 +719,9 @@ def message_send(
     classification = classify(
         text,
         summary=summary,
-        files=attached if attached is not None else files_scanned(files),
+        files=origin.attached if forwarded is not None else files_scanned(files),
         kind=kind,
-        signature_failed=signature_failed,
+        signature_failed=origin.signature_failed,
     )
     if route is not None:
         decision = route.decide(sender=sender, text=text, kind=kind, now=now)
@@ -758,15 +743,15 @@ def message_send(
         )
         if decision.hold_reason == STOPPED_HOLD:
             stopped_holds_checked(recipient)
-    if remote is not None:
-        decision = remote.adjust(decision, recipient=recipient, now=now)
+    if forwarded is not None:
+        decision = forwarded.adjust(decision, recipient=recipient, now=now)
 
     message = accepted_message(
-        message_id=remote.message_id if remote is not None else None,
+        message_id=forwarded.message_id if forwarded is not None else None,
         sender=sender,
         recipient=recipient,
         kind=kind,
-        frame_type=frame_type,
+        frame_type=request.frame_type,
         text=text,
         summary=summary,
         size=checked.size,
@@ -779,7 +764,7 @@ def message_send(
         in_reply_to=in_reply_to,
         now=now,
     )
-    tier = route.tier if route else (remote.tier if remote is not None else DeliveryTier.HOST)
+    tier = route.tier if route else (forwarded.tier if forwarded is not None else DeliveryTier.HOST)
     delivery = first_delivery(message=message, recipient=recipient, decision=decision, tier=tier, now=now)
     make_room = decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD
     pin_wanted = resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead")

@@ -33,6 +33,7 @@ from django.db import connection
 from messaging.models import AgentSession
 from messaging.principals import Principal
 from messaging.services.batch import BULK_FIELDS, Send, messages_send_together
+from messaging.services.request import SendRequest
 from messaging.services.sending import SendOutcome, message_send
 
 GROUP_MAX = 100  # sends written together at most; the rest go in the next group
@@ -65,7 +66,7 @@ class SendsTogether:
         self._waiting: list[_Waiting] = []
 
     def send(self, *, sender: AgentSession, actor: Principal, fields: dict[str, Any]) -> SendOutcome:
-        """Send `fields` (`message_send`'s keyword arguments, on the batch's path: BULK_FIELDS)
+        """Send `fields` (a `SendRequest`'s fields, on the batch's path: BULK_FIELDS)
         for `sender`, together with the other sends in flight; return or raise what
         `message_send` would."""
         mine = _Waiting(Send(sender=sender, actor=actor, fields=fields))
@@ -124,7 +125,7 @@ def _run(group: list[_Waiting]) -> None:
     outcomes: list[SendOutcome | BaseException]
     try:
         if len(group) == 1:
-            outcomes = [message_send(sender=first.sender, actor=first.actor, **first.fields)]
+            outcomes = [message_send(SendRequest(sender=first.sender, actor=first.actor, **first.fields))]
         else:
             outcomes = list(messages_send_together([w.send for w in group]))
     except BaseException as exc:  # a single send's own error, or the group's (it committed nothing)
@@ -142,9 +143,9 @@ _together = SendsTogether()
 
 
 def message_send_together(*, sender: AgentSession, actor: Principal, **fields: Any) -> SendOutcome:
-    """`message_send(sender=..., actor=..., **fields)`, sent together with the other single sends
+    """`message_send(SendRequest(sender=..., actor=..., **fields))`, sent together with the other single sends
     in flight in this process when the fields are ones a batch takes (no attached files) and
     SWITCHBOARD_SEND_TOGETHER is on; otherwise alone."""
     if not settings.SWITCHBOARD_SEND_TOGETHER or fields.get("files") or not BULK_FIELDS.issuperset(fields):
-        return message_send(sender=sender, actor=actor, **fields)
+        return message_send(SendRequest(sender=sender, actor=actor, **fields))
     return _together.send(sender=sender, actor=actor, fields=fields)

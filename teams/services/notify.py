@@ -27,6 +27,7 @@ from messaging.services.audit import audit_event
 from messaging.services.delivery import delivery_transition
 from messaging.services.limits import bucket_take
 from messaging.services.notifications import Notice, notifications_send
+from messaging.services.request import HUB_MADE, SendRequest
 from messaging.services.sending import SendOutcome, message_send
 from messaging.states import DeliveryState
 from teams.models import NoticeSlot
@@ -61,14 +62,16 @@ def frame_deliver(
 ) -> SendOutcome:
     """Send one frame; errors propagate (the caller's transaction decides)."""
     return message_send(
-        sender=sender,
-        to=str(recipient.id),
-        text=frame_text(frame_type, fields),
-        summary=summary[:200],
-        kind=MessageKind.FRAME,
-        frame_type=frame_type,
-        actor=actor or session_principal(sender),
-        priority=priority,
+        SendRequest(
+            sender=sender,
+            to=str(recipient.id),
+            text=frame_text(frame_type, fields),
+            summary=summary[:200],
+            kind=MessageKind.FRAME,
+            frame_type=frame_type,
+            actor=actor or session_principal(sender),
+            priority=priority,
+        )
     )
 
 
@@ -92,14 +95,16 @@ def notify_safely(
             if notice and not notice_admitted(kind=notice, source=sender.id, recipient=recipient):
                 return None
             outcome = message_send(
-                sender=sender,
-                to=str(recipient.id),
-                text=text,
-                summary=summary[:200],
-                kind=kind,
-                frame_type=frame_type,
-                actor=actor or session_principal(sender),
-                hub_made=True,
+                SendRequest(
+                    sender=sender,
+                    to=str(recipient.id),
+                    text=text,
+                    summary=summary[:200],
+                    kind=kind,
+                    frame_type=frame_type,
+                    actor=actor or session_principal(sender),
+                    origin=HUB_MADE,
+                )
             )
             if notice:
                 notice_sent(kind=notice, source=sender.id, recipient=recipient, message=outcome.message)

@@ -14,6 +14,7 @@ from messaging.models import AgentSession, MessageKind
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
+from messaging.services.request import SendRequest
 from messaging.services.sending import SendOutcome, message_send
 from teams.models import Membership, Observer, Team
 
@@ -135,12 +136,14 @@ def observer_report(*, session: AgentSession, actor: Principal, text: str, summa
         raise Forbidden("You are not registered as an observer.", reason="not_observer")
     target = observer_target_session(observer)
     return message_send(
-        sender=session,
-        to=str(target.id),
-        text=text,
-        summary=summary,
-        kind=MessageKind.OBSERVER_REPORT,
-        actor=actor,
+        SendRequest(
+            sender=session,
+            to=str(target.id),
+            text=text,
+            summary=summary,
+            kind=MessageKind.OBSERVER_REPORT,
+            actor=actor,
+        )
     )
 
 

@@ -12,6 +12,7 @@ from channels.testing import WebsocketCommunicator
 
 from hub.routing import websocket_application
 from messaging.models import Delivery
+from messaging.services.request import SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import Registration, session_register
 
@@ -25,7 +26,7 @@ def register(name: str) -> Registration:
 
 @database_sync_to_async
 def send(sender: Registration, to: str, text: str) -> str:
-    return str(message_send(sender=sender.session, to=to, text=text).message.id)
+    return str(message_send(SendRequest(sender=sender.session, to=to, text=text)).message.id)
 
 
 @database_sync_to_async

@@ -251,7 +251,7 @@ async def test_a_body_sent_in_parts_over_the_limit_is_refused_413() -> None:
 async def test_failures_in_the_service_answer_as_the_full_handler(
     failure: Exception, status: int, monkeypatch: pytest.MonkeyPatch, full_handler_only: Any
 ) -> None:
-    def failing(**_: Any) -> None:
+    def failing(_request: Any) -> None:
         raise failure
 
     monkeypatch.setattr("messaging.services.together.message_send", failing)

@@ -13,6 +13,7 @@ import pytest
 from django.db import connection, transaction
 
 from messaging.models import AgentSession, Delivery, Message
+from messaging.services.request import HUB_MADE, SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
@@ -41,7 +42,7 @@ def busy_new_sender(pair: Pair) -> Iterator[Pair]:
     carol = session_register(name="carol").session
     session_register(name="dave")
     for i in range(500):  # the hub's traffic so far, which the statistics describe
-        message_send(sender=carol, to="dave", text=f"earlier {i}", hub_made=True)
+        message_send(SendRequest(sender=carol, to="dave", text=f"earlier {i}", origin=HUB_MADE))
     _analyze()  # before alice writes anything: neither she nor bob is in the statistics
     _busy_texts_sent(alice)
     yield alice, bob
@@ -52,7 +53,7 @@ def _busy_texts_sent(alice: AgentSession) -> None:
     """alice sends bob the 300 texts "busy 0" ... "busy 299" (hub-made: no rate limits), which the
     dedupe lookup tests send again."""
     for i in range(300):
-        message_send(sender=alice, to="bob", text=f"busy {i}", hub_made=True)
+        message_send(SendRequest(sender=alice, to="bob", text=f"busy {i}", origin=HUB_MADE))
 
 
 class _Undone(Exception):
@@ -69,7 +70,7 @@ def sender_after_empty_statistics(pair: Pair) -> Iterator[Pair]:
     alice, bob = pair
     tables = f"{Message._meta.db_table}, {Delivery._meta.db_table}"
     with pytest.raises(_Undone), transaction.atomic():  # a page written, its rows never committed
-        message_send(sender=alice, to="bob", text="undone", hub_made=True)
+        message_send(SendRequest(sender=alice, to="bob", text="undone", origin=HUB_MADE))
         raise _Undone
     _analyze(tables)
     _busy_texts_sent(alice)

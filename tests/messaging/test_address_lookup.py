@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hub_fixtures.history import exited_sessions_made
 from messaging.addressing import parse_address
 from messaging.models import AgentSession, SessionStatus
+from messaging.services.request import SendRequest
 from messaging.services.sending import _candidate_rows, _candidate_statement, message_send, prefix_end
 from messaging.services.sessions import session_register
 from tests.messaging.plans import plan_nodes, the_one_statement
@@ -160,9 +161,12 @@ def test_sqlite_reads_only_live_sessions_by_their_indexes(hub_with_history) -> N
 @pytest.mark.django_db
 def test_a_send_by_name_reaches_the_live_session_among_exited_ones(hub_with_history) -> None:
     app, app_tests, reviewer = hub_with_history
-    outcome = message_send(sender=reviewer, to="app", text="the build is green")
+    outcome = message_send(SendRequest(sender=reviewer, to="app", text="the build is green"))
     assert outcome.recipient.id == app.id
-    assert message_send(sender=reviewer, to="APP-T", text="and the tests").recipient.id == app_tests.id
+    assert (
+        message_send(SendRequest(sender=reviewer, to="APP-T", text="and the tests")).recipient.id
+        == app_tests.id
+    )
 
 
 @pytest.mark.parametrize(

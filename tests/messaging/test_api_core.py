@@ -414,10 +414,11 @@ def test_a_reply_names_a_message_its_sender_sent_or_received(api, register, send
 
 def test_a_reply_to_something_that_is_not_a_message_id_is_refused_by_the_service(db, register):
     from messaging.errors import Invalid
+    from messaging.services.request import SendRequest
     from messaging.services.sending import message_send
 
     register("alice"), register("bob")
     alice = AgentSession.objects.get(name="alice")
     with pytest.raises(Invalid) as refused:  # the MCP tool passes the id as text
-        message_send(sender=alice, to="bob", text="re", in_reply_to="not-an-id")
+        message_send(SendRequest(sender=alice, to="bob", text="re", in_reply_to="not-an-id"))
     assert refused.value.reason == "bad_in_reply_to"

@@ -17,6 +17,7 @@ from messaging.errors import SwitchboardError
 from messaging.models import AgentSession, AuditEvent, Delivery, Message, Pin
 from messaging.principals import session_principal
 from messaging.services.batch import Send, messages_send_batch, messages_send_together
+from messaging.services.request import SendRequest
 from messaging.services.sending import SendOutcome, message_send
 from teams.models import Observer
 
@@ -37,7 +38,7 @@ def world(register: Any) -> dict[str, AgentSession]:
     # olga observes bob (she receives nothing); frank has just sent alice two texts
     Observer.objects.create(session=sessions["olga"], target_session=sessions["bob"], registered_by="test")
     for i in range(2):
-        message_send(sender=sessions["frank"], to="alice", text=f"frank to alice {i}")
+        message_send(SendRequest(sender=sessions["frank"], to="alice", text=f"frank to alice {i}"))
     return sessions
 
 
@@ -130,12 +131,14 @@ def run(world: dict[str, AgentSession], send_items: Any, settings: Any) -> tuple
     sid = transaction.savepoint()
     names = {}
     for text, key in (("earlier", "k-earlier"), ("said before", None)):
-        names[message_send(sender=alice, to="bob", text=text, idempotency_key=key).message.id] = text
+        names[
+            message_send(SendRequest(sender=alice, to="bob", text=text, idempotency_key=key)).message.id
+        ] = text
     results = send_items(alice, mixed_items())
     probes = []
     for i in range(20):
         try:
-            probes.append(message_send(sender=alice, to="carol", text=f"probe {i}"))
+            probes.append(message_send(SendRequest(sender=alice, to="carol", text=f"probe {i}")))
         except SwitchboardError as exc:
             probes.append(exc)
     seen = view(results, names), [label(p) for p in probes]
@@ -148,7 +151,7 @@ def one_by_one(sender: AgentSession, items: list[dict[str, Any]]) -> list[Any]:
     results: list[Any] = []
     for item in items:
         try:
-            results.append(message_send(sender=sender, **item))
+            results.append(message_send(SendRequest(sender=sender, **item)))
         except SwitchboardError as exc:
             results.append(exc)
     return results
@@ -216,7 +219,7 @@ def test_a_group_of_senders_gets_the_outcomes_of_their_sends_one_by_one(world, s
         for position in in_sender_order(sends):
             name, fields = sends[position]
             try:
-                results[position] = message_send(sender=world[name], **fields)
+                results[position] = message_send(SendRequest(sender=world[name], **fields))
             except SwitchboardError as exc:
                 results[position] = exc
         return results
@@ -276,7 +279,7 @@ def test_a_batch_reads_the_database_the_same_number_of_times_for_10_or_100_messa
 def test_a_batch_leaves_a_pin_that_already_points_at_the_recipient_as_it_is(world, settings):
     settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
     alice = world["alice"]
-    message_send(sender=alice, to="bob", text="the first send pins the name")
+    message_send(SendRequest(sender=alice, to="bob", text="the first send pins the name"))
     pin = Pin.objects.get(sender=alice, name_key="bob")
     pin_table = connection.ops.quote_name(Pin._meta.db_table)
 
@@ -297,7 +300,7 @@ def test_a_batch_writes_the_pin_its_last_rebinding_leaves(world, settings):
     settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
     alice = world["alice"]
     first, second = AgentSession.objects.filter(name="twin").order_by("ref")
-    message_send(sender=alice, to=f"twin [{first.ref}]", text="pins twin to the first")
+    message_send(SendRequest(sender=alice, to=f"twin [{first.ref}]", text="pins twin to the first"))
 
     # Pinned to the first: away to the second, then back to the first, within one batch
     addresses = [f"twin [{first.ref}]", f"twin [{second.ref}]", f"twin [{first.ref}]"]
@@ -315,7 +318,7 @@ def test_a_batch_writes_the_pin_its_last_rebinding_leaves(world, settings):
 def test_a_batch_audits_one_acceptance_and_one_delivery_event_per_message(world, settings):
     settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
     alice = world["alice"]
-    message_send(sender=alice, to="bob", text="earlier", idempotency_key="k-earlier")
+    message_send(SendRequest(sender=alice, to="bob", text="earlier", idempotency_key="k-earlier"))
     before = AuditEvent.objects.count()
 
     results = messages_send_batch(sender=alice, items=mixed_items()[:14])
@@ -368,7 +371,7 @@ def test_a_database_failure_accepts_none_of_the_batch(world, settings, monkeypat
 def test_a_batch_counts_the_texts_sent_before_it_toward_a_reply_loop(world, settings):
     # Given frank has sent alice two texts (the fixture) and alice has sent him one
     settings.SWITCHBOARD_LOOP_EXCHANGES = 2
-    message_send(sender=world["alice"], to="frank", text="before the batch")
+    message_send(SendRequest(sender=world["alice"], to="frank", text="before the batch"))
 
     # When alice sends him two more in one batch
     items = [{"to": "frank", "text": f"in the batch {i}"} for i in range(2)]

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from messaging.models import Delivery, Message
 from messaging.services import bulk
+from messaging.services.request import SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
@@ -21,7 +22,7 @@ from messaging.services.sessions import session_register
 def test_an_instance_built_from_a_row_is_the_one_from_db_builds() -> None:
     alice = session_register(name="alice").session
     session_register(name="bob")
-    sent = message_send(sender=alice, to="bob", text="hello")
+    sent = message_send(SendRequest(sender=alice, to="bob", text="hello"))
     stored = Delivery.objects.get(pk=sent.delivery.pk)
     row = [getattr(stored, name) for name in bulk.model_columns(Delivery)]
 
@@ -66,7 +67,7 @@ def test_bulk_insert_writes_every_row_and_returns_ids_in_row_order() -> None:
     # More rows than SQLite takes parameters for in one statement: several statements there
     alice = session_register(name="alice").session
     session_register(name="bob")
-    sent = message_send(sender=alice, to="bob", text="template")
+    sent = message_send(SendRequest(sender=alice, to="bob", text="template"))
     message_row = bulk.model_row(sent.message, bulk.model_columns(Message))
     delivery_row = bulk.model_row(sent.delivery, bulk.model_columns(Delivery)[1:])  # the database gives ids
     new_ids = [uuid.uuid4() for _ in range(300)]

@@ -13,6 +13,7 @@ from messaging.models import AgentSession
 from messaging.services import events
 from messaging.services.batch import messages_send_batch
 from messaging.services.events import OPERATORS_GROUP, session_group
+from messaging.services.request import SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
@@ -49,7 +50,7 @@ def test_a_send_hands_over_the_push_and_the_senders_notice_together(
     alice, bob = _session("alice"), _session("bob")
 
     with django_capture_on_commit_callbacks(execute=True):
-        message_send(sender=alice, to="bob", text="hello")
+        message_send(SendRequest(sender=alice, to="bob", text="hello"))
 
     assert hand_offs == [
         [
@@ -67,7 +68,7 @@ def test_a_socket_write_starts_only_after_the_events_are_handed_over(
     bob = _session("bob", peer_address="uds:/tmp/switchboard-test-bob.sock")
 
     with django_capture_on_commit_callbacks(execute=True):
-        message_send(sender=alice, to="bob", text="hello")
+        message_send(SendRequest(sender=alice, to="bob", text="hello"))
 
     assert len(hand_offs) == 2
     assert hand_offs[0][0] == (session_group(bob.id), "inbox.queued")
@@ -81,7 +82,7 @@ def test_a_held_send_hands_over_only_the_senders_notice(
     AgentSession.objects.filter(pk=bob.id).update(inbound_policy="hold")
 
     with django_capture_on_commit_callbacks(execute=True):
-        message_send(sender=alice, to="bob", text="hello")
+        message_send(SendRequest(sender=alice, to="bob", text="hello"))
 
     assert hand_offs == [[(session_group(alice.id), "message.sent"), (OPERATORS_GROUP, "message.sent")]]
 

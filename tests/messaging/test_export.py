@@ -23,6 +23,7 @@ from messaging.services.export import (
 )
 from messaging.services.holds import holds_decide
 from messaging.services.policies import policy_set
+from messaging.services.request import HUB_MADE, SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
@@ -46,10 +47,12 @@ def _jsonl(scope, **kwargs):
 
 def test_a_pair_export_holds_both_directions_in_time_order_and_nothing_else(trio):
     alice, bob, carol = trio
-    first = message_send(sender=alice, to="bob", text="hello bob", summary="greeting").message
-    message_send(sender=alice, to="carol", text="not for this pair")
-    reply = message_send(sender=bob, to="alice", text="hi alice", in_reply_to=str(first.pk)).message
-    message_send(sender=carol, to="bob", text="also not")
+    first = message_send(SendRequest(sender=alice, to="bob", text="hello bob", summary="greeting")).message
+    message_send(SendRequest(sender=alice, to="carol", text="not for this pair"))
+    reply = message_send(
+        SendRequest(sender=bob, to="alice", text="hi alice", in_reply_to=str(first.pk))
+    ).message
+    message_send(SendRequest(sender=carol, to="bob", text="also not"))
 
     records = _jsonl(export_pair_scope(a=alice, b=bob))
 
@@ -68,10 +71,10 @@ def test_the_time_range_is_since_inclusive_until_exclusive(trio):
     alice, bob, _ = trio
     start = timezone.now()
     with time_machine.travel(start - timedelta(days=2), tick=False):
-        message_send(sender=alice, to="bob", text="old", hub_made=True)
+        message_send(SendRequest(sender=alice, to="bob", text="old", origin=HUB_MADE))
     with time_machine.travel(start - timedelta(days=1), tick=False):
-        message_send(sender=alice, to="bob", text="middle", hub_made=True)
-    message_send(sender=alice, to="bob", text="new", hub_made=True)
+        message_send(SendRequest(sender=alice, to="bob", text="middle", origin=HUB_MADE))
+    message_send(SendRequest(sender=alice, to="bob", text="new", origin=HUB_MADE))
 
     scope = export_pair_scope(
         a=alice, b=bob, since=start - timedelta(days=1), until=start - timedelta(hours=1)
@@ -82,8 +85,8 @@ def test_the_time_range_is_since_inclusive_until_exclusive(trio):
 def test_held_and_denied_messages_are_marked_and_their_text_withheld_unless_asked(trio):
     alice, bob, _ = trio
     policy_set(session=bob, policy="hold", actor=OP)
-    held = message_send(sender=alice, to="bob", text="secret plan A", summary="plan A")
-    denied = message_send(sender=alice, to="bob", text="secret plan B")
+    held = message_send(SendRequest(sender=alice, to="bob", text="secret plan A", summary="plan A"))
+    denied = message_send(SendRequest(sender=alice, to="bob", text="secret plan B"))
     holds_decide(delivery_ids=[denied.delivery.pk], approve=False, actor=OP, reason="not now")
     assert held.status == "held"
 
@@ -104,7 +107,7 @@ def test_held_and_denied_messages_are_marked_and_their_text_withheld_unless_aske
 def test_a_sensitive_messages_secrets_are_masked_even_with_held_text_included(trio):
     alice, bob, _ = trio
     sent = message_send(
-        sender=alice, to="bob", text=f"use {AWS_KEY} for the deploy", summary=f"key {AWS_KEY}"
+        SendRequest(sender=alice, to="bob", text=f"use {AWS_KEY} for the deploy", summary=f"key {AWS_KEY}")
     )
     assert sent.message.tier == "sensitive"
 
@@ -122,9 +125,11 @@ def test_a_sensitive_messages_secrets_are_masked_even_with_held_text_included(tr
 
 def test_the_markdown_transcript_shows_states_decisions_and_fences_the_text(trio):
     alice, bob, _ = trio
-    first = message_send(sender=alice, to="bob", text="look: ```not a fence end``` # not a heading").message
+    first = message_send(
+        SendRequest(sender=alice, to="bob", text="look: ```not a fence end``` # not a heading")
+    ).message
     policy_set(session=alice, policy="hold", actor=OP)
-    denied = message_send(sender=bob, to="alice", text="done", in_reply_to=str(first.pk))
+    denied = message_send(SendRequest(sender=bob, to="alice", text="done", in_reply_to=str(first.pk)))
     holds_decide(delivery_ids=[denied.delivery.pk], approve=False, actor=OP, reason="too soon")
 
     text = "".join(export_stream(export_pair_scope(a=alice, b=bob), fmt="md", actor=OP))
@@ -142,8 +147,8 @@ def test_the_markdown_transcript_shows_states_decisions_and_fences_the_text(trio
 def test_an_export_is_audited_with_counts_and_never_text(trio):
     alice, bob, _ = trio
     policy_set(session=bob, policy="hold", actor=OP)
-    message_send(sender=alice, to="bob", text="sixteen characters")
-    message_send(sender=bob, to="alice", text="an answer")
+    message_send(SendRequest(sender=alice, to="bob", text="sixteen characters"))
+    message_send(SendRequest(sender=bob, to="alice", text="an answer"))
 
     _jsonl(export_pair_scope(a=alice, b=bob))
 
@@ -156,8 +161,8 @@ def test_an_export_is_audited_with_counts_and_never_text(trio):
 
 def test_an_export_cut_short_is_audited_as_incomplete(trio):
     alice, bob, _ = trio
-    message_send(sender=alice, to="bob", text="one")
-    message_send(sender=alice, to="bob", text="two")
+    message_send(SendRequest(sender=alice, to="bob", text="one"))
+    message_send(SendRequest(sender=alice, to="bob", text="two"))
     chunks = export_stream(export_pair_scope(a=alice, b=bob), fmt="jsonl", actor=OP)
     next(chunks)
     chunks.close()
@@ -171,9 +176,9 @@ def test_batches_read_every_message_once_in_order(trio, monkeypatch):
     now = timezone.now()
     with time_machine.travel(now, tick=False):  # equal created_at: the id breaks the tie
         for i in range(4):
-            message_send(sender=alice, to="bob", text=f"same time {i}", hub_made=True)
+            message_send(SendRequest(sender=alice, to="bob", text=f"same time {i}", origin=HUB_MADE))
     for i in range(4):
-        message_send(sender=bob, to="alice", text=f"later {i}", hub_made=True)
+        message_send(SendRequest(sender=bob, to="alice", text=f"later {i}", origin=HUB_MADE))
 
     records = list(export_records(export_pair_scope(a=alice, b=bob)))
     assert len(records) == 8 and len({r["id"] for r in records}) == 8

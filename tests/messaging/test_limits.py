@@ -220,6 +220,7 @@ def test_team_frames_do_not_count_toward_a_reply_loop(api, register, send, setti
     """Frames are typed team traffic (assignments, idle notices), checked by the team API: only
     plain-text replies make a loop."""
     from messaging.models import AgentSession, MessageKind
+    from messaging.services.request import SendRequest
     from messaging.services.sending import message_send
 
     settings.SWITCHBOARD_LOOP_EXCHANGES = 3
@@ -228,7 +229,9 @@ def test_team_frames_do_not_count_toward_a_reply_loop(api, register, send, setti
     for i in range(3):
         assert send(alice, "bob", f"report {i}").json_body["status"] == "queued"
         frame = message_send(
-            sender=bob_session, to=alice.id, text=f'{{"type": "note", "n": {i}}}', kind=MessageKind.FRAME
+            SendRequest(
+                sender=bob_session, to=alice.id, text=f'{{"type": "note", "n": {i}}}', kind=MessageKind.FRAME
+            )
         )
         assert frame.status == "queued"
     assert send(alice, "bob", "report 3").json_body["status"] == "queued"
@@ -240,6 +243,7 @@ def test_team_frames_do_not_count_toward_a_reply_loop(api, register, send, setti
 def test_a_send_asks_the_bucket_store_once(monkeypatch, db):
     """Both buckets (the hub's and the pair's) are charged in one call: one Redis round trip."""
     from messaging.services import limits
+    from messaging.services.request import SendRequest
     from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
@@ -259,7 +263,7 @@ def test_a_send_asks_the_bucket_store_once(monkeypatch, db):
     alice = session_register(name="alice").session
     session_register(name="bob")
 
-    message_send(sender=alice, to="bob", text="hello")
+    message_send(SendRequest(sender=alice, to="bob", text="hello"))
 
     assert calls == ["take_many"]
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from messaging.models import Delivery, Message, Pin, SenderPolicy
 from messaging.services.pair import PairFacts, pair_facts
+from messaging.services.request import HUB_MADE, SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 from messaging.states import DeliveryState
@@ -39,8 +40,8 @@ def test_a_new_pair_has_no_facts(pair) -> None:
 
 def test_duplicates_unread_pins_and_policies_are_read(pair, settings) -> None:
     alice, bob = pair
-    first = message_send(sender=alice, to="bob", text="same words")
-    message_send(sender=alice, to="bob", text="other words")
+    first = message_send(SendRequest(sender=alice, to="bob", text="same words"))
+    message_send(SendRequest(sender=alice, to="bob", text="other words"))
     SenderPolicy.objects.create(recipient=bob, sender=alice, action="hold", by_operator=True)
     now = timezone.now()
 
@@ -60,8 +61,8 @@ def test_duplicates_unread_pins_and_policies_are_read(pair, settings) -> None:
 def test_loop_counts_stop_at_their_limit(pair, settings) -> None:
     alice, bob = pair
     for i in range(4):
-        message_send(sender=alice, to="bob", text=f"there {i}")
-        message_send(sender=bob, to="alice", text=f"back {i}")
+        message_send(SendRequest(sender=alice, to="bob", text=f"there {i}"))
+        message_send(SendRequest(sender=bob, to="alice", text=f"back {i}"))
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 3
     settings.SWITCHBOARD_LOOP_EXCHANGES = 2
 
@@ -78,11 +79,11 @@ def test_the_senders_own_direction_is_counted_only_when_the_replies_reach_the_th
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 100
     settings.SWITCHBOARD_LOOP_EXCHANGES = 2
     for i in range(3):
-        message_send(sender=alice, to="bob", text=f"one way {i}")
-    message_send(sender=bob, to="alice", text="one reply")
+        message_send(SendRequest(sender=alice, to="bob", text=f"one way {i}"))
+    message_send(SendRequest(sender=bob, to="alice", text="one reply"))
 
     one_way = pair_facts(sender=alice, recipient=bob, sha256=sha("x"), now=timezone.now())
-    message_send(sender=bob, to="alice", text="a second reply")
+    message_send(SendRequest(sender=bob, to="alice", text="a second reply"))
     both_ways = pair_facts(sender=alice, recipient=bob, sha256=sha("x"), now=timezone.now())
 
     # Alice's sends are not read while Bob's replies cannot make a loop: no loop either way.
@@ -103,9 +104,9 @@ def test_observers_are_seen_on_either_side(pair) -> None:
 
 def test_a_plain_send_reads_the_pair_in_one_query(pair) -> None:
     alice, _bob = pair
-    message_send(sender=alice, to="bob", text="first: pins bob")
+    message_send(SendRequest(sender=alice, to="bob", text="first: pins bob"))
     with CaptureQueriesContext(connection) as queries:
-        message_send(sender=alice, to="bob", text="second")
+        message_send(SendRequest(sender=alice, to="bob", text="second"))
     reads = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith("SELECT")]
     # One to find bob among the candidates, one for every fact about the pair.
     assert len(reads) == 2, reads
@@ -166,7 +167,7 @@ def test_the_dedupe_key_is_the_migrations_formula_and_is_written_with_every_mess
     assert dedupe_key(alice.id, sha("x")) == migration.dedupe_key(alice.id, sha("x"))
     assert dedupe_key(alice.id, sha("x")) != dedupe_key(bob.id, sha("x")) != dedupe_key(bob.id, sha("y"))
 
-    single = message_send(sender=alice, to="bob", text="one").message
+    single = message_send(SendRequest(sender=alice, to="bob", text="one")).message
     batched = messages_send_batch(sender=alice, items=[{"to": "bob", "text": "two"}])[0].message
     notifications_send([Notice(recipient_id=bob.id, text="from the hub")])
     keys = dict(Message.objects.values_list("text", "dedupe_key"))
@@ -252,8 +253,8 @@ def test_the_migration_gives_the_last_day_s_messages_their_dedupe_key(pair) -> N
 
     migration = importlib.import_module("messaging.migrations.0005_dedupe_key")
     alice, _bob = pair
-    recent = message_send(sender=alice, to="bob", text="recent").message
-    old = message_send(sender=alice, to="bob", text="old").message
+    recent = message_send(SendRequest(sender=alice, to="bob", text="recent")).message
+    old = message_send(SendRequest(sender=alice, to="bob", text="old")).message
     Message.objects.update(dedupe_key="")
     Message.objects.filter(pk=old.id).update(created_at=timezone.now() - timedelta(days=2))
 
@@ -275,7 +276,7 @@ def test_the_pair_key_is_the_migrations_formula_and_is_written_with_every_messag
     assert pair_key(alice.id, bob.id) == migration.pair_key(alice.id, bob.id)
     assert pair_key(alice.id, bob.id) != pair_key(bob.id, alice.id)
 
-    message_send(sender=alice, to="bob", text="one")
+    message_send(SendRequest(sender=alice, to="bob", text="one"))
     messages_send_batch(sender=bob, items=[{"to": "alice", "text": "two"}])
     notifications_send([Notice(recipient_id=bob.id, text="from the hub")])
     keys = dict(Message.objects.values_list("text", "pair_key"))
@@ -295,9 +296,9 @@ def test_the_migration_gives_the_last_day_s_messages_their_pair_key(pair) -> Non
 
     migration = importlib.import_module("messaging.migrations.0006_pair_key")
     alice, bob = pair
-    recent = message_send(sender=alice, to="bob", text="recent").message
-    reply = message_send(sender=bob, to="alice", text="reply").message
-    old = message_send(sender=alice, to="bob", text="old").message
+    recent = message_send(SendRequest(sender=alice, to="bob", text="recent")).message
+    reply = message_send(SendRequest(sender=bob, to="alice", text="reply")).message
+    old = message_send(SendRequest(sender=alice, to="bob", text="old")).message
     Message.objects.update(pair_key=None)
     Message.objects.filter(pk=old.id).update(created_at=timezone.now() - timedelta(days=2))
 
@@ -325,9 +326,9 @@ def test_a_pair_s_loop_counts_read_that_pair_s_texts_only(pair) -> None:
     alice, bob = pair
     carol = session_register(name="carol").session
     for i in range(150):  # bob is busy with carol, and carol writes to both a lot
-        message_send(sender=bob, to="carol", text=f"to carol {i}", hub_made=True)
-        message_send(sender=carol, to="alice", text=f"to alice {i}", hub_made=True)
-        message_send(sender=carol, to="bob", text=f"to bob {i}", hub_made=True)
+        message_send(SendRequest(sender=bob, to="carol", text=f"to carol {i}", origin=HUB_MADE))
+        message_send(SendRequest(sender=carol, to="alice", text=f"to alice {i}", origin=HUB_MADE))
+        message_send(SendRequest(sender=carol, to="bob", text=f"to bob {i}", origin=HUB_MADE))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     facts, read = _pair_read(sender=alice, recipient=bob, sha256=sha("hello"), now=timezone.now())
@@ -349,14 +350,14 @@ def test_the_pair_read_reads_only_the_pair_under_any_plan(pair, mode: str) -> No
     alice, bob = pair
     carol, dave = (session_register(name=n).session for n in ("carol", "dave"))
     for i in range(300):
-        message_send(sender=alice, to="bob", text=f"yesterday {i}", hub_made=True)
-        message_send(sender=bob, to="alice", text=f"yesterday back {i}", hub_made=True)
+        message_send(SendRequest(sender=alice, to="bob", text=f"yesterday {i}", origin=HUB_MADE))
+        message_send(SendRequest(sender=bob, to="alice", text=f"yesterday back {i}", origin=HUB_MADE))
     Message.objects.update(created_at=timezone.now() - timedelta(days=1))
     for i in range(600):  # another pair fills the window
-        message_send(sender=carol, to="dave", text=f"busy {i}", hub_made=True)
+        message_send(SendRequest(sender=carol, to="dave", text=f"busy {i}", origin=HUB_MADE))
     for i in range(3):
-        message_send(sender=alice, to="bob", text=f"today {i}", hub_made=True)
-        message_send(sender=bob, to="alice", text=f"today back {i}", hub_made=True)
+        message_send(SendRequest(sender=alice, to="bob", text=f"today {i}", origin=HUB_MADE))
+        message_send(SendRequest(sender=bob, to="alice", text=f"today back {i}", origin=HUB_MADE))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     # The replies reach the threshold, so the sender's own direction is counted too.
@@ -381,7 +382,7 @@ def test_the_pair_read_is_prepared_like_the_rest_of_a_send(pair) -> None:
     assert connection.connection.prepare_threshold is not None  # the hub prepares its statements
     for i in range(connection.connection.prepare_threshold + 3):
         pair_facts(sender=alice, recipient=bob, sha256=sha("x"), now=timezone.now())
-        message_send(sender=alice, to="bob", text=f"prepared {i}", hub_made=True)
+        message_send(SendRequest(sender=alice, to="bob", text=f"prepared {i}", origin=HUB_MADE))
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]

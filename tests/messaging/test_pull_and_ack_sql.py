@@ -22,6 +22,7 @@ from messaging.services.delivery import (
 )
 from messaging.services.events import Announcement
 from messaging.services.notifications import Notice, notifications_send
+from messaging.services.request import SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 from messaging.states import DeliveryState as S
@@ -46,9 +47,9 @@ def test_a_pull_reads_what_the_orm_reads() -> None:
     from federation.models import Attachment, MessageAttachment
 
     alice, bob = session_register(name="alice").session, session_register(name="bob").session
-    plain = message_send(sender=alice, to="bob", text="plain")
-    urgent = message_send(sender=alice, to="bob", text="urgent", priority="urgent")
-    with_file = message_send(sender=alice, to="bob", text="with a file")
+    plain = message_send(SendRequest(sender=alice, to="bob", text="plain"))
+    urgent = message_send(SendRequest(sender=alice, to="bob", text="urgent", priority="urgent"))
+    with_file = message_send(SendRequest(sender=alice, to="bob", text="with a file"))
     file = Attachment.objects.create(sha256="a" * 64, size=1)
     MessageAttachment.objects.create(
         message_id=with_file.message.id, attachment=file, position=0, name="f.txt"
@@ -85,8 +86,8 @@ def test_a_pull_reads_what_the_orm_reads() -> None:
 @pytest.mark.django_db
 def test_an_ack_names_each_id_as_it_was_given() -> None:
     alice, bob = session_register(name="alice").session, session_register(name="bob").session
-    first = message_send(sender=alice, to="bob", text="one").message.id
-    second = message_send(sender=alice, to="bob", text="two").message.id
+    first = message_send(SendRequest(sender=alice, to="bob", text="one")).message.id
+    second = message_send(SendRequest(sender=alice, to="bob", text="two")).message.id
     inbox_pull(recipient=bob, actor=session_principal(bob), limit=1)  # `first` delivered, `second` queued
     inbox_ack(recipient=bob, actor=session_principal(bob), message_ids=[str(first)])
 
@@ -109,7 +110,7 @@ def test_an_ack_waits_for_the_pull_that_holds_its_delivery_then_acks_it() -> Non
     if connection.vendor != "postgresql":
         pytest.skip("SQLite runs one writer at a time")
     alice, bob = session_register(name="alice").session, session_register(name="bob").session
-    sent = message_send(sender=alice, to="bob", text="hello").message.id
+    sent = message_send(SendRequest(sender=alice, to="bob", text="hello")).message.id
     pulled, release = threading.Event(), threading.Event()
     results: dict[str, object] = {}
 
@@ -164,9 +165,9 @@ def _pull_setup(sender_name: str, recipient_name: str) -> tuple[object, object]:
 
     sender = session_register(name=sender_name).session
     recipient = session_register(name=recipient_name).session
-    message_send(sender=sender, to=recipient_name, text="plain")
-    message_send(sender=sender, to=recipient_name, text="urgent", priority="urgent")
-    with_file = message_send(sender=sender, to=recipient_name, text="with a file")
+    message_send(SendRequest(sender=sender, to=recipient_name, text="plain"))
+    message_send(SendRequest(sender=sender, to=recipient_name, text="urgent", priority="urgent"))
+    with_file = message_send(SendRequest(sender=sender, to=recipient_name, text="with a file"))
     file, _ = Attachment.objects.get_or_create(sha256="b" * 64, defaults={"size": 1})
     MessageAttachment.objects.create(message_id=with_file.message.id, attachment=file, position=0, name="f")
     Delivery.objects.filter(recipient=recipient, message__text="plain").update(priority=Priority.NORMAL)
@@ -229,7 +230,10 @@ def _ack_setup(sender_name: str, recipient_name: str) -> tuple[object, object, l
 
     sender = session_register(name=sender_name).session
     recipient = session_register(name=recipient_name).session
-    ids = [str(message_send(sender=sender, to=recipient_name, text=f"m{i}").message.id) for i in range(3)]
+    ids = [
+        str(message_send(SendRequest(sender=sender, to=recipient_name, text=f"m{i}")).message.id)
+        for i in range(3)
+    ]
     states = [S.QUEUED, S.DELIVERED, S.READ]
     for message_id, state in zip(ids, states, strict=True):
         Delivery.objects.filter(message_id=message_id).update(state=state)
@@ -297,7 +301,7 @@ def test_an_ack_moves_the_acker_s_delivery_only() -> None:
     moves the acker's, never another recipient's."""
     alice, bob = session_register(name="alice").session, session_register(name="bob").session
     carol = session_register(name="carol").session
-    sent = message_send(sender=alice, to="bob", text="to both").message
+    sent = message_send(SendRequest(sender=alice, to="bob", text="to both")).message
     Delivery.objects.create(message=sent, recipient=carol, state=S.DELIVERED)
 
     result = inbox_ack(recipient=bob, actor=session_principal(bob), message_ids=[str(sent.id)])

@@ -10,6 +10,7 @@ from messaging.framing import frames_for_recipient
 from messaging.principals import session_principal
 from messaging.services import events
 from messaging.services.delivery import inbox_pull
+from messaging.services.request import SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db
 def pull_queries(count: int) -> list[str]:
     alice, bob = session_register(name=f"alice{count}").session, session_register(name=f"bob{count}").session
     for i in range(count):
-        message_send(sender=alice, to=bob.ref, text=f"message {i}")
+        message_send(SendRequest(sender=alice, to=bob.ref, text=f"message {i}"))
     with CaptureQueriesContext(connection) as queries:
         frames = frames_for_recipient(inbox_pull(recipient=bob, actor=session_principal(bob)))
     assert len(frames) == count

@@ -11,6 +11,7 @@ from django.utils import timezone
 from messaging.errors import Forbidden, NotFound
 from messaging.models import AgentSession, AuditEvent, Delivery, Message, Pin, SessionStatus
 from messaging.principals import operator_principal, session_principal
+from messaging.services.request import SendRequest
 from messaging.services.retention import (
     messages_purged,
     retention_purge,
@@ -31,7 +32,7 @@ def alice_bob() -> tuple[AgentSession, AgentSession]:
 
 def _sent(sender: AgentSession, to: str, text: str, *, state: str, days_ago: float) -> Message:
     """A message from `sender` to `to`, its delivery moved to `state`, dated `days_ago`."""
-    outcome = message_send(sender=sender, to=to, text=text)
+    outcome = message_send(SendRequest(sender=sender, to=to, text=text))
     at = timezone.now() - timedelta(days=days_ago)
     Message.objects.filter(pk=outcome.message.pk).update(created_at=at)
     Delivery.objects.filter(pk=outcome.delivery.pk).update(state=state)
@@ -123,7 +124,7 @@ def test_exited_sessions_go_once_nothing_refers_to_them(settings) -> None:
     recently_gone = session_register(name="recently-gone").session
     live = session_register(name="live").session
     addressed = session_register(name="addressed").session
-    message_send(sender=live, to="addressed", text="for you")
+    message_send(SendRequest(sender=live, to="addressed", text="for you"))
     old = timezone.now() - timedelta(days=31)
     AgentSession.objects.filter(pk__in=[long_gone.pk, addressed.pk]).update(
         status=SessionStatus.EXITED, last_seen=old
@@ -142,10 +143,10 @@ def test_an_operator_deletes_one_sessions_messages_and_pins_and_it_is_audited(al
     # Given alice wrote to bob and carol, bob wrote to alice, and carol to bob
     alice, bob = alice_bob
     carol = session_register(name="carol").session
-    to_bob = message_send(sender=alice, to="bob", text="a").message
-    to_carol = message_send(sender=alice, to="carol", text="b").message
-    from_bob = message_send(sender=bob, to="alice", text="c").message
-    unrelated = message_send(sender=carol, to="bob", text="d").message
+    to_bob = message_send(SendRequest(sender=alice, to="bob", text="a")).message
+    to_carol = message_send(SendRequest(sender=alice, to="carol", text="b")).message
+    from_bob = message_send(SendRequest(sender=bob, to="alice", text="c")).message
+    unrelated = message_send(SendRequest(sender=carol, to="bob", text="d")).message
     assert Pin.objects.filter(sender=alice).exists()
 
     # When an operator deletes alice's data
@@ -183,7 +184,7 @@ def test_the_command_asks_for_yes_and_refuses_a_bad_id(alice_bob) -> None:
     from django.core.management import CommandError, call_command
 
     alice, bob = alice_bob
-    message_send(sender=alice, to="bob", text="x")
+    message_send(SendRequest(sender=alice, to="bob", text="x"))
     with pytest.raises(CommandError, match="--yes"):
         call_command("delete_session_data", str(alice.pk))
     with pytest.raises(CommandError, match="not a session id"):

@@ -9,6 +9,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from messaging.models import AuditEvent, Delivery, Message
+from messaging.services.request import SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
@@ -38,7 +39,7 @@ def test_a_send_outside_a_transaction_writes_everything_with_one_statement() -> 
     alice, bob = session_register(name="alice").session, session_register(name="bob").session
 
     with CaptureQueriesContext(connection) as queries:  # by ref: no pin to write
-        outcome = message_send(sender=alice, to=bob.ref, text="one statement")
+        outcome = message_send(SendRequest(sender=alice, to=bob.ref, text="one statement"))
 
     writes = [q["sql"] for q in queries.captured_queries if "INSERT INTO" in q["sql"].upper()]
     assert len(writes) == (1 if connection.vendor == "postgresql" else 3)
@@ -50,11 +51,11 @@ def test_a_send_inside_a_transaction_writes_the_same_and_rolls_back_with_it() ->
     alice, _bob = session_register(name="alice").session, session_register(name="bob").session
 
     with transaction.atomic():
-        kept = message_send(sender=alice, to="bob", text="kept")
+        kept = message_send(SendRequest(sender=alice, to="bob", text="kept"))
     _check(kept.message.id)
 
     with pytest.raises(RuntimeError), transaction.atomic():
-        gone = message_send(sender=alice, to="bob", text="rolled back")
+        gone = message_send(SendRequest(sender=alice, to="bob", text="rolled back"))
         raise RuntimeError("the caller's transaction fails after the send")
     assert not Message.objects.filter(pk=gone.message.id).exists()
     assert not AuditEvent.objects.filter(message_id=gone.message.id).exists()
@@ -62,8 +63,8 @@ def test_a_send_inside_a_transaction_writes_the_same_and_rolls_back_with_it() ->
 
 def test_a_repeated_idempotency_key_outside_a_transaction_answers_with_the_original() -> None:
     alice, bob = session_register(name="alice").session, session_register(name="bob").session
-    first = message_send(sender=alice, to=bob.ref, text="once", idempotency_key="k1")
-    again = message_send(sender=alice, to=bob.ref, text="once", idempotency_key="k1")
+    first = message_send(SendRequest(sender=alice, to=bob.ref, text="once", idempotency_key="k1"))
+    again = message_send(SendRequest(sender=alice, to=bob.ref, text="once", idempotency_key="k1"))
     assert again.message.id == first.message.id
     assert Message.objects.filter(sender=alice).count() == 1
     _check(first.message.id)

@@ -17,6 +17,7 @@ from messaging.errors import Invalid, RateLimited
 from messaging.models import Message
 from messaging.principals import session_principal
 from messaging.services import together
+from messaging.services.request import SendRequest
 from messaging.services.sending import SendOutcome
 from messaging.services.together import SendsTogether, message_send_together
 
@@ -53,13 +54,13 @@ class Recorder:
         if first:
             assert self.release_first.wait(WAIT)
 
-    def single(self, *, sender: Any, actor: Any, **fields: Any) -> Any:
+    def single(self, request: SendRequest) -> Any:
         with self._lock:
-            self.calls.append(("single", [fields["text"]]))
+            self.calls.append(("single", [request.text]))
         self._hold_if_first()
-        if fields["text"].startswith("bad"):
+        if request.text.startswith("bad"):
             raise RateLimited("too fast", reason="pair_rate", retry_after=1)
-        return ("sent", fields["text"])
+        return ("sent", request.text)
 
     def group(self, sends: list[Any]) -> list[Any]:
         items = [send.fields for send in sends]
@@ -255,11 +256,11 @@ def test_concurrent_sends_of_one_sender_each_get_their_own_message(
     # The first send waits until three more are queued behind it, so a group surely forms
     real_single, real_group, groups = together.message_send, together.messages_send_together, []
 
-    def single(**kwargs: Any) -> SendOutcome:
+    def single(request: SendRequest) -> SendOutcome:
         if not groups:
             _queued_behind(hub, 3)
         groups.append(1)
-        return real_single(**kwargs)
+        return real_single(request)
 
     def group(sends: list[Any]) -> list[Any]:
         groups.append(len(sends))
@@ -308,11 +309,11 @@ def test_concurrent_sends_of_many_senders_go_together_and_keep_each_pairs_order(
     monkeypatch.setattr(together, "_together", hub)
     real_single, real_group, groups = together.message_send, together.messages_send_together, []
 
-    def single(**kwargs: Any) -> SendOutcome:
+    def single(request: SendRequest) -> SendOutcome:
         if not groups:  # the first send waits until the other three senders queue behind it
             _queued_behind(hub, 3)
-        groups.append({kwargs["sender"].id})
-        return real_single(**kwargs)
+        groups.append({request.sender.id})
+        return real_single(request)
 
     def group(sends: list[Any]) -> list[Any]:
         groups.append({send.sender.id for send in sends})

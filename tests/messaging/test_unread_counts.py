@@ -20,6 +20,7 @@ from messaging.services.batch import messages_send_batch
 from messaging.services.delivery import inbox_ack, inbox_pull
 from messaging.services.holds import holds_decide
 from messaging.services.limits import UNREAD_STATES, unread_count, unread_waiting
+from messaging.services.request import SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register, session_set_status
 from messaging.states import DeliveryState
@@ -51,7 +52,7 @@ def test_the_migration_counts_the_states_the_cap_means() -> None:
 def test_every_way_a_delivery_moves_keeps_the_count() -> None:
     alice, bob, carol = (session_register(name=n).session for n in ("alice", "bob", "carol"))
     for i in range(3):
-        message_send(sender=alice, to="bob", text=f"queued {i}")
+        message_send(SendRequest(sender=alice, to="bob", text=f"queued {i}"))
     assert unread_count(bob.id) == 3
     messages_send_batch(
         sender=alice, items=[{"to": "bob", "text": "batch 1"}, {"to": "carol", "text": "batch 2"}]
@@ -61,7 +62,7 @@ def test_every_way_a_delivery_moves_keeps_the_count() -> None:
 
     # Held messages are not unread until an operator approves them.
     SenderPolicy.objects.create(recipient=bob, sender=carol, action="hold", by_operator=True)
-    held = [message_send(sender=carol, to="bob", text=f"held {i}") for i in range(3)]
+    held = [message_send(SendRequest(sender=carol, to="bob", text=f"held {i}")) for i in range(3)]
     assert {h.status for h in held} == {S.HELD} and unread_count(bob.id) == 4
     holds_decide(delivery_ids=[held[0].delivery.pk], approve=True, actor=OPERATOR)
     holds_decide(delivery_ids=[held[1].delivery.pk], approve=False, actor=OPERATOR)
@@ -79,7 +80,7 @@ def test_every_way_a_delivery_moves_keeps_the_count() -> None:
     # the batch's message and the hub's notices of the two decisions on her holds.)
     assert unread_count(carol.id) == 3
     session_set_status(session=carol, status=SessionStatus.STOPPED, actor=session_principal(carol))
-    message_send(sender=alice, to=carol.ref, text="while stopped")
+    message_send(SendRequest(sender=alice, to=carol.ref, text="while stopped"))
     assert unread_count(carol.id) == 3
     session_set_status(session=carol, status=SessionStatus.IDLE, actor=session_principal(carol))
     assert unread_count(carol.id) == 4
@@ -106,7 +107,7 @@ def test_random_moves_keep_the_count() -> None:
         roll = rng.random()
         try:
             if roll < 0.35:
-                message_send(sender=sender, to=recipient.ref, text=f"step {step}")
+                message_send(SendRequest(sender=sender, to=recipient.ref, text=f"step {step}"))
             elif roll < 0.5:
                 targets = rng.sample(sessions, 3)
                 items = [{"to": t.ref, "text": f"step {step} to {t.name}"} for t in targets]

@@ -43,13 +43,14 @@ def test_a_token_in_the_summary_alone_is_held(api, register, send, operator_toke
 
 
 def test_a_frame_is_scanned_as_its_json(db):
+    from messaging.services.request import SendRequest
     from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
     alice, _bob = session_register(name="alice").session, session_register(name="bob").session
     frame = json.dumps({"type": "task_completed", "result": "done", "db": {"password": PW}})
     sent = message_send(
-        sender=alice, to="bob", text=frame, kind=MessageKind.FRAME, frame_type="task_completed"
+        SendRequest(sender=alice, to="bob", text=frame, kind=MessageKind.FRAME, frame_type="task_completed")
     )
     assert (sent.delivery.state, sent.message.tier, sent.message.matched) == (
         "held",

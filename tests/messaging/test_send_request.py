@@ -1,0 +1,62 @@
+"""A send's request and its origin (`messaging.services.request`): the rules read the origin."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from messaging.errors import RateLimited
+from messaging.services.request import AGENT_ORIGIN, HUB_MADE, Origin, SendRequest
+from messaging.services.sending import message_send
+from messaging.services.sessions import session_register
+
+
+@dataclass(frozen=True)
+class Context:
+    message_id: uuid.UUID
+    tier: str = "lan"
+    trust: str = "lan-verified"
+
+    def adjust(self, decision: Any, *, recipient: Any, now: Any) -> Any:
+        return decision
+
+
+def test_an_origin_says_which_rules_a_send_follows() -> None:
+    assert (AGENT_ORIGIN.trust, AGENT_ORIGIN.hub_made) == ("host-verified", False)
+    assert (HUB_MADE.trust, HUB_MADE.hub_made) == ("host-verified", True)
+    forwarded = Origin.forwarded_by(Context(uuid.uuid4()), signature_failed=True, attached=[b"head"])
+    assert (forwarded.by, forwarded.trust, forwarded.hub_made) == ("forwarded", "lan-verified", False)
+    assert (forwarded.signature_failed, forwarded.attached) == (True, (b"head",))
+
+
+@pytest.mark.django_db
+def test_a_hub_made_request_skips_the_senders_rate_limit_and_the_dedupe_window(settings: Any) -> None:
+    settings.SWITCHBOARD_RATE_PAIR, settings.SWITCHBOARD_RATE_PAIR_SECONDS = 1, 10
+    alice, _bob = session_register(name="alice").session, session_register(name="bob").session
+    with time_machine.travel(timezone.now(), tick=False):
+        message_send(SendRequest(sender=alice, to="bob", text="first"))
+        with pytest.raises(RateLimited):
+            message_send(SendRequest(sender=alice, to="bob", text="second"))
+        made = [
+            message_send(SendRequest(sender=alice, to="bob", text="idle", origin=HUB_MADE)) for _ in range(2)
+        ]
+    assert [outcome.duplicate for outcome in made] == [False, False]
+    assert made[0].message.id != made[1].message.id
+
+
+@pytest.mark.django_db
+def test_a_forwarded_request_takes_its_id_tier_and_trust_from_its_context() -> None:
+    sender, _bob = session_register(name="far").session, session_register(name="bob").session
+    context = Context(uuid.uuid4())
+    origin = Origin.forwarded_by(context, signature_failed=False, attached=[])
+    outcome = message_send(SendRequest(sender=sender, to="bob", text="from afar", origin=origin))
+    assert (outcome.message.id, outcome.delivery.tier, outcome.message.trust) == (
+        context.message_id,
+        "lan",
+        "lan-verified",
+    )
