@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from messaging.models import AgentSession, AuditEvent, Delivery
 from messaging.principals import session_principal
 from messaging.services.delivery import inbox_ack, inbox_pull
+from messaging.services.request import SendRequest
 from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
@@ -28,10 +29,12 @@ def _sent(sender_name: str, recipient_name: str) -> tuple[AgentSession, AgentSes
     recipient = session_register(name=recipient_name).session
     for text in TEXTS:
         message_send(
-            sender=sender,
-            to=recipient_name,
-            text=text,
-            **({"priority": "urgent"} if text == "urgent" else {}),
+            SendRequest(
+                sender=sender,
+                to=recipient_name,
+                text=text,
+                **({"priority": "urgent"} if text == "urgent" else {}),
+            )
         )
     return sender, recipient
 
@@ -92,7 +95,7 @@ def _pulled_and_acked(sender: AgentSession, recipient: AgentSession, *, in_trans
     run = transaction.atomic if in_transaction else contextlib.nullcontext
     with CaptureQueriesContext(connection) as pull_queries, run():
         pulled = inbox_pull(recipient=recipient, actor=actor)
-    late = message_send(sender=sender, to=recipient.name, text="late").message
+    late = message_send(SendRequest(sender=sender, to=recipient.name, text="late")).message
     ids = [str(d.message_id) for d in pulled] + [str(late.id)]
     with CaptureQueriesContext(connection) as ack_queries, run():
         answer = inbox_ack(recipient=recipient, actor=actor, message_ids=ids)
