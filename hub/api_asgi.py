@@ -1,4 +1,5 @@
-"""The REST API's own ASGI handler: Django's, with one async middleware instead of the console's chain.
+"""The REST API's own ASGI handler: Django's, with one middleware instead of the console's chain,
+and each request's sync code run in one hop to the request's thread.
 
 Under ASGI every classic (sync) middleware costs two hops to the request's worker thread and back,
 one on the way in and one on the way out; the console's seven cost more than an authenticated no-op
@@ -7,6 +8,15 @@ path, a staff login acting as an operator (`messaging.auth.StaffLogin`, CSRF che
 needs only `request.session` and `request.user`, which this middleware sets up lazily (nothing is
 read until a view asks). The security headers come from the same Django middleware the console
 uses, whose response hooks are called inline: they only set headers.
+
+Django's ASGI cycle hops between the event loop and the request's thread three times for a sync
+view (the request_started signal, the view, the response's close with request_finished) and runs
+the view in a task beside one listening for a disconnect. Every API view but the long-polling
+inbox is sync, so for those the handler reads the body on the loop and does the rest in one call
+on the request's thread, as Django's WSGI handler does: request_started, the request object, the
+middleware and the view (`BaseHandler.get_response`, with its exception handling and logging),
+then the response's close (request_finished, which hands the thread's database connection back)
+before the answer is written. An async view (and nothing else) goes through Django's own cycle.
 
 Django runs each request's sync code (the view, signal receivers) on a thread of its own, made for
 that request and joined after it. Here the threads are kept: a request borrows an idle one-thread
@@ -22,23 +32,28 @@ import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import import_module
-from typing import Any
+from typing import IO, Any
 
-from asgiref.sync import ThreadSensitiveContext, markcoroutinefunction, sync_to_async
+from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user
-from django.core.handlers.asgi import ASGIHandler
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.base import BaseHandler
 from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpRequest, HttpResponseBase
+from django.core.signals import request_started
+from django.http import FileResponse, HttpRequest, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
+from django.urls import Resolver404, get_resolver, set_script_prefix
 from django.utils.datastructures import CaseInsensitiveMapping
 from django.utils.functional import SimpleLazyObject
 
 API_PREFIX = "/api/"
 IDLE_LANES_KEPT = 16  # threads kept for the next requests; more are made when more run at once
 
-Respond = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
+Respond = Callable[[HttpRequest], HttpResponseBase]
+RespondAsync = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
 
 
 class SecurityCalls:
@@ -65,32 +80,68 @@ def _never_called(request: HttpRequest) -> HttpResponseBase:
     raise AssertionError("SecurityCalls runs the middleware's hooks only")
 
 
-def api_request_middleware(get_response: Respond) -> Respond:
-    """Lazy session and user for the API, plus the console's security headers, without thread hops."""
+def api_request_middleware(get_response: Any) -> Any:
+    """Lazy session and user for the API, plus the console's security headers, without thread
+    hops: async around an async `get_response` (Django's ASGI cycle), sync around a sync one (the
+    one-hop cycle)."""
     session_store = import_module(settings.SESSION_ENGINE).SessionStore
     security = SecurityCalls()
 
-    async def middleware(request: HttpRequest) -> HttpResponseBase:
+    def redirect_or_prepared(request: HttpRequest) -> HttpResponseBase | None:
         redirect = security.redirect(request)
+        if redirect is None:
+            request.session = session_store(request.COOKIES.get(settings.SESSION_COOKIE_NAME))
+            request.user = SimpleLazyObject(lambda: get_user(request))
+        return redirect
+
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request: HttpRequest) -> HttpResponseBase:
+            redirect = redirect_or_prepared(request)
+            if redirect is not None:
+                return redirect
+            return security.headers_added(request, await get_response(request))
+
+        markcoroutinefunction(middleware)
+        return middleware
+
+    def sync_middleware(request: HttpRequest) -> HttpResponseBase:
+        redirect = redirect_or_prepared(request)
         if redirect is not None:
             return redirect
-        request.session = session_store(request.COOKIES.get(settings.SESSION_COOKIE_NAME))
-        request.user = SimpleLazyObject(lambda: get_user(request))
-        response = await get_response(request)
-        return security.headers_added(request, response)
+        return security.headers_added(request, get_response(request))
 
-    markcoroutinefunction(middleware)
-    return middleware
+    return sync_middleware
+
+
+def _only_middleware(handler: BaseHandler, view: Any) -> Any:
+    """`handler`'s middleware chain: `api_request_middleware` around `view`, exceptions converted
+    to responses on both sides as Django's own chain does."""
+    handler._view_middleware = []
+    handler._template_response_middleware = []
+    handler._exception_middleware = []
+    return convert_exception_to_response(api_request_middleware(convert_exception_to_response(view)))
+
+
+class _SyncHandler(BaseHandler):
+    """Django's sync request handling (`get_response`: URL resolution, the view, exception
+    handling, the log of 4xx and 5xx answers) with the API's one middleware."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        self._middleware_chain = _only_middleware(self, self._get_response)
 
 
 class ApiHandler(ASGIHandler):
-    """Django's ASGI handler with `api_request_middleware` as its whole middleware chain, running
-    each request's sync code on a reused lane (see the module docstring). Sends go by the direct
-    route (`hub.send_route`), which hands back to this handler what it does not serve."""
+    """Django's ASGI handler with `api_request_middleware` as its whole middleware chain, serving a
+    sync view in one hop to a reused lane (see the module docstring). Sends go by the direct route
+    (`hub.send_route`), which hands back to this handler what it does not serve."""
 
     def __init__(self) -> None:
         super().__init__()
         self._idle_lanes: list[ThreadPoolExecutor] = []
+        self._sync_handler = _SyncHandler()
+        self._sync_handler.load_middleware()
+        self._answered_on_lane = sync_to_async(self._answered, thread_sensitive=True)
         from hub.send_route import DirectSendRoute  # it imports the API, which needs the apps loaded
 
         self._send_route = DirectSendRoute()
@@ -104,14 +155,44 @@ class ApiHandler(ASGIHandler):
                 if await self._hub_request_refused(scope, send):
                     return
                 if self._send_route.takes(scope):
-                    await self._send_route(scope, receive, send, fallback=self.handle)
-                else:
+                    await self._send_route(scope, receive, send, fallback=self._handled_in_one_hop)
+                elif _async_view(scope):
                     await self.handle(scope, receive, send)
+                else:
+                    await self._handled_in_one_hop(scope, receive, send)
         finally:
             if len(self._idle_lanes) < IDLE_LANES_KEPT:
                 self._idle_lanes.append(lane)
             else:
                 lane.shutdown(wait=False)
+
+    async def _handled_in_one_hop(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return  # the client left before sending its body, as Django's cycle does
+        try:
+            set_script_prefix(get_script_prefix(scope))
+            response = await self._answered_on_lane(scope, body_file)
+            await self.send_response(response, send)
+            if response.streaming:  # its content was read while it was sent: closed only now
+                await sync_to_async(response.close)()
+        finally:
+            body_file.close()
+
+    def _answered(self, scope: dict[str, Any], body_file: IO[bytes]) -> HttpResponseBase:
+        """On the request's thread: the response, closed unless it streams (the close sends
+        request_finished, which hands the thread's database connection back)."""
+        request_started.send(sender=self.__class__, scope=scope)
+        request, response = self.create_request(scope, body_file)
+        if request is not None:
+            response = self._sync_handler.get_response(request)
+        response._handler_class = self.__class__
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size  # as Django's cycle: the server chunks
+        if not response.streaming:
+            response.close()
+        return response
 
     async def _hub_request_refused(self, scope: dict[str, Any], send: Any) -> bool:
         """Answer a hub-to-hub request whose signature headers fail before a byte of its body is
@@ -144,11 +225,16 @@ class ApiHandler(ASGIHandler):
         return True
 
     def load_middleware(self, is_async: bool = False) -> None:
-        self._view_middleware: list[Any] = []
-        self._template_response_middleware: list[Any] = []
-        self._exception_middleware: list[Any] = []
-        view = convert_exception_to_response(self._get_response_async)
-        self._middleware_chain = convert_exception_to_response(api_request_middleware(view))
+        self._middleware_chain = _only_middleware(self, self._get_response_async)
+
+
+def _async_view(scope: dict[str, Any]) -> bool:
+    """Whether the request's path leads to an async view (Django's cycle serves those)."""
+    try:
+        match = get_resolver().resolve(app_path(scope))
+    except Resolver404:
+        return False  # answered 404 by the sync cycle
+    return iscoroutinefunction(match.func)
 
 
 def is_api_request(scope: dict[str, Any]) -> bool:

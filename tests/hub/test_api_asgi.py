@@ -10,9 +10,9 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.core.signals import request_started
+from django.core.signals import request_finished, request_started
 
-from hub.api_asgi import is_api_request
+from hub.api_asgi import ApiHandler, is_api_request
 from hub.asgi import application
 from messaging.services.sessions import session_register
 
@@ -92,6 +92,47 @@ async def test_sequential_api_calls_reuse_one_request_thread() -> None:
     assert len(served_by) == 1, served_by  # Django's own handler starts 20 threads, one per request
 
 
+@pytest.mark.asyncio
+async def test_a_sync_api_view_is_served_in_one_hop_and_an_async_one_by_djangos_cycle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """request_started, the view and request_finished (the connection handed back) run on the
+    request's thread in one call for a sync view; the long-polling inbox (async) gets Django's cycle."""
+    token = await new_session_token("alice")
+    through_djangos_cycle: list[str] = []
+    on_threads: list[tuple[str, str]] = []
+    djangos_handle = ApiHandler.handle
+
+    async def handle(self: ApiHandler, scope: dict, receive: object, send: object) -> None:
+        through_djangos_cycle.append(scope["path"])
+        await djangos_handle(self, scope, receive, send)
+
+    def started(**_: object) -> None:
+        on_threads.append(("started", threading.current_thread().name))
+
+    def finished(**_: object) -> None:
+        on_threads.append(("finished", threading.current_thread().name))
+
+    monkeypatch.setattr(ApiHandler, "handle", handle)
+    request_started.connect(started)
+    request_finished.connect(finished)
+    try:
+        async with client() as http:
+            auth = {"Authorization": f"Bearer {token}"}
+            ping = await http.get("/api/v1/ping", headers=auth)
+            (lane,) = {name for _, name in on_threads}
+            unknown = await http.get("/api/v1/no-such-thing", headers=auth)
+            inbox = await http.get("/api/v1/inbox", params={"wait": 0}, headers=auth)
+    finally:
+        request_started.disconnect(started)
+        request_finished.disconnect(finished)
+    assert ping.status_code == 200 and unknown.status_code == 404 and inbox.status_code == 200, inbox.text
+    assert unknown.headers["X-Frame-Options"] == "DENY"
+    assert through_djangos_cycle == ["/api/v1/inbox"]
+    assert on_threads[:2] == [("started", lane), ("finished", lane)]
+    assert lane != threading.current_thread().name
+
+
 @pytest.mark.django_db(transaction=False)
 def test_only_api_paths_take_the_api_handler() -> None:
     assert is_api_request({"path": "/api/v1/ping"})
@@ -104,7 +145,6 @@ def test_only_api_paths_take_the_api_handler() -> None:
 def test_requests_do_not_close_the_in_process_cache() -> None:
     """Django's default cache has nothing to close; the hub skips that per-request step."""
     from django.core.cache import close_caches
-    from django.core.signals import request_finished
 
     assert not any(receiver is close_caches for receiver in request_finished._live_receivers(None)[0])
 

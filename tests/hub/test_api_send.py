@@ -1,0 +1,204 @@
+"""`POST /api/v1/messages` through the hub's ASGI application: each kind of request gets its status,
+the hub's error shape and the API's headers; repeated sends are answered as duplicates, from their
+idempotency key or refused past the pair's rate; bodies over the limit are refused 413 before any
+handler; failures in the service answer 503 (the database) or 500 (a fault)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.signals import request_started
+from django.db import OperationalError
+
+import hub.asgi
+from messaging.auth import operator_token_create
+from messaging.services.sessions import session_register
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@sync_to_async
+def sender_token() -> str:
+    session_register(name="bob")
+    return session_register(name="alice").token
+
+
+async def post(token: str | None, body: bytes) -> httpx.Response:
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    transport = httpx.ASGITransport(app=hub.asgi.application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        return await http.post("/api/v1/messages", content=body, headers=headers)
+
+
+def json_body(**fields: Any) -> bytes:
+    return orjson.dumps(fields)
+
+
+# Each case: the token to send ("sender", "operator", None or a literal), the body, and the answer
+# expected: status, `error`, `reason` (None where the answer has none).
+CASES: dict[str, tuple[str | None, bytes, tuple[int, str | None, str | None]]] = {
+    "accepted": ("sender", json_body(to="bob", message="hello"), (201, None, None)),
+    "urgent, with a summary": (
+        "sender",
+        json_body(to="bob", message="x", summary="s", priority="urgent"),
+        (201, None, None),
+    ),
+    "unknown recipient": ("sender", json_body(to="nobody-here", message="hi"), (404, "not_found", None)),
+    "to itself": ("sender", json_body(to="alice", message="hi"), (400, "invalid", "self_target")),
+    "empty message": ("sender", json_body(to="bob", message="   "), (400, "invalid", "empty_message")),
+    "reply to an unknown message": (
+        "sender",
+        json_body(to="bob", message="re", in_reply_to=str(uuid.UUID(int=7))),
+        (404, "not_found", "in_reply_to"),
+    ),
+    "operator token": ("operator", json_body(to="bob", message="hi"), (403, "forbidden", None)),
+    "no token": (None, json_body(to="bob", message="hi"), (401, "unauthorized", None)),
+    "unknown token": ("sb_not-a-token", json_body(to="bob", message="hi"), (401, "unauthorized", None)),
+    "body not JSON": ("sender", b"{to: bob", (400, "invalid", "body")),
+    "body a JSON list": ("sender", b"[1, 2]", (400, "invalid", "schema")),
+    "missing field": ("sender", json_body(to="bob"), (400, "invalid", "schema")),
+    "bad priority": ("sender", json_body(to="bob", message="x", priority="now"), (400, "invalid", "schema")),
+    "NUL in text": ("sender", json_body(to="bob", message="a\x00b"), (400, "invalid", "body")),
+    "lone surrogate": ("sender", b'{"to": "bob", "message": "\\ud800"}', (400, "invalid", "body")),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("case", list(CASES))
+async def test_each_kind_of_send_gets_its_answer_with_the_apis_headers(case: str) -> None:
+    who, body, (status, error, reason) = CASES[case]
+    token = {
+        "sender": await sender_token(),
+        "operator": await sync_to_async(operator_token_create)(name="ops"),
+    }
+    answer = await post(token.get(who, who) if who else None, body)
+    assert answer.status_code == status, answer.text
+    data = answer.json()
+    if status == 201:
+        assert data["to"]["name"] == "bob" and data["duplicate"] is False
+        assert set(data) == {"id", "status", "to", "result", "hint", "tier", "trust", "duplicate"}
+    else:
+        assert (data["error"], data.get("reason")) == (error, reason), data
+        assert data["detail"]
+    if reason == "schema":
+        assert data["problems"] and {"field", "problem"} <= set(data["problems"][0])
+    assert answer.headers["Content-Type"] == "application/json; charset=utf-8"
+    assert answer.headers["Content-Length"] == str(len(answer.content))  # never sent chunked
+    assert answer.headers["X-Content-Type-Options"] == "nosniff"
+    assert answer.headers["X-Frame-Options"] == "DENY"
+
+
+@pytest.mark.asyncio
+async def test_repeated_sends_are_duplicates_idempotent_conflicting_then_rate_limited(settings: Any) -> None:
+    settings.SWITCHBOARD_RATE_PAIR = 3
+    token = await sender_token()
+    sequence = [
+        json_body(to="bob", message="same text"),
+        json_body(to="bob", message="same text"),  # a duplicate within the dedupe window
+        json_body(to="bob", message="keyed", idempotency_key="k-1"),
+        json_body(to="bob", message="keyed", idempotency_key="k-1"),  # the earlier answer again
+        json_body(to="bob", message="keyed, changed", idempotency_key="k-1"),  # a conflict
+        json_body(to="bob", message="fourth"),
+        json_body(to="bob", message="fifth"),  # over the pair's rate
+    ]
+    answers = [await post(token, body) for body in sequence]
+    statuses = [a.status_code for a in answers]
+    assert statuses[:4] == [201, 201, 201, 201] and statuses[-1] == 429, statuses
+    assert answers[1].json()["duplicate"] is True and answers[1].json()["id"] == answers[0].json()["id"]
+    assert answers[3].json()["id"] == answers[2].json()["id"]
+    assert answers[4].status_code == 409, answers[4].text
+    assert answers[-1].json()["error"] == "rate_limited"
+
+
+@pytest.mark.asyncio
+async def test_a_body_over_the_upload_limit_is_refused_413_before_any_handler(settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    token = await sender_token()
+    started: list[type] = []
+
+    def note(sender: type, **_: Any) -> None:
+        started.append(sender)
+
+    request_started.connect(note)
+    try:
+        declared = await post(token, json_body(to="bob", message="x" * 2000))
+    finally:
+        request_started.disconnect(note)
+    assert declared.status_code == 413 and declared.json()["error"] == "too_large"
+    assert started == []  # the request guard in front answered (hub.request_guard)
+
+
+@pytest.mark.asyncio
+async def test_a_body_sent_in_parts_over_the_limit_is_refused_413() -> None:
+    """Without a Content-Length, the body is counted as it arrives and refused past the limit."""
+    from django.test import override_settings
+
+    token = await sender_token()
+    parts = [b'{"to": "bob", ', b'"message": "', b"y" * 600, b'"}']
+    sent: list[dict[str, Any]] = []
+    inbox: list[dict[str, Any]] = []
+
+    def fill() -> None:
+        inbox.extend(
+            {"type": "http.request", "body": b, "more_body": i < len(parts) - 1} for i, b in enumerate(parts)
+        )
+
+    async def receive() -> dict[str, Any]:
+        if inbox:
+            return inbox.pop(0)
+        await asyncio.Event().wait()  # the client stays connected, as a real one does
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/v1/messages",
+        "raw_path": b"/api/v1/messages",
+        "query_string": b"",
+        "root_path": "",
+        "scheme": "http",
+        "server": ("localhost", 80),
+        "client": ("127.0.0.1", 5000),
+        "headers": [(b"host", b"localhost"), (b"authorization", f"Bearer {token}".encode())],
+    }
+    fill()
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=300):
+        await hub.asgi.application(scope, receive, send)
+    assert sent[0]["status"] == 413
+    assert len(inbox) == 1  # reading stopped at the limit: the last part was never taken
+    inbox.clear()
+    fill()
+    sent.clear()
+    await hub.asgi.application(scope, receive, send)  # within the default limit
+    assert sent[0]["status"] == 201, sent
+    assert orjson.loads(sent[1]["body"])["to"]["name"] == "bob"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "failure, status, error",
+    [(OperationalError("the database went away"), 503, "unavailable"), (RuntimeError("a bug"), 500, None)],
+)
+async def test_failures_in_the_service_answer_503_for_the_database_and_500_for_a_fault(
+    failure: Exception, status: int, error: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(**_: Any) -> None:
+        raise failure
+
+    monkeypatch.setattr("messaging.services.together.message_send", failing)
+    answer = await post(await sender_token(), json_body(to="bob", message="m"))
+    assert answer.status_code == status
+    assert answer.headers["X-Frame-Options"] == "DENY"
+    if error:
+        assert answer.json()["error"] == error
