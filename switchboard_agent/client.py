@@ -7,15 +7,23 @@ reached at all is `HubUnreachable` (code `unreachable`), which callers treat as 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
-
-import httpx
+from urllib.parse import urlencode
 
 from switchboard_agent.config import enroll_key, hub_url
+from switchboard_agent.transport import (
+    HTTPTransport,
+    Request,
+    Timeout,
+    TimeoutException,
+    Transport,
+    TransportError,
+)
 
-DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=2.0)
+DEFAULT_TIMEOUT = Timeout(read=10.0, connect=2.0)
 
 
 class HubError(Exception):
@@ -42,20 +50,20 @@ class HubUnreachable(HubError):
 class HubClient:
     """A session's (or an enrolling caller's) view of one hub."""
 
-    # Tests point every client at an in-process hub (httpx.WSGITransport) through this.
-    default_transport: httpx.BaseTransport | None = None
+    # Tests point every client at an in-process hub (a WSGI transport) through this.
+    default_transport: Transport | None = None
 
     def __init__(
         self,
         url: str | None = None,
         token: str | None = None,
         *,
-        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-        transport: httpx.BaseTransport | None = None,
+        timeout: Timeout | float = DEFAULT_TIMEOUT,
+        transport: Transport | None = None,
     ) -> None:
         self.url = (url or hub_url()).rstrip("/")
         self.token = token
-        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        self.timeout = timeout if isinstance(timeout, Timeout) else Timeout(read=timeout, connect=timeout)
         # A monotonic time by which every request must have ended (the hooks set one per call):
         # each request's timeouts are cut to what is left, and none starts after it.
         self.deadline: float | None = None
@@ -63,12 +71,13 @@ class HubClient:
         # A pull that failed on the hub's side or on the way back may still have handed messages
         # over (marked delivered); the next pull then asks for those too (see `inbox`).
         self.pull_unsettled = False
-        self._http = httpx.Client(
-            base_url=f"{self.url}/api/v1", timeout=timeout, transport=transport or HubClient.default_transport
-        )
+        given = transport or HubClient.default_transport
+        self._own_transport = given is None
+        self._transport: Transport = given if given is not None else HTTPTransport()
 
     def close(self) -> None:
-        self._http.close()
+        if self._own_transport:  # a transport passed in may serve other clients too
+            self._transport.close()
 
     def __enter__(self) -> HubClient:
         return self
@@ -89,43 +98,45 @@ class HubClient:
     ) -> Any:
         """One request; the decoded JSON body on 2xx, else `HubError`."""
         bearer = token or self.token
-        headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-        extra: dict[str, Any] = {}
-        if timeout is not None:
-            extra["timeout"] = httpx.Timeout(timeout, connect=self.timeout.connect)
+        headers = {"Accept": "application/json"}
+        if bearer:
+            headers["Authorization"] = f"Bearer {bearer}"
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        limit = self.timeout if timeout is None else Timeout(read=timeout, connect=self.timeout.connect)
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0.05:
                 raise HubUnreachable(f"No time was left to reach the hub at {self.url} (deadline passed).")
-            read = min(timeout if timeout is not None else (self.timeout.read or left), left)
-            extra["timeout"] = httpx.Timeout(read, connect=min(self.timeout.connect or left, left))
+            limit = Timeout(read=min(limit.read, left), connect=min(limit.connect, left))
+        query = urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        request = Request(
+            method=method,
+            url=f"{self.url}/api/v1/{path.lstrip('/')}" + (f"?{query}" if query else ""),
+            headers=headers,
+            body=None if body is None else json.dumps(body, ensure_ascii=False).encode(),
+            timeout=limit,
+        )
         self.requests += 1
         try:
-            response = self._http.request(
-                method,
-                path.lstrip("/"),
-                json=body,
-                params={k: v for k, v in (params or {}).items() if v is not None},
-                headers=headers,
-                **extra,
-            )
-        except httpx.TimeoutException as exc:
+            response = self._transport.handle(request)
+        except TimeoutException as exc:
             raise HubUnreachable(
                 f"The hub at {self.url} did not answer in time ({type(exc).__name__})."
             ) from exc
-        except httpx.TransportError as exc:
+        except TransportError as exc:
             raise HubUnreachable(f"The hub at {self.url} cannot be reached ({type(exc).__name__}).") from exc
         try:
-            data = response.json() if response.content else None
+            data = json.loads(response.content) if response.content else None
         except ValueError:
             data = None
-        if response.is_success:
+        if 200 <= response.status < 300:
             return data
         found = data if isinstance(data, dict) else {}
         raise HubError(
-            str(found.get("error") or f"http_{response.status_code}"),
-            str(found.get("detail") or f"The hub answered HTTP {response.status_code}."),
-            status=response.status_code,
+            str(found.get("error") or f"http_{response.status}"),
+            str(found.get("detail") or f"The hub answered HTTP {response.status}."),
+            status=response.status,
             data=found,
         )
 

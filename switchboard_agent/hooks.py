@@ -51,8 +51,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import IO, Any, TypeVar
 
-import httpx
-
 from switchboard_agent.client import HubClient, HubError, HubUnreachable
 from switchboard_agent.config import (
     Breaker,
@@ -70,12 +68,13 @@ from switchboard_agent.config import (
 from switchboard_agent.delivery_text import render_messages
 from switchboard_agent.hints import reread
 from switchboard_agent.identity import SESSION_ENV, client_anchor
+from switchboard_agent.transport import Timeout
 
 log = logging.getLogger("switchboard.hook")
 T = TypeVar("T")
 # One hook call, start to answer, whatever the hub does (Claude Code waits for it between tool calls).
 HOOK_DEADLINE = 3.0
-HOOK_TIMEOUT = httpx.Timeout(HOOK_DEADLINE, connect=1.0)
+HOOK_TIMEOUT = Timeout(read=HOOK_DEADLINE, connect=1.0)
 MAX_FINAL_ANSWER = 20_000
 INBOX_LIMIT = 20
 # Claude Code's permission modes; the hub only distinguishes "bypass" from everything else.

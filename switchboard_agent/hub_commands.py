@@ -8,11 +8,9 @@ group `switchboard.hub`, name `commands`), loaded here only when one of these co
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
 
 DISTRIBUTION = "switchboard"
 HUB_ENTRY_GROUP = "switchboard.hub"  # pyproject.toml [project.entry-points."switchboard.hub"]
@@ -58,6 +56,8 @@ def run_hub_command(command: str, argv: Sequence[str]) -> int:
 
 def hub_entry() -> Callable[[str, list[str]], int]:
     """The hub's `run_hub_command(command, argv)`, as the installed distribution names it."""
+    from importlib.metadata import entry_points  # costly to import: only the hub's commands need it
+
     found = entry_points(group=HUB_ENTRY_GROUP, name="commands")
     if not found:
         raise ModuleNotFoundError(f"No {HUB_ENTRY_GROUP} entry point is installed", name=HUB_ENTRY_GROUP)
@@ -67,6 +67,8 @@ def hub_entry() -> Callable[[str, list[str]], int]:
 
 def _installed(top_level: str) -> bool:
     """Whether a top-level module can be found at all (a dependency that is not installed cannot)."""
+    import importlib.util
+
     try:
         return importlib.util.find_spec(top_level) is not None
     except ImportError:

@@ -8,9 +8,29 @@ from typing import Any
 import httpx
 import pytest
 
+from switchboard_agent import transport
 from switchboard_agent.client import HubClient
 
 HUB_URL = "http://127.0.0.1:8765"
+
+
+class WSGI:
+    """The agent client's transport (`switchboard_agent.transport`) carried by httpx's WSGI
+    transport into a WSGI app in this process."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = httpx.WSGITransport(app=app)
+
+    def handle(self, request: transport.Request) -> transport.Response:
+        sent = httpx.Request(request.method, request.url, headers=request.headers, content=request.body)
+        try:
+            answer = self.app.handle_request(sent)
+        except httpx.TransportError as exc:
+            raise transport.RemoteProtocolError(str(exc)) from exc
+        return transport.Response(answer.status_code, answer.read())
+
+    def close(self) -> None:
+        pass
 
 
 @pytest.fixture
@@ -40,7 +60,7 @@ def inprocess_hub(db: None, settings: Any, monkeypatch: pytest.MonkeyPatch) -> I
 
     monkeypatch.setenv("SWITCHBOARD_URL", HUB_URL)
     monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", settings.SWITCHBOARD_ENROLL_KEY)
-    monkeypatch.setattr(HubClient, "default_transport", httpx.WSGITransport(app=app))
+    monkeypatch.setattr(HubClient, "default_transport", WSGI(app))
     # Hooks and MCP servers run in this process stand for one agent client process, whatever
     # launched the tests: a runner whose ancestors are shells up to PID 1 has no client process
     # at all, and /clear and the MCP server then find nothing to tie the session by.
