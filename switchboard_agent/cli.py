@@ -15,12 +15,17 @@ from collections.abc import Sequence
 from switchboard_agent.hub_commands import HUB_COMMANDS, add_serve_options, run_hub_command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from switchboard_agent.commands import add_agent_commands, add_common_options
+def build_parser(*, hook_only: bool = False) -> argparse.ArgumentParser:
+    """The whole command line; `hook_only`: only `hook`, which an agent client runs on every tool
+    call (building the other commands' parsers would cost it more than the rest of its start)."""
+    from switchboard_agent.commands import add_agent_commands, add_common_options, add_hook_command
 
     parser = argparse.ArgumentParser(prog="switchboard", description=__doc__)
     add_common_options(parser, defaults=True)  # also accepted before the subcommand
     sub = parser.add_subparsers(dest="command", required=True)
+    if hook_only:
+        add_hook_command(sub)
+        return parser
     for name, help_text in HUB_COMMANDS.items():
         # Listed for `switchboard --help`; `main` hands their arguments to the hub, which parses them.
         hub_command = sub.add_parser(name, help=help_text, add_help=name == "serve")
@@ -34,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] and arguments[0] in HUB_COMMANDS:
         return run_hub_command(arguments[0], arguments[1:])
-    parser = build_parser()
+    parser = build_parser(hook_only=arguments[:1] == ["hook"])  # as install.hook_argv writes it
     args, rest = parser.parse_known_args(arguments)
     if args.command in HUB_COMMANDS:  # common options came first: `switchboard --json serve ...`
         return run_hub_command(args.command, rest)

@@ -342,6 +342,17 @@ def add_common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> No
     )
 
 
+def add_hook_command(sub: Any) -> None:
+    """`switchboard hook` on the subparsers `sub` (its own options: no --json, no --session)."""
+    p = sub.add_parser(
+        "hook", help="handle one agent client hook event (JSON on stdin, or Codex's as an argument); exits 0"
+    )
+    p.add_argument("--client", choices=["claude", "gemini", "codex"], default="claude")
+    p.add_argument("--url", help="the hub (default: $SWITCHBOARD_URL or http://127.0.0.1:8765)")
+    p.add_argument("payload", nargs="?", help="the event's JSON (Codex's notify passes it here)")
+    p.set_defaults(func=cmd_hook)
+
+
 def add_agent_commands(sub: Any) -> None:
     """Add the agent-side subcommands to the `switchboard` parser's subparsers (whose parser has
     `add_common_options(..., defaults=True)`)."""
@@ -397,13 +408,7 @@ def add_agent_commands(sub: Any) -> None:
     p.add_argument("--count", type=int, help="stop after this many messages")
     p.add_argument("--seconds", type=float, help="stop after this many seconds")
 
-    p = sub.add_parser(
-        "hook", help="handle one agent client hook event (JSON on stdin, or Codex's as an argument); exits 0"
-    )
-    p.add_argument("--client", choices=["claude", "gemini", "codex"], default="claude")
-    p.add_argument("--url", help="the hub (default: $SWITCHBOARD_URL or http://127.0.0.1:8765)")
-    p.add_argument("payload", nargs="?", help="the event's JSON (Codex's notify passes it here)")
-    p.set_defaults(func=cmd_hook)
+    add_hook_command(sub)
 
     p = add("install-hooks", cmd_install_hooks, "print (or --write) an agent client's hooks and MCP config")
     p.add_argument("--client", choices=["claude", "codex", "gemini"], default="claude")

@@ -8,7 +8,6 @@ Everything written here through `write_private` is mode 0600 (folder 0700), and 
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
 
@@ -31,7 +30,7 @@ def write_private(path: Path, content: str) -> None:
 def private_file_beside(path: Path, content: str) -> Path:
     """A new 0600 file in `path`'s folder holding `content`, flushed to disk, for the caller to
     move or link to `path`. Nothing is left behind if writing fails."""
-    written = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    written = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -24,7 +24,6 @@ the hooks find it the same way; it deregisters on exit.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +58,8 @@ def _process(pid: int) -> tuple[int, str, str] | None:
         return int(fields[1]), fields[19], name
     except (OSError, ValueError, IndexError):
         pass
+    import subprocess  # only where there is no /proc: a hook's start does not pay for it
+
     try:  # no /proc (macOS): ps gives the same three facts
         out = subprocess.run(
             ["ps", "-o", "ppid=,lstart=,comm=", "-p", str(pid)], capture_output=True, text=True, timeout=2
