@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import logging
-import logging.handlers
 import os
 import signal
 import sys
@@ -76,6 +75,7 @@ T = TypeVar("T")
 HOOK_DEADLINE = 3.0
 HOOK_TIMEOUT = Timeout(read=HOOK_DEADLINE, connect=1.0)
 MAX_FINAL_ANSWER = 20_000
+LOG_MAX_BYTES = 1_000_000  # agent.log, before it is moved to agent.log.1
 INBOX_LIMIT = 20
 # Claude Code's permission modes; the hub only distinguishes "bypass" from everything else.
 BYPASS_MODES = frozenset({"bypassPermissions", "dontAsk"})
@@ -411,9 +411,16 @@ def _setup_log() -> None:
     for old in list(log.handlers):
         log.removeHandler(old)
         old.close()
+    # Rotated as a hook process starts (it writes one line): one earlier file, agent.log.1. Bounded
+    # as logging.handlers' rotating handler bounds it, without every hook importing that module.
+    try:
+        if path.stat().st_size >= LOG_MAX_BYTES:
+            os.replace(path, path.with_name(f"{path.name}.1"))
+    except FileNotFoundError:
+        pass
     if not path.exists():
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-    handler = logging.handlers.RotatingFileHandler(path, maxBytes=1_000_000, backupCount=1, encoding="utf-8")
+    handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)

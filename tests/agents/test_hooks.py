@@ -313,3 +313,21 @@ def test_every_hook_event_is_one_round_trip(inprocess_hub: str, register, send) 
     print("\nHTTP round trips per hook event:", counts)
     assert counts == {label: 1 for label, *_ in steps}
     assert AgentSession.objects.get(name="billing").final_answer == "Done."
+
+
+def test_the_log_keeps_one_earlier_file_once_it_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from switchboard_agent.hooks import LOG_MAX_BYTES
+
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path))
+    full = "2026-12-05 09:00:00,000 INFO hook PostToolUse: ok\n" * (LOG_MAX_BYTES // 50 + 1)
+    (tmp_path / "agent.log").write_text(full)
+    (tmp_path / "agent.log.1").write_text("the oldest lines\n")
+
+    assert hook(event("Notification", message="waiting")) == (0, None)  # a step with no request
+
+    assert (tmp_path / "agent.log.1").read_text() == full
+    assert "hook Notification: ok; 0 request(s)" in last_log_line()
+    assert len((tmp_path / "agent.log").read_text().splitlines()) == 1
+    assert stat.S_IMODE((tmp_path / "agent.log").stat().st_mode) == 0o600
