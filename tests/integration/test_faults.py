@@ -222,7 +222,7 @@ def test_redis_restarted_and_emptied_under_load_loses_nothing(
 def _log_times(log: str) -> list[datetime]:
     return [
         datetime.strptime(m, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
-        for m in re.findall(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+", log)
+        for m in re.findall(r"(?m)^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+", log)
     ]
 
 
