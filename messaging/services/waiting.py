@@ -100,8 +100,7 @@ class InboxSubscription:
             done, _ = await asyncio.wait({self._read}, timeout=max(0.0, deadline - time.monotonic()))
             if not done:
                 return False
-            read, self._read = self._read, None
-            message = read.result()
+            message = self._read.result()
             self._read = asyncio.ensure_future(self.layer.receive(self.channel))  # see __init__
             if wakes_inbox(message):
                 return True
