@@ -587,7 +587,6 @@ def _expired_for_exit(deliveries: QuerySet[Delivery], *, actor: Principal) -> li
 
 def deliveries_expire_due(*, now: datetime | None = None, batch: int = 1000) -> list[Moved]:
     """Expire held deliveries whose deadline has passed (by the database's clock). Idempotent."""
-    from messaging.principals import HUB
     from messaging.services.holds import holds_notify
 
     now = now or _db_now()
