@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 
 
 def test_finished_tasks_are_not_logged_but_failed_ones_are() -> None:
@@ -48,7 +52,6 @@ def _record_with(**extra: object) -> logging.LogRecord:
 
 
 def test_json_lines_carry_the_line_and_allowed_ids_but_no_other_extras() -> None:
-    import json
 
     from hub.logs import JsonLines
 
@@ -64,7 +67,6 @@ def test_json_lines_carry_the_line_and_allowed_ids_but_no_other_extras() -> None
 
 
 def test_json_lines_keep_a_traceback_on_one_line() -> None:
-    import json
 
     from hub.logs import JsonLines
 
@@ -80,62 +82,45 @@ def test_json_lines_keep_a_traceback_on_one_line() -> None:
     assert "ValueError: boom" in json.loads(line)["exc"]
 
 
-def test_the_log_format_setting_chooses_json_for_a_whole_process(tmp_path) -> None:
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "SWITCHBOARD_HOME": str(tmp_path), "SWITCHBOARD_LOG_FORMAT": "json"}
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    code = (
-        "import django, logging; django.setup(); "
-        "logging.getLogger('messaging').warning('hello %s', 'there', extra={'message_id': 'm-9'})"
+def _hub_python(tmp_path, code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter with the hub's settings, a home of its own, JSON logs
+    (unless `env` says otherwise) and no database or Redis from the test's environment."""
+    environ = {
+        **os.environ,
+        "SWITCHBOARD_HOME": str(tmp_path),
+        "SWITCHBOARD_LOG_FORMAT": "json",
+        "DJANGO_SETTINGS_MODULE": "hub.settings",
+        **env,
+    }
+    environ.pop("DATABASE_URL", None)
+    environ.pop("REDIS_URL", None)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**env, "DJANGO_SETTINGS_MODULE": "hub.settings"},
-        capture_output=True,
-        text=True,
-        timeout=60,
+
+
+def test_the_log_format_setting_chooses_json_for_a_whole_process(tmp_path) -> None:
+    out = _hub_python(
+        tmp_path,
+        "import django, logging; django.setup(); "
+        "logging.getLogger('messaging').warning('hello %s', 'there', extra={'message_id': 'm-9'})",
     )
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stderr.strip().splitlines()[-1])
     assert body["msg"] == "hello there" and body["message_id"] == "m-9"
-    refused = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        env={**env, "DJANGO_SETTINGS_MODULE": "hub.settings", "SWITCHBOARD_LOG_FORMAT": "xml"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = _hub_python(tmp_path, "import django; django.setup()", SWITCHBOARD_LOG_FORMAT="xml")
     assert refused.returncode != 0 and "SWITCHBOARD_LOG_FORMAT is plain or json" in refused.stderr
 
 
 def test_a_celery_worker_logs_in_the_hub_format(tmp_path) -> None:
     # Celery sets up logging when a worker or beat starts; it must keep the hub's handlers, or
     # SWITCHBOARD_LOG_FORMAT=json gives Celery's plain lines there.
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "SWITCHBOARD_HOME": str(tmp_path), "SWITCHBOARD_LOG_FORMAT": "json"}
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    code = (
+    out = _hub_python(
+        tmp_path,
         "import django, logging; from hub.celery import app; django.setup(); "
         "app.log.setup(loglevel='WARNING', redirect_stdouts=True); "
         "logging.getLogger('messaging').warning('from a task', extra={'message_id': 'm-7'}); "
-        "logging.getLogger('celery.app.trace').error('Task failed')"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**env, "DJANGO_SETTINGS_MODULE": "hub.settings"},
-        capture_output=True,
-        text=True,
-        timeout=60,
+        "logging.getLogger('celery.app.trace').error('Task failed')",
     )
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in out.stderr.strip().splitlines()]
