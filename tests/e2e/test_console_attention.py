@@ -251,7 +251,10 @@ def test_the_feed_filters_and_dates_its_times_and_the_small_things_read_right(
     page.goto(world.hub.url + f"/sessions/{jon.id}/")
     assert page.locator("[data-operator-floor]").inner_text().startswith("none set")
     assert page.locator("[data-own-policy]").inner_text() == "hold (set by the session)"
-    assert page.get_by_label("Holds expire after (seconds)").input_value() == "300"
+    # The expiry field holds only the session's own setting; the hub's default shows beside it.
+    expiry = page.get_by_label("Holds expire after (seconds)")
+    assert expiry.input_value() == "" and expiry.get_attribute("placeholder") == "the hub's default, 300"
+    assert page.locator("[data-hold-expiry]").inner_text() == "300 s (the hub's default)"
 
     # Blocked tasks say so; a card opens to its details.
     page.goto(world.hub.url + f"/teams/{team['id']}/")
