@@ -45,7 +45,7 @@ from django.core.signals import request_started
 from django.http import FileResponse, HttpRequest, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
-from django.urls import Resolver404, get_resolver, set_script_prefix
+from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix
 from django.utils.datastructures import CaseInsensitiveMapping
 from django.utils.functional import SimpleLazyObject
 
@@ -59,7 +59,7 @@ RespondAsync = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
 class SecurityCalls:
     """The console's security middleware called inline (it only reads the request and sets
     headers): the SSL redirect on the way in, when configured, and the security headers on the
-    way out. Shared by the API's middleware and the direct send route."""
+    way out."""
 
     def __init__(self) -> None:
         self._security = SecurityMiddleware(_never_called)
@@ -123,6 +123,9 @@ def _only_middleware(handler: BaseHandler, view: Any) -> Any:
     return convert_exception_to_response(api_request_middleware(convert_exception_to_response(view)))
 
 
+RESOLVED = "switchboard.resolved"  # the scope's key for its path's match, resolved on the loop
+
+
 class _SyncHandler(BaseHandler):
     """Django's sync request handling (`get_response`: URL resolution, the view, exception
     handling, the log of 4xx and 5xx answers) with the API's one middleware."""
@@ -130,11 +133,19 @@ class _SyncHandler(BaseHandler):
     def load_middleware(self, is_async: bool = False) -> None:
         self._middleware_chain = _only_middleware(self, self._get_response)
 
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        """The match the handler found for the path when it chose this cycle (the API sets no
+        per-request urlconf), so a path is resolved once per request."""
+        match = request.scope.pop(RESOLVED, None)  # type: ignore[attr-defined]
+        if match is None:
+            return super().resolve_request(request)
+        request.resolver_match = match
+        return match
+
 
 class ApiHandler(ASGIHandler):
     """Django's ASGI handler with `api_request_middleware` as its whole middleware chain, serving a
-    sync view in one hop to a reused lane (see the module docstring). Sends go by the direct route
-    (`hub.send_route`), which hands back to this handler what it does not serve."""
+    sync view in one hop to a reused lane (see the module docstring)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -142,9 +153,6 @@ class ApiHandler(ASGIHandler):
         self._sync_handler = _SyncHandler()
         self._sync_handler.load_middleware()
         self._answered_on_lane = sync_to_async(self._answered, thread_sensitive=True)
-        from hub.send_route import DirectSendRoute  # it imports the API, which needs the apps loaded
-
-        self._send_route = DirectSendRoute()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -154,9 +162,7 @@ class ApiHandler(ASGIHandler):
             async with ThreadSensitiveContext(executor=lane):
                 if await self._hub_request_refused(scope, send):
                     return
-                if self._send_route.takes(scope):
-                    await self._send_route(scope, receive, send, fallback=self._handled_in_one_hop)
-                elif _async_view(scope):
+                if _async_view(scope):
                     await self.handle(scope, receive, send)
                 else:
                     await self._handled_in_one_hop(scope, receive, send)
@@ -229,12 +235,16 @@ class ApiHandler(ASGIHandler):
 
 
 def _async_view(scope: dict[str, Any]) -> bool:
-    """Whether the request's path leads to an async view (Django's cycle serves those)."""
+    """Whether the request's path leads to an async view (Django's cycle serves those). A sync
+    view's match is kept in the scope for the one-hop cycle."""
     try:
         match = get_resolver().resolve(app_path(scope))
     except Resolver404:
         return False  # answered 404 by the sync cycle
-    return iscoroutinefunction(match.func)
+    if iscoroutinefunction(match.func):
+        return True
+    scope[RESOLVED] = match
+    return False
 
 
 def is_api_request(scope: dict[str, Any]) -> bool:

@@ -219,12 +219,7 @@ def agents(request: HttpRequest, name: str | None = None, include_exited: bool =
 @router.post("/messages", response={201: SendOut, **ERRORS, 413: ErrorOut, 429: ErrorOut}, auth=AUTH)
 def send(request: HttpRequest, body: SendIn) -> Status:
     """Send a plain-text message to one session (by name, `name [ref]`, ref, id or `lead`)."""
-    return Status(201, send_answer(principal(request), body))
-
-
-def send_answer(caller: Principal, body: SendIn) -> dict[str, Any]:
-    """`POST /messages` once its caller and body are known; under daphne the direct send route
-    (`hub.send_route`) calls it without going through ninja."""
+    caller = principal(request)
     outcome = message_send_together(
         sender=caller.require_session(),
         to=body.to,
@@ -236,7 +231,8 @@ def send_answer(caller: Principal, body: SendIn) -> dict[str, Any]:
         actor=caller,
         files=[f.dict() for f in body.files] or None,
     )
-    return outcome.as_dict()
+    # A SendOut, not its dict: ninja dumps a model of the response's own type without validating it again.
+    return Status(201, SendOut.model_validate(outcome.as_dict()))
 
 
 class BatchItemIn(SendIn):

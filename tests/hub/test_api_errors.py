@@ -1,5 +1,5 @@
-"""How the API answers a database failure (`hub.api.error_answer`, used by ninja's handlers and
-the direct send route): 503, never a 2xx, with a sentence that says what happened and how to retry."""
+"""How the API answers a database failure (`hub.api.error_answer`, used by ninja's error
+handlers): 503, never a 2xx, with a sentence that says what happened and how to retry."""
 
 from __future__ import annotations
 

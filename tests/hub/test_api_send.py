@@ -5,7 +5,10 @@ handler; failures in the service answer 503 (the database) or 500 (a fault)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -14,6 +17,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.signals import request_started
 from django.db import OperationalError
+from django.urls import get_resolver
+from ninja.renderers import JSONRenderer
 
 import hub.asgi
 from messaging.auth import operator_token_create
@@ -152,3 +157,98 @@ async def test_failures_in_the_service_answer_503_for_the_database_and_500_for_a
     assert answer.headers["X-Frame-Options"] == "DENY"
     if error:
         assert answer.json()["error"] == error
+
+
+@pytest.mark.asyncio
+async def test_a_body_sent_in_parts_over_the_limit_is_refused_413_and_within_it_is_sent() -> None:
+    """Without a Content-Length, the body is counted as it arrives and refused past the limit."""
+    from django.test import override_settings
+
+    token = await sender_token()
+    parts = [b'{"to": "bob", ', b'"message": "', b"y" * 600, b'"}']
+    inbox: list[dict[str, Any]] = []
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if inbox:
+            return inbox.pop(0)
+        await asyncio.Event().wait()  # the client stays connected, as a real one does
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def sent_in_parts() -> None:
+        inbox[:] = [
+            {"type": "http.request", "body": b, "more_body": i < len(parts) - 1} for i, b in enumerate(parts)
+        ]
+        sent.clear()
+        await hub.asgi.application(scope, receive, send)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/v1/messages",
+        "raw_path": b"/api/v1/messages",
+        "query_string": b"",
+        "root_path": "",
+        "scheme": "http",
+        "server": ("localhost", 80),
+        "client": ("127.0.0.1", 5000),
+        "headers": [(b"host", b"localhost"), (b"authorization", f"Bearer {token}".encode())],
+    }
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=300):
+        await sent_in_parts()
+    assert sent[0]["status"] == 413
+    assert len(inbox) == 1  # reading stopped at the limit: the last part was never taken
+    await sent_in_parts()  # within the default limit
+    assert sent[0]["status"] == 201, sent
+    assert orjson.loads(sent[1]["body"])["to"]["name"] == "bob"
+
+
+@pytest.mark.asyncio
+async def test_a_send_is_answered_by_the_api_handler_with_its_path_resolved_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    token = await sender_token()
+    root = get_resolver()
+    resolved: list[str] = []
+    resolve = type(root).resolve
+
+    def counted(self: Any, path: str) -> Any:
+        if self is root:
+            resolved.append(path)
+        return resolve(self, path)
+
+    monkeypatch.setattr(type(root), "resolve", counted)
+    handlers: list[str] = []
+
+    def note(sender: type, **_: Any) -> None:
+        handlers.append(sender.__name__)
+
+    request_started.connect(note)
+    try:
+        answer = await post(token, json_body(to="bob", message="once"))
+    finally:
+        request_started.disconnect(note)
+    assert answer.status_code == 201, answer.text
+    assert handlers == ["ApiHandler"]
+    assert resolved == ["/api/v1/messages"]
+
+
+def test_the_apis_renderer_writes_what_ninjas_json_renderer_writes() -> None:
+    """Datetimes (Django's format: milliseconds, "Z"), UUIDs, decimals, dates, nested values."""
+    from hub.api import CompactJSONRenderer
+
+    data = {
+        "at": datetime(2026, 12, 5, 22, 26, 50, 398557, tzinfo=UTC),
+        "local": datetime(2026, 12, 5, 23, 26, 50, tzinfo=timezone(timedelta(hours=1))),
+        "day": date(2026, 12, 5),
+        "id": uuid.UUID(int=7),
+        "amount": Decimal("1.50"),
+        "nested": [{"text": "é\u2028", "n": 1, "f": 0.5, "none": None, "flag": True}],
+    }
+    ours = CompactJSONRenderer().render(None, data, response_status=200)  # type: ignore[arg-type]
+    ninjas = JSONRenderer().render(None, data, response_status=200)  # type: ignore[arg-type]
+    assert orjson.loads(ours) == orjson.loads(ninjas)
+    assert orjson.loads(ours)["at"] == "2026-12-05T22:26:50.398Z"
