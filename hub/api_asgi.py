@@ -162,9 +162,11 @@ class ApiHandler(ASGIHandler):
             async with ThreadSensitiveContext(executor=lane):
                 if await self._hub_request_refused(scope, send):
                     return
-                if _async_view(scope):
+                match = _resolved(scope)
+                if match is not None and iscoroutinefunction(match.func):
                     await self.handle(scope, receive, send)
                 else:
+                    scope[RESOLVED] = match  # with None the sync cycle resolves the path and answers 404
                     await self._handled_in_one_hop(scope, receive, send)
         finally:
             if len(self._idle_lanes) < IDLE_LANES_KEPT:
@@ -234,17 +236,13 @@ class ApiHandler(ASGIHandler):
         self._middleware_chain = _only_middleware(self, self._get_response_async)
 
 
-def _async_view(scope: dict[str, Any]) -> bool:
-    """Whether the request's path leads to an async view (Django's cycle serves those). A sync
-    view's match is kept in the scope for the one-hop cycle."""
+def _resolved(scope: dict[str, Any]) -> ResolverMatch | None:
+    """The view the request's path leads to, or None for a path no view serves. Chooses the
+    cycle (Django's for an async view, one hop for a sync one) and is kept for the sync cycle."""
     try:
-        match = get_resolver().resolve(app_path(scope))
+        return get_resolver().resolve(app_path(scope))
     except Resolver404:
-        return False  # answered 404 by the sync cycle
-    if iscoroutinefunction(match.func):
-        return True
-    scope[RESOLVED] = match
-    return False
+        return None
 
 
 def is_api_request(scope: dict[str, Any]) -> bool:

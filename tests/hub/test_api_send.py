@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -31,6 +32,19 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 def sender_token() -> str:
     session_register(name="bob")
     return session_register(name="alice").token
+
+
+@pytest.fixture
+def handlers_started() -> Iterator[list[str]]:
+    """The class name of each handler that started a request (request_started's sender)."""
+    started: list[str] = []
+
+    def note(sender: type, **_: Any) -> None:
+        started.append(sender.__name__)
+
+    request_started.connect(note)
+    yield started
+    request_started.disconnect(note)
 
 
 async def post(token: str | None, body: bytes) -> httpx.Response:
@@ -123,21 +137,14 @@ async def test_repeated_sends_are_duplicates_idempotent_conflicting_then_rate_li
 
 
 @pytest.mark.asyncio
-async def test_a_body_over_the_upload_limit_is_refused_413_before_any_handler(settings: Any) -> None:
+async def test_a_body_over_the_upload_limit_is_refused_413_before_any_handler(
+    settings: Any, handlers_started: list[str]
+) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     token = await sender_token()
-    started: list[type] = []
-
-    def note(sender: type, **_: Any) -> None:
-        started.append(sender)
-
-    request_started.connect(note)
-    try:
-        declared = await post(token, json_body(to="bob", message="x" * 2000))
-    finally:
-        request_started.disconnect(note)
+    declared = await post(token, json_body(to="bob", message="x" * 2000))
     assert declared.status_code == 413 and declared.json()["error"] == "too_large"
-    assert started == []  # the request guard in front answered (hub.request_guard)
+    assert handlers_started == []  # the request guard in front answered (hub.request_guard)
 
 
 @pytest.mark.asyncio
@@ -208,7 +215,7 @@ async def test_a_body_sent_in_parts_over_the_limit_is_refused_413_and_within_it_
 
 @pytest.mark.asyncio
 async def test_a_send_is_answered_by_the_api_handler_with_its_path_resolved_once(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, handlers_started: list[str]
 ) -> None:
     token = await sender_token()
     root = get_resolver()
@@ -221,18 +228,9 @@ async def test_a_send_is_answered_by_the_api_handler_with_its_path_resolved_once
         return resolve(self, path)
 
     monkeypatch.setattr(type(root), "resolve", counted)
-    handlers: list[str] = []
-
-    def note(sender: type, **_: Any) -> None:
-        handlers.append(sender.__name__)
-
-    request_started.connect(note)
-    try:
-        answer = await post(token, json_body(to="bob", message="once"))
-    finally:
-        request_started.disconnect(note)
+    answer = await post(token, json_body(to="bob", message="once"))
     assert answer.status_code == 201, answer.text
-    assert handlers == ["ApiHandler"]
+    assert handlers_started == ["ApiHandler"]
     assert resolved == ["/api/v1/messages"]
 
 
