@@ -142,8 +142,8 @@ def hub_costs(sizes: list[int], rounds: int, shape: str) -> dict[int, dict[str, 
     from messaging.principals import session_principal
     from messaging.services.delivery import inbox_ack, inbox_pull
     from messaging.services.pair import dedupe_key, pair_key
+    from messaging.services.pipeline import message_send
     from messaging.services.request import SendRequest
-    from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
     long_ago = timezone.now() - timedelta(days=2)
@@ -233,8 +233,8 @@ def session_costs(sizes: list[int], rounds: int) -> dict[int, dict[str, Any]]:
     from messaging.models import AgentSession
     from messaging.principals import session_principal
     from messaging.services.delivery import inbox_ack, inbox_pull
+    from messaging.services.pipeline import message_send
     from messaging.services.request import SendRequest
-    from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
     alice = session_register(name="alice-sessions").session

@@ -30,9 +30,8 @@ from harness import RedisServer, database_drop, database_migrated
 
 def batch_costs(sender: Any, sizes: list[int], messages: int) -> dict[str, Any]:
     """CPU and wall per message of single sends and of batches of each size, after a warm-up."""
-    from messaging.services.batch import messages_send_batch
+    from messaging.services.pipeline import message_send, messages_send_batch
     from messaging.services.request import SendRequest
-    from messaging.services.sending import message_send
 
     counter = iter(range(10**9))
 
@@ -69,6 +68,7 @@ def together_rounds(sender: Any, *, threads: int, per_thread: int, rounds: int) 
     from django.conf import settings
 
     from messaging.principals import session_principal
+    from messaging.services.request import SendRequest
     from messaging.services.together import message_send_together
 
     actor = session_principal(sender)
@@ -76,7 +76,9 @@ def together_rounds(sender: Any, *, threads: int, per_thread: int, rounds: int) 
 
     def work(_: int) -> None:
         for _ in range(per_thread):
-            message_send_together(sender=sender, actor=actor, to="bench-sink", text=f"together {next(stamp)}")
+            message_send_together(
+                SendRequest(sender=sender, actor=actor, to="bench-sink", text=f"together {next(stamp)}")
+            )
 
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     kept = settings.SWITCHBOARD_SEND_TOGETHER

@@ -17,8 +17,9 @@ from messaging.framing import frames_for_recipient
 from messaging.models import AgentSession
 from messaging.principals import Principal
 from messaging.selectors import agents_list, audit_list, message_for_viewer, message_status
-from messaging.services.batch import BATCH_MAX, messages_send_batch
 from messaging.services.delivery import inbox_ack, inbox_pull
+from messaging.services.pipeline import BATCH_MAX, messages_send_batch
+from messaging.services.request import SendRequest
 from messaging.services.sessions import (
     session_deregister,
     session_end_turn,
@@ -221,15 +222,17 @@ def send(request: HttpRequest, body: SendIn) -> Status:
     """Send a plain-text message to one session (by name, `name [ref]`, ref, id or `lead`)."""
     caller = principal(request)
     outcome = message_send_together(
-        sender=caller.require_session(),
-        to=body.to,
-        text=body.message,
-        summary=body.summary,
-        idempotency_key=body.idempotency_key,
-        priority=body.priority,
-        in_reply_to=str(body.in_reply_to) if body.in_reply_to else None,
-        actor=caller,
-        files=[f.dict() for f in body.files] or None,
+        SendRequest(
+            sender=caller.require_session(),
+            to=body.to,
+            text=body.message,
+            summary=body.summary,
+            idempotency_key=body.idempotency_key,
+            priority=body.priority,
+            in_reply_to=str(body.in_reply_to) if body.in_reply_to else None,
+            actor=caller,
+            files=[f.dict() for f in body.files] or None,
+        )
     )
     # A SendOut, not its dict: ninja dumps a model of the response's own type without validating it again.
     return Status(201, SendOut.model_validate(outcome.as_dict()))

@@ -784,8 +784,8 @@ def inbound_accept(
     keys (`peer_vouched_tier`), never from the body: a direct call is `channel` or `lan` as the
     caller's key is vouched for, a relay pull is `relay`. A message whose origin (or carrier) no
     one vouched for is at most `unverified` and held for an operator (`unknown_peer`)."""
+    from messaging.services.pipeline import message_send
     from messaging.services.request import Origin, SendRequest
-    from messaging.services.sending import message_send
 
     envelope = _check_envelope(envelope)
     hops = envelope.get("hops", 1)

@@ -1,10 +1,10 @@
 """The send pipeline's decision for one recipient, as a pure function over the pair's facts.
 
-Nothing here touches the database or reads settings: the single send (`message_send`) and the
-batch (`messaging.services.batch`) gather the facts (the message's classification and trust, the
+Nothing here touches the database or reads settings: the send pipeline
+(`messaging.services.pipeline`) gathers the facts (the message's classification and trust, the
 recipient's inbound policy verdict, the operator's rule for the pair, whether the pair is
-looping, the recipient's status, how long its holds last) and both call `decide`. What needs the
-database around a decision stays with the callers: the stopped-hold caps (`HoldFull`) are checked
+looping, the recipient's status, how long its holds last) and calls `decide`. What needs the
+database around a decision stays with the pipeline: the stopped-hold caps (`HoldFull`) are checked
 on a decision to hold for a stopped recipient, the hold cap's room is made when it holds.
 """
 
@@ -46,7 +46,7 @@ class DecisionFacts:
     verdict: Verdict  # the recipient's inbound policy for this sender and tier (`inbound_verdict`)
     override: str | None  # the recipient's rule for this sender (accept / hold / refuse), if any
     override_by_operator: bool
-    looping: bool  # both directions of the pair at the loop threshold (`limits.loop_suspected`)
+    looping: bool  # both directions of the pair at the loop threshold (`pipeline._Batch._looping`)
     kind: str
     recipient_status: str
     now: datetime

@@ -201,23 +201,6 @@ def _key(*parts: object) -> str:
     )
 
 
-def limits_take(*, sender: AgentSession, recipient: AgentSession, unread: int | None = None) -> None:
-    """Spend a token from the hub's bucket and from the sender→recipient bucket, and check the
-    recipient's unread queue (`unread`: already read, e.g. by `pair_facts`).
-    Raises RateLimited with a sentence saying how long to wait."""
-    # Both buckets in one store call; a token taken but not spent (the pair's, when the hub's
-    # bucket is empty) goes back.
-    reservation = limits_reserve(sender=sender, recipient_ids=[recipient.id])
-    try:
-        reservation.spend(recipient)
-    finally:
-        reservation.release()
-    if unread is None:
-        unread = unread_count(recipient.id)
-    if unread >= settings.SWITCHBOARD_UNREAD_PER_RECIPIENT:
-        raise queue_full(recipient, unread)
-
-
 def bucket_take(*parts: object, capacity: int, per: float) -> float:
     """Take one token from the bucket named by `parts` (`capacity` per `per` seconds), for limits
     other apps keep on the same store. Returns 0 when taken, else the seconds until one is free."""
@@ -274,7 +257,7 @@ def queue_full(recipient: AgentSession, unread: int) -> RateLimited:
 @dataclass
 class TokenReservation:
     """Tokens a batch send takes ahead, in one store call: `spend` then stands in for the rate
-    checks of one `limits_take` (the hub's bucket, then the pair's) and `release` gives back what
+    checks of one send (the hub's bucket, then the pair's) and `release` gives back what
     was not spent, so each bucket is charged exactly what that many single sends would have cost."""
 
     sender: AgentSession
@@ -283,8 +266,8 @@ class TokenReservation:
     buckets: dict[object, tuple[Want, Want]] = field(default_factory=dict)  # recipient id → (hub, pair)
 
     def spend(self, recipient: AgentSession) -> None:
-        """Spend one hub and one pair token for a message to `recipient`; raise RateLimited as
-        `limits_take` would when either bucket is empty (the hub's token is spent even then)."""
+        """Spend one hub and one pair token for a message to `recipient`; raise RateLimited when
+        either bucket is empty (the hub's token is spent even then)."""
         buckets = self.buckets.get(recipient.id)
         if buckets is None:
             buckets = self.buckets[recipient.id] = (_hub_want(1), _pair_want(self.sender, recipient.id, 1))
@@ -364,10 +347,3 @@ def limits_reserve(*, sender: AgentSession, recipient_ids: Iterable[object]) -> 
             + [_pair_want(sender, recipient_id, count) for recipient_id, count in counts.items()]
         )
     return reservation
-
-
-def loop_suspected(*, replies: int, sends: int) -> bool:
-    """The reply-loop rule on counts already taken (`pair_facts`): both directions of the pair at
-    or above the loop threshold within the window."""
-    threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
-    return threshold > 0 and replies >= threshold and sends >= threshold

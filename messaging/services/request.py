@@ -1,6 +1,6 @@
 """What a send is asked to do: one message (`SendRequest`) and where it comes from (`Origin`).
 
-Every caller of the send pipeline (`messaging.services.sending.message_send`) builds a request:
+Every caller of the send pipeline (`messaging.services.pipeline`) builds a request:
 the API for an agent, the teams app for frames and notifications it writes on a session's
 behalf, federation for a message another hub forwarded here. The rules that differ by caller read
 the request's origin, never a flag of the caller's own.

@@ -1,26 +1,22 @@
-"""Sending a message: validate, resolve, guard, classify, decide, persist, then announce.
-
-`message_send` is the one entry point for every surface. It answers only after the message and
-its delivery are committed, and its result names the outcome in a sentence an agent can act on.
+"""The steps of a send that the send pipeline (`messaging.services.pipeline`) is made of: the
+input checks, address resolution and pins, the facts a decision needs, the rows an accepted send
+writes and how they are written, and the outcome a sender is told, in a sentence it can act on.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import sys
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection
 from django.db.models import Q
-from django.utils import timezone
 
 from messaging.addressing import (
     LEAD_ALIAS,
@@ -33,11 +29,9 @@ from messaging.addressing import (
 )
 from messaging.errors import (
     HoldFull,
-    IdempotencyConflict,
     Invalid,
     NotFound,
     PinConflict,
-    RateLimited,
     SwitchboardError,
     TooLarge,
 )
@@ -60,8 +54,8 @@ from messaging.models import (
 from messaging.names import strip_invisible
 from messaging.plugins import PLUGINS
 from messaging.policy import VERIFIED_TRUSTS, Verdict, inbound_decide
-from messaging.principals import Principal, session_principal
-from messaging.sensitivity import Classification, classify, mask_preview, mask_text, match_labels
+from messaging.principals import Principal
+from messaging.sensitivity import Classification, mask_preview, mask_text, match_labels
 from messaging.services.audit import audit_events_write, audit_rows
 from messaging.services.bulk import (
     as_uuid,
@@ -74,18 +68,13 @@ from messaging.services.bulk import (
     models_selected,
     select_columns,
 )
-from messaging.services.decision import Decision, DecisionFacts, decide
-from messaging.services.events import Announcement
+from messaging.services.decision import Decision, DecisionFacts
 from messaging.services.holds import (
     STOPPED_HOLD,
     escalated_holds_announce,
     hold_expiry_seconds_of,
-    holds_make_room,
 )
-from messaging.services.limits import limits_take, loop_suspected
-from messaging.services.pair import dedupe_key, pair_facts, pair_key
-from messaging.services.request import SendRequest
-from messaging.services.transports import schedule_pushes
+from messaging.services.pair import dedupe_key, pair_key
 from messaging.states import DeliveryState
 
 S = DeliveryState
@@ -384,7 +373,7 @@ def lead_candidate(sender: AgentSession) -> Candidate | None:
 
 def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
     """Resolve `target` for `sender` and apply its pins. Raises NotFound/Ambiguous/PinConflict."""
-    recipient, resolution = _resolve(sender, target)
+    recipient, resolution = resolve_address(sender, target)
     _check_pin_now(sender=sender, recipient=recipient, resolution=resolution, target=target)
     return recipient, resolution
 
@@ -395,9 +384,9 @@ def resolve_recipient_pinned(
     """`resolve_recipient`, and the id of whom the sender's pin for the name it used points at
     (None when it has no such pin, or the address is not a name): what a send compares to decide
     whether the pin must be written."""
-    recipient, resolution = _resolve(sender, target)
+    recipient, resolution = resolve_address(sender, target)
     pinned = pinned_recipient(sender, resolution.pin_key) if resolution.pin_key else None
-    if _pin_key_checked(resolution):
+    if pin_key_checked(resolution):
         pin_check(recipient=recipient, target=target, pinned_to=pinned)
     return recipient, resolution, pinned
 
@@ -431,12 +420,12 @@ def _check_pin_now(
     *, sender: AgentSession, recipient: AgentSession, resolution: Resolution, target: str
 ) -> None:
     """`pin_check` with the sender's pin read here (a send reads it with the pair's facts instead)."""
-    pin_key = _pin_key_checked(resolution)
+    pin_key = pin_key_checked(resolution)
     if pin_key:
         pin_check(recipient=recipient, target=target, pinned_to=pinned_recipient(sender, pin_key))
 
 
-def _pin_key_checked(resolution: Resolution) -> str | None:
+def pin_key_checked(resolution: Resolution) -> str | None:
     """The pin a resolution must agree with: only names (exact, normalized, prefix) can be rebound."""
     return resolution.pin_key if resolution.rule in ("name", "normalized", "prefix") else ""
 
@@ -454,7 +443,8 @@ def pin_check(*, recipient: AgentSession, target: str, pinned_to: Any) -> None:
     )
 
 
-def _resolve(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
+def resolve_address(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
+    """Whom `target` means for `sender`, its pin not checked (`pin_check`). Raises NotFound/Ambiguous."""
     address = parse_address(target)
     return _resolved(sender, target, address, _candidate_rows(address))
 
@@ -487,7 +477,7 @@ def recipients_resolved(
         recipient, resolution = found
         pinned = pins.get((sender_id, resolution.pin_key)) if resolution.pin_key else None
         try:
-            if _pin_key_checked(resolution):
+            if pin_key_checked(resolution):
                 pin_check(recipient=recipient, target=target, pinned_to=pinned)
         except SwitchboardError as exc:
             out[(sender_id, target)] = exc
@@ -620,196 +610,6 @@ def idempotency_lock_id(*, sender_id: str, key: str) -> int:
     """The PostgreSQL advisory lock id of (sender, idempotency key)."""
     digest = hashlib.sha256(f"{sender_id}:{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def _idempotency_lock(*, sender_id: str, key: str) -> None:
-    """Hold a lock on (sender, idempotency key) until the current transaction ends. PostgreSQL: an
-    advisory lock; SQLite: the IMMEDIATE transaction already serializes every writer."""
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(%s)", [idempotency_lock_id(sender_id=sender_id, key=key)]
-        )
-
-
-def _serialized_by_idempotency_key(
-    send: Callable[[SendRequest], SendOutcome],
-) -> Callable[[SendRequest], SendOutcome]:
-    """Requests with the same idempotency key wait for each other, so a retry that races the original
-    (a client timing out and sending again) always gets the original's answer, never a rate limit or
-    a copy."""
-
-    @functools.wraps(send)
-    def serialized(request: SendRequest) -> SendOutcome:
-        key = request.idempotency_key
-        if not key:
-            return send(request)
-        with transaction.atomic():
-            _idempotency_lock(sender_id=str(request.sender.id), key=key)
-            return send(request)
-
-    return serialized
-
-
-@_serialized_by_idempotency_key
-def message_send(request: SendRequest) -> SendOutcome:
-    """Send the request's text from its sender to the session its `to` names, through every rule
-    its origin (`messaging.services.request.Origin`) follows. See the module docstring for the
-    steps. Uploaded files are scanned by their first bytes with the text and the summary
-    (`messaging.sensitivity.FILE_SCAN_BYTES`). An address no local session (live or stopped)
-    takes is tried on the other hubs (channel → LAN → relay, `messaging.plugins.OtherHubs.route`)
-    before it is `not_found`, unless the message was forwarded here."""
-    sender, kind, origin, files = request.sender, request.kind, request.origin, request.files
-    idempotency_key, in_reply_to = request.idempotency_key, request.in_reply_to
-    forwarded, trust = origin.forwarded, origin.trust
-    actor = request.actor or session_principal(sender)
-    checked = send_input_checked(
-        to=request.to,
-        text=request.text,
-        summary=request.summary,
-        priority=request.priority,
-        idempotency_key=idempotency_key,
-        kind=kind,
-        frame_type=request.frame_type,
-    )
-    target, text, summary, fingerprint = checked.target, checked.text, checked.summary, checked.fingerprint
-    if idempotency_key:
-        earlier = _earlier_send(sender, idempotency_key, fingerprint)
-        if earlier:
-            return earlier
-
-    route = None
-    try:
-        # A name a local session holds, live or stopped, is never routed away: a stopped
-        # session's messages are held for it (`decide`).
-        recipient, resolution = _resolve(sender, target)  # its pin is checked with the pair's facts
-    except NotFound:
-        route = None if forwarded is not None else PLUGINS.other_hubs.route(sender=sender, target=target)
-        if route is None:
-            raise
-        recipient, resolution = route.recipient, route.resolution
-    if recipient.id == sender.id:
-        raise Invalid("self_target", "A session cannot message itself.")
-    reply_checked(sender, in_reply_to)
-    now = timezone.now()
-    sha256 = checked.sha256
-    pin_key = _pin_key_checked(resolution) if route is None else ""
-    facts = pair_facts(
-        sender=sender, recipient=recipient, sha256=sha256, now=now, pin_key=resolution.pin_key or ""
-    )
-    if pin_key:
-        pin_check(recipient=recipient, target=target, pinned_to=facts.pinned_to)
-    if facts.sender_is_observer or facts.recipient_is_observer or kind == MessageKind.OBSERVER_REPORT:
-        # Observers send only observer reports to their target and receive nothing (raises Forbidden).
-        trust = PLUGINS.send_guard.check(sender=sender, recipient=recipient, kind=kind) or trust
-    if kind == MessageKind.TEXT and not origin.hub_made and facts.duplicate_of is not None:
-        original = Message.objects.get(pk=facts.duplicate_of)
-        delivery = original.deliveries.get(recipient=recipient)
-        return SendOutcome(message=original, delivery=delivery, recipient=recipient, duplicate=True)
-    if not origin.hub_made:
-        try:
-            limits_take(sender=sender, recipient=recipient, unread=facts.unread)
-        except RateLimited:
-            # A concurrent request with the same key may have been accepted meanwhile: answer with it.
-            earlier = _earlier_send(sender, idempotency_key, fingerprint) if idempotency_key else None
-            if earlier:
-                return earlier
-            raise
-    classification = classify(
-        text,
-        summary=summary,
-        files=origin.attached if forwarded is not None else files_scanned(files),
-        kind=kind,
-        signature_failed=origin.signature_failed,
-    )
-    if route is not None:
-        decision = route.decide(sender=sender, text=text, kind=kind, now=now)
-        if classification.matches:  # the summary and files count too, wherever the message goes
-            decision.tier, decision.sensitivity = classification.tier, classification
-    else:
-        decision = decide(
-            decision_facts(
-                sender=sender,
-                recipient=recipient,
-                classification=classification,
-                trust=trust,
-                kind=kind,
-                override=facts.policy,
-                by_operator=facts.policy_by_operator,
-                looping=loop_suspected(replies=facts.loop_replies, sends=facts.loop_sends),
-                now=now,
-            )
-        )
-        if decision.hold_reason == STOPPED_HOLD:
-            stopped_holds_checked(recipient)
-    if forwarded is not None:
-        decision = forwarded.adjust(decision, recipient=recipient, now=now)
-
-    message = accepted_message(
-        message_id=forwarded.message_id if forwarded is not None else None,
-        sender=sender,
-        recipient=recipient,
-        kind=kind,
-        frame_type=request.frame_type,
-        text=text,
-        summary=summary,
-        size=checked.size,
-        sha256=sha256,
-        priority=checked.priority,
-        decision=decision,
-        target=target,
-        idempotency_key=idempotency_key,
-        fingerprint=fingerprint,
-        in_reply_to=in_reply_to,
-        now=now,
-    )
-    tier = route.tier if route else (forwarded.tier if forwarded is not None else DeliveryTier.HOST)
-    delivery = first_delivery(message=message, recipient=recipient, decision=decision, tier=tier, now=now)
-    make_room = decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD
-    pin_wanted = resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead")
-    pin_changes = bool(pin_wanted and facts.pinned_to != recipient.id)
-    # The common send writes with one statement on PostgreSQL (`messages_write`), which commits on
-    # its own; anything more, or an outer transaction (which needs this one's savepoint), takes one.
-    one_statement = (
-        connection.vendor == "postgresql"
-        and not connection.in_atomic_block
-        and not (make_room or files or route is not None or pin_changes)
-    )
-    try:
-        with contextlib.nullcontext() if one_statement else transaction.atomic():
-            if make_room:
-                holds_make_room(recipient=recipient)
-            messages_write(
-                [(message, delivery)],
-                now=now,
-                audit=acceptance_audit(
-                    actor=actor, message=message, delivery=delivery, rule=resolution.rule, decision=decision
-                ),
-            )
-            if files:
-                PLUGINS.attachments.attach(message_id=message.id, files=files, tier=delivery.tier)
-            if route is not None:
-                route.attach(delivery)
-            if pin_changes:
-                Pin.objects.update_or_create(
-                    sender=sender, name_key=resolution.pin_key, defaults={"recipient": recipient}
-                )
-            # The recipient's push goes first (it is the event someone waits for), in one hand-off
-            # with the sender's notice.
-            schedule_pushes(
-                [(delivery.pk, recipient)] if decision.state == S.QUEUED else [],
-                along_with=[
-                    Announcement("message.sent", message_event(message, delivery, recipient), [sender.id])
-                ],
-            )
-    except IntegrityError:
-        if idempotency_key:
-            earlier = _earlier_send(sender, idempotency_key, fingerprint)
-            if earlier:
-                return earlier
-        raise
-    return SendOutcome(message=message, delivery=delivery, recipient=recipient)
 
 
 def accepted_message(
@@ -1007,21 +807,6 @@ def reply_checked(sender: AgentSession, in_reply_to: str | None) -> None:
             f"in_reply_to: there is no message {in_reply_to} that you sent or received.",
             reason="in_reply_to",
         )
-
-
-def _earlier_send(sender: AgentSession, key: str, fingerprint: str) -> SendOutcome | None:
-    earlier = Message.objects.filter(sender=sender, idempotency_key=key).first()
-    if earlier is None:
-        return None
-    if earlier.request_hash != fingerprint:
-        raise IdempotencyConflict(
-            "That idempotency key was already used for a different message; use a new key for new content.",
-            message_id=str(earlier.id),
-        )
-    delivery = earlier.deliveries.select_related("recipient").order_by("id").first()
-    if delivery is None:  # pragma: no cover - a message is always written with its delivery
-        raise NotFound("The earlier message has no delivery.")
-    return SendOutcome(message=earlier, delivery=delivery, recipient=delivery.recipient, duplicate=True)
 
 
 def files_scanned(files: list[dict[str, str]] | None) -> list[bytes]:

@@ -3,10 +3,10 @@
 Agents each sending now and then, a lead fanning out with parallel tool calls, a script with
 several connections: a web process has single sends in flight at once, from one sender or many.
 Each would run its own reads, rate-limit call, write and commit, and on SQLite queue for the one
-writer. Here the first goes alone, by `message_send`, exactly as a lone send; the sends that
-arrive while it runs wait, whoever sends them, and when it is done they go together in one
-transaction (`messages_send_together`: each sender's sends as one batch, which gives each the
-outcome it would have had on its own), answered only after the lot is committed. Then the sends
+writer. Here the first goes alone, a batch of one; the sends that arrive while it runs wait,
+whoever sends them, and when it is done they go together through the send pipeline in one
+transaction (`pipeline.messages_send`, which gives each the outcome it would have had on its own),
+answered only after the lot is committed. Then the sends
 that arrived meanwhile go together in turn, and so on. A send never waits while no group runs,
 so a hub with one send at a time sees no difference.
 
@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
-from messaging.models import AgentSession
-from messaging.principals import Principal
-from messaging.services.batch import BULK_FIELDS, Send, messages_send_together
+from messaging.services.pipeline import message_send, messages_send
 from messaging.services.request import SendRequest
-from messaging.services.sending import SendOutcome, message_send
+from messaging.services.sending import SendOutcome
 
 GROUP_MAX = 100  # sends written together at most; the rest go in the next group
 GROUPS_IN_FLIGHT = 1  # groups running at once in a process; a send waits only when all are busy
@@ -44,7 +41,7 @@ GROUPS_IN_FLIGHT = 1  # groups running at once in a process; a send waits only w
 class _Waiting:
     """One request's send, waiting for its outcome or for a group to run."""
 
-    send: Send
+    request: SendRequest
     done: threading.Event = field(default_factory=threading.Event)
     outcome: SendOutcome | BaseException | None = None
     group: list[_Waiting] | None = None  # set when this request is to run the group itself
@@ -65,11 +62,10 @@ class SendsTogether:
         self._running = 0
         self._waiting: list[_Waiting] = []
 
-    def send(self, *, sender: AgentSession, actor: Principal, fields: dict[str, Any]) -> SendOutcome:
-        """Send `fields` (a `SendRequest`'s fields, on the batch's path: BULK_FIELDS)
-        for `sender`, together with the other sends in flight; return or raise what
+    def send(self, request: SendRequest) -> SendOutcome:
+        """Send `request` together with the other sends in flight; return or raise what
         `message_send` would."""
-        mine = _Waiting(Send(sender=sender, actor=actor, fields=fields))
+        mine = _Waiting(request)
         with self._lock:
             if self._running < self.in_flight:
                 self._running += 1
@@ -120,15 +116,11 @@ def _database_connection_given_back() -> None:
 
 
 def _run(group: list[_Waiting]) -> None:
-    """Send the group (one alone by `message_send`, more together) and give each its outcome."""
-    first = group[0].send
+    """Send the group through the pipeline and give each its outcome."""
     outcomes: list[SendOutcome | BaseException]
     try:
-        if len(group) == 1:
-            outcomes = [message_send(SendRequest(sender=first.sender, actor=first.actor, **first.fields))]
-        else:
-            outcomes = list(messages_send_together([w.send for w in group]))
-    except BaseException as exc:  # a single send's own error, or the group's (it committed nothing)
+        outcomes = list(messages_send([w.request for w in group]))
+    except BaseException as exc:  # the group's failure (it committed nothing) is every member's
         outcomes = [exc] * len(group)
     if len(outcomes) != len(group):  # never expected; a member left without an outcome would hang
         fault = RuntimeError(f"a group of {len(group)} sends gave {len(outcomes)} outcomes")
@@ -142,10 +134,9 @@ def _run(group: list[_Waiting]) -> None:
 _together = SendsTogether()
 
 
-def message_send_together(*, sender: AgentSession, actor: Principal, **fields: Any) -> SendOutcome:
-    """`message_send(SendRequest(sender=..., actor=..., **fields))`, sent together with the other single sends
-    in flight in this process when the fields are ones a batch takes (no attached files) and
-    SWITCHBOARD_SEND_TOGETHER is on; otherwise alone."""
-    if not settings.SWITCHBOARD_SEND_TOGETHER or fields.get("files") or not BULK_FIELDS.issuperset(fields):
-        return message_send(SendRequest(sender=sender, actor=actor, **fields))
-    return _together.send(sender=sender, actor=actor, fields=fields)
+def message_send_together(request: SendRequest) -> SendOutcome:
+    """`message_send(request)`, sent together with the other single sends in flight in this
+    process when SWITCHBOARD_SEND_TOGETHER is on; otherwise alone."""
+    if not settings.SWITCHBOARD_SEND_TOGETHER:
+        return message_send(request)
+    return _together.send(request)

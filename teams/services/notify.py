@@ -27,8 +27,9 @@ from messaging.services.audit import audit_event
 from messaging.services.delivery import delivery_transition
 from messaging.services.limits import bucket_take
 from messaging.services.notifications import Notice, notifications_send
+from messaging.services.pipeline import message_send
 from messaging.services.request import HUB_MADE, SendRequest
-from messaging.services.sending import SendOutcome, message_send
+from messaging.services.sending import SendOutcome
 from messaging.states import DeliveryState
 from teams.models import NoticeSlot
 

@@ -14,8 +14,9 @@ from messaging.models import AgentSession, MessageKind
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
+from messaging.services.pipeline import message_send
 from messaging.services.request import SendRequest
-from messaging.services.sending import SendOutcome, message_send
+from messaging.services.sending import SendOutcome
 from teams.models import Membership, Observer, Team
 
 OBSERVER_TRUST = "observer-report"

@@ -12,8 +12,8 @@ from channels.testing import WebsocketCommunicator
 
 from hub.routing import websocket_application
 from messaging.models import Delivery
+from messaging.services.pipeline import message_send
 from messaging.services.request import SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import Registration, session_register
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]

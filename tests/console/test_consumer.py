@@ -108,7 +108,7 @@ async def test_a_batch_send_reaches_the_operator_socket_as_one_event_per_message
     """Given an operator socket, when a batch of three is sent, then the operators group gets one
     channel message (not three) and the socket still shows each `message.sent`, in order."""
     from messaging.models import AgentSession
-    from messaging.services.batch import messages_send_batch
+    from messaging.services.pipeline import messages_send_batch
     from messaging.services.sessions import session_register
 
     cookie = await sync_to_async(_cookie_for)("op5", staff=True)

@@ -159,6 +159,7 @@ async def test_failures_in_the_service_answer_503_for_the_database_and_500_for_a
         raise failure
 
     monkeypatch.setattr("messaging.services.together.message_send", failing)
+    monkeypatch.setattr("messaging.services.together.messages_send", failing)
     answer = await post(await sender_token(), json_body(to="bob", message="m"))
     assert answer.status_code == status
     assert answer.headers["X-Frame-Options"] == "DENY"

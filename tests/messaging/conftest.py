@@ -13,8 +13,8 @@ import pytest
 from django.db import connection, transaction
 
 from messaging.models import AgentSession, Delivery, Message
+from messaging.services.pipeline import message_send
 from messaging.services.request import HUB_MADE, SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
 Pair = tuple[AgentSession, AgentSession]

@@ -414,8 +414,8 @@ def test_a_reply_names_a_message_its_sender_sent_or_received(api, register, send
 
 def test_a_reply_to_something_that_is_not_a_message_id_is_refused_by_the_service(db, register):
     from messaging.errors import Invalid
+    from messaging.services.pipeline import message_send
     from messaging.services.request import SendRequest
-    from messaging.services.sending import message_send
 
     register("alice"), register("bob")
     alice = AgentSession.objects.get(name="alice")

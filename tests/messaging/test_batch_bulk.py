@@ -1,9 +1,10 @@
-"""The bulk batch send (messaging.services.batch): the outcome of each item is the one a single
+"""The bulk batch send (messaging.services.pipeline): the outcome of each item is the one a single
 send gives, the database work does not grow with the batch, the audit keeps one event per step,
 and a database failure accepts none of the batch."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -16,9 +17,9 @@ from django.utils import timezone
 from messaging.errors import SwitchboardError
 from messaging.models import AgentSession, AuditEvent, Delivery, Message, Pin
 from messaging.principals import session_principal
-from messaging.services.batch import Send, messages_send_batch, messages_send_together
+from messaging.services.pipeline import message_send, messages_send, messages_send_batch
 from messaging.services.request import SendRequest
-from messaging.services.sending import SendOutcome, message_send
+from messaging.services.sending import SendOutcome
 from teams.models import Observer
 
 SECRET = "here is the key sk-ant-" + "a1B2c3D4e5F6g7H8i9J0k"
@@ -27,8 +28,7 @@ SECRET = "here is the key sk-ant-" + "a1B2c3D4e5F6g7H8i9J0k"
 @pytest.fixture
 def world(register: Any) -> dict[str, AgentSession]:
     """alice sends; bob accepts; carol holds; dave refuses; erin fills up; frank and alice are in
-    a reply loop; olga is an observer; two sessions are named `twin`; gina is stopped (a rare
-    path: her messages go through `message_send` itself)."""
+    a reply loop; olga is an observer; two sessions are named `twin`; gina is stopped (her messages are held for her)."""
     agents = {name: register(name) for name in ("alice", "bob", "carol", "dave", "erin", "frank", "olga")}
     register("twin"), register("twin")
     agents["gina"] = register("gina", status="stopped")
@@ -225,8 +225,8 @@ def test_a_group_of_senders_gets_the_outcomes_of_their_sends_one_by_one(world, s
         return results
 
     def together(_alice: AgentSession, _items: Any) -> list[Any]:
-        group = [Send(sender=world[n], actor=session_principal(world[n]), fields=f) for n, f in sends]
-        return messages_send_together(group)
+        group = [SendRequest(sender=world[n], actor=session_principal(world[n]), **f) for n, f in sends]
+        return messages_send(group)
 
     with time_machine.travel(timezone.now().replace(microsecond=0), tick=False):
         # When the sends go one by one, each sender's in turn, and (from the same start) as one group
@@ -350,9 +350,9 @@ def test_a_database_failure_accepts_none_of_the_batch(world, settings, monkeypat
         raise DatabaseError("disk full")
 
     # Fails after every row of the batch was written, inside its transaction.
-    monkeypatch.setattr("messaging.services.batch.schedule_pushes", broken)
+    monkeypatch.setattr("messaging.services.pipeline.schedule_pushes", broken)
     items = [
-        {"to": "gina", "text": "held while she is stopped"},  # written by message_send first
+        {"to": "gina", "text": "held while she is stopped"},  # written first: the stopped-hold caps count it
         {"to": "bob", "text": "one"},
         {"to": "carol", "text": "two"},
     ]
@@ -397,10 +397,53 @@ def test_a_group_counts_what_earlier_senders_sent_toward_the_unread_cap_and_a_lo
         ("alice", {"to": "erin", "text": "alice 2"}),
     ]
 
-    # When they go as one group (no send in it takes a rare path)
-    group = [Send(sender=world[n], actor=session_principal(world[n]), fields=f) for n, f in sends]
-    labels = [label(r) for r in messages_send_together(group)]
+    # When they go as one group
+    group = [SendRequest(sender=world[n], actor=session_principal(world[n]), **f) for n, f in sends]
+    labels = [label(r) for r in messages_send(group)]
 
     # Then alice's fourth text to frank is a loop (frank's third text, in the group, counts), and
     # erin's inbox is full for alice's second (bob's and carol's, in the group, count)
     assert labels == ["queued"] * 7 + ["held:loop_suspected", "queued", "rate_limited:recipient_queue_full"]
+
+
+def test_every_kind_of_item_is_written_with_the_others(world, settings):
+    """A held message for a stopped recipient, one with a file and a plain text go through the one
+    pipeline and are written together: one INSERT for the messages of the whole batch, each with
+    the outcome and the rows a single send gives it."""
+    from federation.models import MessageAttachment
+    from federation.services.files import file_store
+
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
+    stored = file_store(data=b"the report")
+    items = [
+        {"to": "gina", "text": "held while she is stopped"},
+        {"to": "bob", "text": "see the file", "files": [{"sha256": stored.sha256, "name": "report.md"}]},
+        {"to": "alice", "text": "to myself"},
+        {"to": "bob", "text": "and a plain one"},
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        results = messages_send_batch(sender=world["alice"], items=items)
+
+    assert [label(r) for r in results] == [
+        "held:recipient_stopped",
+        "queued",
+        "invalid:self_target",
+        "queued",
+    ]
+    into_messages = re.compile(rf'INSERT INTO "?{Message._meta.db_table}"?[\s(]', re.IGNORECASE)
+    assert sum(bool(into_messages.search(q["sql"])) for q in queries.captured_queries) == 1
+    [attached] = MessageAttachment.objects.filter(message_id=results[1].message.id)
+    assert attached.attachment_id == stored.pk and attached.name == "report.md"
+
+
+def test_a_file_that_cannot_be_attached_fails_its_item_alone(world, settings):
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
+    items = [
+        {"to": "bob", "text": "before"},
+        {"to": "bob", "text": "a file nobody uploaded", "files": [{"sha256": "0" * 64, "name": "ghost.md"}]},
+        {"to": "bob", "text": "after"},
+    ]
+    results = messages_send_batch(sender=world["alice"], items=items)
+    assert [label(r) for r in results] == ["queued", "not_found", "queued"]
+    sent = Message.objects.filter(sender=world["alice"]).values_list("text", flat=True)
+    assert sorted(sent) == ["after", "before"]

@@ -12,8 +12,8 @@ from django.db import connection
 from django.utils import timezone
 
 from messaging.models import MessageKind
-from messaging.services.batch import RECENT_TEXTS_SQL, messages_send_batch
 from messaging.services.pair import dedupe_key
+from messaging.services.pipeline import RECENT_TEXTS_SQL, messages_send_batch
 from messaging.services.sessions import session_register
 from tests.messaging.plans import rows_read
 

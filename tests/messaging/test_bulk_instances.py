@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from messaging.models import Delivery, Message
 from messaging.services import bulk
+from messaging.services.pipeline import message_send
 from messaging.services.request import SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
 

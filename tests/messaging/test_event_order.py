@@ -11,10 +11,9 @@ import pytest
 from messaging import jobs
 from messaging.models import AgentSession
 from messaging.services import events
-from messaging.services.batch import messages_send_batch
 from messaging.services.events import OPERATORS_GROUP, session_group
+from messaging.services.pipeline import message_send, messages_send_batch
 from messaging.services.request import SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
 pytestmark = pytest.mark.django_db

@@ -22,9 +22,9 @@ from messaging.services.export import (
     session_by_id_or_ref,
 )
 from messaging.services.holds import holds_decide
+from messaging.services.pipeline import message_send
 from messaging.services.policies import policy_set
 from messaging.services.request import HUB_MADE, SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
 pytestmark = pytest.mark.django_db

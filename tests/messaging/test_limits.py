@@ -220,8 +220,8 @@ def test_team_frames_do_not_count_toward_a_reply_loop(api, register, send, setti
     """Frames are typed team traffic (assignments, idle notices), checked by the team API: only
     plain-text replies make a loop."""
     from messaging.models import AgentSession, MessageKind
+    from messaging.services.pipeline import message_send
     from messaging.services.request import SendRequest
-    from messaging.services.sending import message_send
 
     settings.SWITCHBOARD_LOOP_EXCHANGES = 3
     alice, bob = register("alice"), register("bob")
@@ -243,8 +243,8 @@ def test_team_frames_do_not_count_toward_a_reply_loop(api, register, send, setti
 def test_a_send_asks_the_bucket_store_once(monkeypatch, db):
     """Both buckets (the hub's and the pair's) are charged in one call: one Redis round trip."""
     from messaging.services import limits
+    from messaging.services.pipeline import message_send
     from messaging.services.request import SendRequest
-    from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
     calls: list[str] = []

@@ -16,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from messaging.models import AgentSession, AuditEvent, Delivery
 from messaging.principals import session_principal
 from messaging.services.delivery import inbox_ack, inbox_pull
+from messaging.services.pipeline import message_send
 from messaging.services.request import SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
 TEXTS = ["first", "second", "urgent"]

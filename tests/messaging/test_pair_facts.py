@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from messaging.models import Delivery, Message, Pin, SenderPolicy
 from messaging.services.pair import PairFacts, pair_facts
+from messaging.services.pipeline import message_send
 from messaging.services.request import HUB_MADE, SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 from messaging.states import DeliveryState
 from tests.messaging.plans import plan_nodes, rows_read, the_one_statement
@@ -158,9 +158,9 @@ def test_rows_read_with_compiled_sql_equal_what_the_orm_reads() -> None:
 def test_the_dedupe_key_is_the_migrations_formula_and_is_written_with_every_message(pair) -> None:
     import importlib
 
-    from messaging.services.batch import messages_send_batch
     from messaging.services.notifications import Notice, notifications_send
     from messaging.services.pair import dedupe_key
+    from messaging.services.pipeline import messages_send_batch
 
     migration = importlib.import_module("messaging.migrations.0005_dedupe_key")
     alice, bob = pair
@@ -195,8 +195,8 @@ def test_a_busy_new_sender_s_dedupe_lookup_reads_one_index_entry_per_text(busy_n
     must not read every message such a sender wrote within the window (it did, through
     `message_sender_recent`, when it asked for the sender and the text apart), under the plans
     the prepared pair read may run with."""
-    from messaging.services.batch import RECENT_TEXTS_SQL
     from messaging.services.pair import _statement, dedupe_key
+    from messaging.services.pipeline import RECENT_TEXTS_SQL
 
     alice, bob = busy_new_sender
     now = timezone.now()
@@ -223,8 +223,8 @@ def test_the_batch_s_dedupe_lookup_probes_each_text_under_any_plan(
     either kind of plan, for one text or a full batch, with statistics that take the sender for
     a rare one or the tables for empty, it reads the sender's messages only through
     `message_dedupe_key`, one probe per text, and each match's delivery by its message."""
-    from messaging.services.batch import RECENT_TEXTS_SQL
     from messaging.services.pair import dedupe_key
+    from messaging.services.pipeline import RECENT_TEXTS_SQL
 
     alice, _bob = request.getfixturevalue(history)
     since = timezone.now() - timedelta(seconds=60)
@@ -267,9 +267,9 @@ def test_the_migration_gives_the_last_day_s_messages_their_dedupe_key(pair) -> N
 def test_the_pair_key_is_the_migrations_formula_and_is_written_with_every_message(pair) -> None:
     import importlib
 
-    from messaging.services.batch import messages_send_batch
     from messaging.services.notifications import Notice, notifications_send
     from messaging.services.pair import pair_key
+    from messaging.services.pipeline import messages_send_batch
 
     migration = importlib.import_module("messaging.migrations.0006_pair_key")
     alice, bob = pair

@@ -22,8 +22,8 @@ from messaging.services.delivery import (
 )
 from messaging.services.events import Announcement
 from messaging.services.notifications import Notice, notifications_send
+from messaging.services.pipeline import message_send
 from messaging.services.request import SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 from messaging.states import DeliveryState as S
 from tests.messaging.plans import plan_nodes, rows_read, the_one_statement

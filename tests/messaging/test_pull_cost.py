@@ -10,8 +10,8 @@ from messaging.framing import frames_for_recipient
 from messaging.principals import session_principal
 from messaging.services import events
 from messaging.services.delivery import inbox_pull
+from messaging.services.pipeline import message_send
 from messaging.services.request import SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
 pytestmark = pytest.mark.django_db

@@ -11,13 +11,13 @@ from django.utils import timezone
 from messaging.errors import Forbidden, NotFound
 from messaging.models import AgentSession, AuditEvent, Delivery, Message, Pin, SessionStatus
 from messaging.principals import operator_principal, session_principal
+from messaging.services.pipeline import message_send
 from messaging.services.request import SendRequest
 from messaging.services.retention import (
     messages_purged,
     retention_purge,
     session_data_delete,
 )
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 from messaging.states import DeliveryState as S
 

@@ -11,8 +11,8 @@ import time_machine
 from django.utils import timezone
 
 from messaging.errors import RateLimited
+from messaging.services.pipeline import message_send
 from messaging.services.request import AGENT_ORIGIN, HUB_MADE, Origin, SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
 

@@ -9,8 +9,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from messaging.models import AuditEvent, Delivery, Message
+from messaging.services.pipeline import message_send
 from messaging.services.request import SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register
 
 pytestmark = pytest.mark.django_db(transaction=True)  # so a send can run outside any transaction

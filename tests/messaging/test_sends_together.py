@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection
 
-from messaging.errors import Invalid, RateLimited
+from messaging.errors import Invalid
 from messaging.models import Message
 from messaging.principals import session_principal
 from messaging.services import together
@@ -36,8 +36,8 @@ class FakeActor:
 
 
 class Recorder:
-    """Stands in for `message_send` and `messages_send_together`: records each call, answers with
-    the text it was given (or an error for texts starting "bad"), and holds the first call until told."""
+    """Stands in for `messages_send`: records each call ("alone" for a group of one), answers each
+    request with its text (or an error for texts starting "bad"), and holds the first call until told."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[str]]] = []
@@ -54,34 +54,27 @@ class Recorder:
         if first:
             assert self.release_first.wait(WAIT)
 
-    def single(self, request: SendRequest) -> Any:
+    def send(self, requests: list[SendRequest]) -> list[Any]:
+        texts = [request.text for request in requests]
         with self._lock:
-            self.calls.append(("single", [request.text]))
+            self.calls.append(("alone" if len(texts) == 1 else "group", texts))
         self._hold_if_first()
-        if request.text.startswith("bad"):
-            raise RateLimited("too fast", reason="pair_rate", retry_after=1)
-        return ("sent", request.text)
-
-    def group(self, sends: list[Any]) -> list[Any]:
-        items = [send.fields for send in sends]
-        with self._lock:
-            self.calls.append(("group", [i["text"] for i in items]))
-        self._hold_if_first()
-        if self.fail_groups:
+        if self.fail_groups and len(texts) > 1:
             raise OperationalError("the database went away")
-        if self.short_groups:
-            return [("sent", i["text"]) for i in items[1:]]
-        return [
-            Invalid("bad_text", "no") if i["text"].startswith("bad") else ("sent", i["text"]) for i in items
-        ]
+        if self.short_groups and len(texts) > 1:
+            return [("sent", text) for text in texts[1:]]
+        return [Invalid("bad_text", "no") if text.startswith("bad") else ("sent", text) for text in texts]
 
 
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     fake = Recorder()
-    monkeypatch.setattr(together, "message_send", fake.single)
-    monkeypatch.setattr(together, "messages_send_together", fake.group)
+    monkeypatch.setattr(together, "messages_send", fake.send)
     return fake
+
+
+def _request(sender: Any, text: str, actor: str = "a") -> SendRequest:
+    return SendRequest(sender=sender, actor=FakeActor(actor), to="bob", text=text)  # type: ignore[arg-type]
 
 
 def _queued_behind(hub: SendsTogether, count: int) -> None:
@@ -96,7 +89,7 @@ def _queued_behind(hub: SendsTogether, count: int) -> None:
 def _start(
     pool: ThreadPoolExecutor, hub: SendsTogether, sender: FakeSender, text: str, actor: str = "a"
 ) -> Any:
-    return pool.submit(hub.send, sender=sender, actor=FakeActor(actor), fields={"to": "bob", "text": text})
+    return pool.submit(hub.send, _request(sender, text, actor))
 
 
 def _result(future: Any) -> Any:
@@ -125,7 +118,7 @@ def test_sends_that_arrive_while_one_runs_go_together_after_it(recorder: Recorde
     results = _first_held_while_more_queue(recorder, hub, alice, ["two", "bad three", "four"])
 
     # The first went alone; the three that waited went as one group, in the order they came
-    assert recorder.calls[0] == ("single", ["one"])
+    assert recorder.calls[0] == ("alone", ["one"])
     assert recorder.calls[1][0] == "group" and sorted(recorder.calls[1][1]) == ["bad three", "four", "two"]
     assert len(recorder.calls) == 2
     # Each answered with its own outcome, or raised its own error
@@ -137,10 +130,10 @@ def test_a_lone_send_goes_by_itself_and_raises_its_own_error(recorder: Recorder)
     recorder.release_first.set()
     hub, alice = SendsTogether(), FakeSender(uuid.uuid4())
 
-    assert hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "hi"}) == ("sent", "hi")
-    with pytest.raises(RateLimited):
-        hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "bad"})
-    assert recorder.calls == [("single", ["hi"]), ("single", ["bad"])]
+    assert hub.send(_request(alice, "hi")) == ("sent", "hi")
+    with pytest.raises(Invalid):
+        hub.send(_request(alice, "bad"))
+    assert recorder.calls == [("alone", ["hi"]), ("alone", ["bad"])]
     assert hub.idle()
 
 
@@ -158,7 +151,7 @@ def test_other_senders_and_other_actors_go_together_with_them(recorder: Recorder
         assert _result(from_bob) == ("sent", "from bob")
         assert _result(as_operator) == ("sent", "as operator")
     # and then go as one group, each with its own sender and actor
-    assert recorder.calls[0] == ("single", ["alice holds"])
+    assert recorder.calls[0] == ("alone", ["alice holds"])
     assert recorder.calls[1][0] == "group" and sorted(recorder.calls[1][1]) == ["as operator", "from bob"]
     assert hub.idle()
 
@@ -180,10 +173,7 @@ def test_a_failed_group_is_every_members_error_and_hangs_none(
     assert rest == [error] * 3
     assert hub.idle()
     setattr(recorder, broken, False)
-    assert hub.send(sender=alice, actor=FakeActor("a"), fields={"to": "bob", "text": "after"}) == (
-        "sent",
-        "after",
-    )
+    assert hub.send(_request(alice, "after")) == ("sent", "after")
 
 
 def test_with_two_groups_in_flight_a_second_send_does_not_wait_for_the_first(recorder: Recorder) -> None:
@@ -194,7 +184,7 @@ def test_with_two_groups_in_flight_a_second_send_does_not_wait_for_the_first(rec
         assert _result(_start(pool, hub, alice, "two")) == ("sent", "two")  # while "one" is held
         recorder.release_first.set()
         assert _result(held) == ("sent", "one")
-    assert recorder.calls == [("single", ["one"]), ("single", ["two"])]
+    assert recorder.calls == [("alone", ["one"]), ("alone", ["two"])]
     assert hub.idle()
 
 
@@ -254,25 +244,22 @@ def test_concurrent_sends_of_one_sender_each_get_their_own_message(
     hub = SendsTogether()
     monkeypatch.setattr(together, "_together", hub)
     # The first send waits until three more are queued behind it, so a group surely forms
-    real_single, real_group, groups = together.message_send, together.messages_send_together, []
+    real_send, groups = together.messages_send, []
 
-    def single(request: SendRequest) -> SendOutcome:
+    def send_group(requests: list[SendRequest]) -> list[Any]:
         if not groups:
             _queued_behind(hub, 3)
-        groups.append(1)
-        return real_single(request)
+        groups.append(len(requests))
+        return real_send(requests)
 
-    def group(sends: list[Any]) -> list[Any]:
-        groups.append(len(sends))
-        return real_group(sends)
-
-    monkeypatch.setattr(together, "message_send", single)
-    monkeypatch.setattr(together, "messages_send_together", group)
+    monkeypatch.setattr(together, "messages_send", send_group)
 
     def send(i: int) -> SendOutcome:
         try:
             return message_send_together(
-                sender=sender, actor=actor, to="bob", text=f"note {i % 5}", idempotency_key=f"k{i % 5}"
+                SendRequest(
+                    sender=sender, actor=actor, to="bob", text=f"note {i % 5}", idempotency_key=f"k{i % 5}"
+                )
             )
         finally:
             connection.close()
@@ -307,27 +294,24 @@ def test_concurrent_sends_of_many_senders_go_together_and_keep_each_pairs_order(
     sessions = [AgentSession.objects.get(pk=register(name).id) for name in names]
     hub = SendsTogether()
     monkeypatch.setattr(together, "_together", hub)
-    real_single, real_group, groups = together.message_send, together.messages_send_together, []
+    real_send, groups = together.messages_send, []
 
-    def single(request: SendRequest) -> SendOutcome:
+    def send_group(requests: list[SendRequest]) -> list[Any]:
         if not groups:  # the first send waits until the other three senders queue behind it
             _queued_behind(hub, 3)
-        groups.append({request.sender.id})
-        return real_single(request)
+        groups.append({request.sender.id for request in requests})
+        return real_send(requests)
 
-    def group(sends: list[Any]) -> list[Any]:
-        groups.append({send.sender.id for send in sends})
-        return real_group(sends)
-
-    monkeypatch.setattr(together, "message_send", single)
-    monkeypatch.setattr(together, "messages_send_together", group)
+    monkeypatch.setattr(together, "messages_send", send_group)
 
     def sender(i: int) -> list[str]:
         me, partner = sessions[i], names[(i + 1) % 4]
         try:
             actor = session_principal(me)
             return [
-                message_send_together(sender=me, actor=actor, to=partner, text=f"{me.name} {k}").status
+                message_send_together(
+                    SendRequest(sender=me, actor=actor, to=partner, text=f"{me.name} {k}")
+                ).status
                 for k in range(10)
             ]
         finally:

@@ -16,12 +16,11 @@ from django.db import connection, connections
 from messaging.errors import SwitchboardError
 from messaging.models import AgentSession, Delivery, SenderPolicy, SessionStatus
 from messaging.principals import operator_principal, session_principal
-from messaging.services.batch import messages_send_batch
 from messaging.services.delivery import inbox_ack, inbox_pull
 from messaging.services.holds import holds_decide
 from messaging.services.limits import UNREAD_STATES, unread_count, unread_waiting
+from messaging.services.pipeline import message_send, messages_send_batch
 from messaging.services.request import SendRequest
-from messaging.services.sending import message_send
 from messaging.services.sessions import session_register, session_set_status
 from messaging.states import DeliveryState
 

@@ -43,8 +43,8 @@ def test_a_token_in_the_summary_alone_is_held(api, register, send, operator_toke
 
 
 def test_a_frame_is_scanned_as_its_json(db):
+    from messaging.services.pipeline import message_send
     from messaging.services.request import SendRequest
-    from messaging.services.sending import message_send
     from messaging.services.sessions import session_register
 
     alice, _bob = session_register(name="alice").session, session_register(name="bob").session

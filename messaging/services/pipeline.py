@@ -1,24 +1,35 @@
-"""Sends in bulk: many messages, from one sender (a batch) or from many (a group sent together),
-each with the outcome a single send gives.
+"""The send pipeline: one message or many, from one sender or many, each with the outcome it
+would have had sent on its own.
 
-`messages_send_batch` runs each item through the rules of `message_send` (validation, the
-idempotency key, resolution and pins, dedupe, rate limits and the unread cap, policy, loop
-protection), but it asks the database each question once for all the items (`read_ahead`: the
-texts they could repeat, whom their addresses mean, each sender → recipient pair's facts) and
-keeps what the earlier items changed in memory, then writes the messages, their deliveries and
-their audit events with one statement per table. `messages_send_together` does the same for
-sends of any senders in one transaction: each sender's sends as one batch, the senders one after
-another, their reads ahead and their writes shared (`_Writes`).
+Every send is a `SendRequest` and goes through the same steps, in this order:
 
-The common case (a live local recipient, plain text) takes this bulk path. An item that needs a
-rare path (attached files, an address no local session takes — a federation route —, a stopped
-or remote recipient, a session messaging itself, a field the bulk path does not know) is sent with
-`message_send` itself, in order: what was accepted so far is written first, so that send sees
-exactly what it would have seen after the earlier items were sent one by one.
+1. check: the input, with no database (`sending.send_input_checked`);
+2. resolve: whom the address means, against the sender's pin for the name; an address no local
+   session takes is tried on the other hubs (`messaging.plugins.OtherHubs.route`) unless the
+   message was forwarded here;
+3. guard: no self-sends, replies only to the sender's own messages, the observer rule, the dedupe
+   window, the rate limits and the recipient's unread cap (a hub-made message skips the last three);
+4. decide: `decision.decide`, a pure function over the pair's facts (or the route's own decision
+   for a message that leaves this hub), adjusted by the forwarding hub's standing;
+5. write: messages, deliveries and audit events (one statement per table, `sending.messages_write`),
+   pins, attached files and routes, then the recipients' pushes and the senders' notices after
+   the commit;
+6. outcome: a `SendOutcome`, or the error a send raises, in the request's place.
+
+`message_send` is a batch of one; `messages_send_batch` is one sender's many; `messages_send` is any
+senders' (the hub's group commit, `together`). The database is asked each question once for all the
+requests (`read_ahead`: the earlier sends their idempotency keys name, the texts they could repeat,
+whom their addresses mean, each pair's facts), and what the earlier requests changed is kept in
+memory (`_Writes`, `_Inbox`), so every request sees what it would have seen had the ones before it
+been sent and committed one by one. A batch of one reads what a lone send needs: its address, then
+every fact of its pair in one statement (`pair.pair_facts`). The writes of a group share one
+transaction (a database failure commits none); a single send on PostgreSQL that writes only its
+message needs none, its write being one statement.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,9 +42,7 @@ from django.utils import timezone
 
 from messaging.addressing import Resolution, parse_address
 from messaging.errors import IdempotencyConflict, Invalid, NotFound, PinConflict, SwitchboardError
-from messaging.liveness import LIVE
 from messaging.models import (
-    REMOTE_KIND,
     AgentSession,
     Delivery,
     DeliveryTier,
@@ -45,105 +54,97 @@ from messaging.models import (
     Tier,
     UnreadCount,
 )
-from messaging.plugins import PLUGINS
-from messaging.policy import HOST_VERIFIED, Verdict
+from messaging.plugins import PLUGINS, RemoteSend
+from messaging.policy import Verdict
 from messaging.principals import Principal, session_principal
-from messaging.sensitivity import classify
+from messaging.sensitivity import Classification, classify
 from messaging.services.bulk import as_uuid
 from messaging.services.decision import Decision, decide
 from messaging.services.events import Announcement
 from messaging.services.holds import STOPPED_HOLD, holds_make_room
-from messaging.services.limits import (
-    TokenReservation,
-    limits_reserve,
-    queue_full,
-    unread_count,
-)
-from messaging.services.pair import dedupe_key, pair_texts_params, pair_texts_sql
+from messaging.services.limits import TokenReservation, limits_reserve, queue_full, unread_count
+from messaging.services.pair import dedupe_key, pair_facts, pair_texts_params, pair_texts_sql
 from messaging.services.request import SendRequest
 from messaging.services.sending import (
     SendOutcome,
     acceptance_audit,
     accepted_message,
     decision_facts,
+    files_scanned,
     first_delivery,
     idempotency_lock_id,
     message_event,
-    message_send,
     messages_write,
+    pin_check,
+    pin_key_checked,
     recipients_resolved,
     reply_checked,
+    resolve_address,
     resolve_recipient_pinned,
     send_input_checked,
+    stopped_holds_checked,
 )
 from messaging.services.transports import UDS_PREFIX, schedule_pushes
 from messaging.states import DeliveryState
 
 S = DeliveryState
 BATCH_MAX = 1000
-# The item fields the bulk path handles; an item with any other field is sent by `message_send`.
-BULK_FIELDS = frozenset({"to", "text", "summary", "idempotency_key", "priority", "in_reply_to", "files"})
 # Resolution rules whose address is checked against (and written to) the sender's pins.
 PIN_CHECKED_RULES = ("name", "normalized", "prefix")
 _NOT_READ = object()  # a pin the batch has not read: written whatever it points at
 
 
+def message_send(request: SendRequest) -> SendOutcome:
+    """Send one request through the pipeline (a batch of one); raise the error it meets. Answers
+    only after the message and its delivery are committed. See the module docstring for the steps:
+    uploaded files are scanned by their first bytes with the text and the summary
+    (`messaging.sensitivity.FILE_SCAN_BYTES`); an address no local session (live or stopped) takes
+    is tried on the other hubs (channel → LAN → relay) before it is `not_found`, unless the message
+    was forwarded here."""
+    [outcome] = messages_send([request])
+    if isinstance(outcome, SwitchboardError):
+        raise outcome
+    return outcome
+
+
 def messages_send_batch(
     *, sender: AgentSession, items: list[dict[str, Any]], actor: Principal | None = None
 ) -> list[SendOutcome | SwitchboardError]:
-    """Send many messages in one request. Each item holds a `SendRequest`'s fields (to,
-    text, summary, idempotency_key, priority, in_reply_to, files) and goes through exactly the same
-    validation, resolution, limits and policy, with the same outcome a single send would give.
-    One transaction: the answer comes only after every accepted item is committed (a database
-    failure accepts none). An item that fails a rule is reported in its place, as the error a
-    single send would raise, and the others go on."""
+    """Send many messages in one request: each item holds a `SendRequest`'s fields (to, text,
+    summary, idempotency_key, priority, in_reply_to, files) and gets the outcome a single send
+    would, or the error it would raise, in its place; the others go on. One transaction: the
+    answer comes only after every accepted item is committed (a database failure accepts none)."""
     if not items:
         raise Invalid("empty_batch", "A batch needs at least one message.")
     if len(items) > BATCH_MAX:
         raise Invalid("batch_too_large", f"A batch takes at most {BATCH_MAX} messages; split it.")
-    with transaction.atomic():
-        writes = _Writes()
-        results = _Batch(sender=sender, actor=actor or session_principal(sender), writes=writes).send(items)
-        writes.write()
-        return results
+    return messages_send([SendRequest(sender=sender, actor=actor, **fields) for fields in items])
 
 
-@dataclass
-class Send:
-    """One send of a group sent together: who sends, as whom, and the other fields of its
-    `SendRequest` (BULK_FIELDS)."""
-
-    sender: AgentSession
-    actor: Principal
-    fields: dict[str, Any]
-
-
-def messages_send_together(sends: list[Send]) -> list[SendOutcome | SwitchboardError]:
-    """Send a group of sends from any senders in one transaction, each with the outcome it would
-    have had on its own, in the order given: each sender's sends go as one batch (in their order,
-    so a pair's messages keep theirs), the senders one after another as they first appear, and all
-    their messages are written together. The answer comes only after the lot is committed; a
-    database failure commits none."""
+def messages_send(requests: list[SendRequest]) -> list[SendOutcome | SwitchboardError]:
+    """Send requests from any senders, each with the outcome it would have had on its own, in the
+    order given: each sender's requests go as one batch (in their order, so a pair's messages keep
+    theirs), the senders one after another as they first appear, and all their messages are written
+    together. More than one request, or one with an idempotency key, share one transaction from the
+    first read; the answer comes only after the lot is committed."""
     by_sender: dict[tuple[Any, str], list[int]] = {}
-    for position, send in enumerate(sends):
-        by_sender.setdefault((send.sender.id, send.actor.actor), []).append(position)
-    results: list[SendOutcome | SwitchboardError | None] = [None] * len(sends)
-    with transaction.atomic():
-        # Every idempotency key of the group locked at once, in one order: two groups (in two web
-        # processes) that share keys never wait on each other in a cycle.
-        idempotency_keys_locked(
-            [
-                (send.sender.id, key)
-                for send in sends
-                if isinstance(key := send.fields.get("idempotency_key"), str) and 0 < len(key) <= 128
-            ]
-        )
-        writes = _Writes()
+    actors = [request.actor or session_principal(request.sender) for request in requests]
+    for position, (request, actor) in enumerate(zip(requests, actors, strict=True)):
+        by_sender.setdefault((request.sender.id, actor.actor), []).append(position)
+    results: list[SendOutcome | SwitchboardError | None] = [None] * len(requests)
+    with contextlib.ExitStack() as stack:
+        writes = _Writes(stack)
         batches = []
         for positions in by_sender.values():
-            first = sends[positions[0]]
-            batch = _Batch(sender=first.sender, actor=first.actor, writes=writes, keys_locked=True)
-            batches.append((batch, positions, batch.prepared([sends[p].fields for p in positions])))
+            first = positions[0]
+            batch = _Batch(sender=requests[first].sender, actor=actors[first], writes=writes)
+            batches.append((batch, positions, batch.prepared([requests[p] for p in positions])))
+        keys = [(batch.sender.id, item.key) for batch, _p, items in batches for item in items if item.key]
+        if len(requests) > 1 or keys:
+            writes.transaction()
+            idempotency_keys_locked(keys)
+        for batch, _positions, items in batches:
+            batch.earlier_sends_read(items)
         read_ahead([(batch, items) for batch, _positions, items in batches], now=writes.now)
         for batch, positions, items in batches:
             for position, result in zip(positions, batch.send_prepared(items), strict=True):
@@ -154,35 +155,46 @@ def messages_send_together(sends: list[Send]) -> list[SendOutcome | SwitchboardE
 
 
 def idempotency_keys_locked(keys: list[tuple[Any, str]]) -> None:
-    """Lock (sender id, idempotency key) pairs until the transaction ends, as a single send locks
-    its one (PostgreSQL advisory locks; SQLite's IMMEDIATE transaction already serializes every
-    writer). The same lock ids as a single send's, taken in one order so two batches never deadlock."""
+    """Lock (sender id, idempotency key) pairs until the transaction ends, so a retry that races
+    the original (a client timing out and sending again) always gets the original's answer, never
+    a rate limit or a copy. PostgreSQL: advisory locks, taken in one order so two groups (in two
+    web processes) that share keys never wait on each other in a cycle; SQLite's IMMEDIATE
+    transaction already serializes every writer."""
     if connection.vendor != "postgresql" or not keys:
         return
     locks = sorted({idempotency_lock_id(sender_id=str(sender_id), key=key) for sender_id, key in keys})
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(id) FROM unnest(%s::bigint[]) AS id", [locks])
+        if len(locks) == 1:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", locks)
+        else:
+            cursor.execute("SELECT pg_advisory_xact_lock(id) FROM unnest(%s::bigint[]) AS id", [locks])
 
 
 def read_ahead(batches: list[tuple[_Batch, list[_Item]]], *, now: Any) -> None:
     """What the batches of one transaction read before they send, in a few queries for all of
     them: the texts they could repeat, whom their addresses mean (with the senders' pins), and
-    the facts of each sender → live recipient pair. Each batch gets its own: what one sender's
-    batch writes changes none of it for another but the counts that `_Writes` keeps."""
-    recent_texts_read(batches, now=now)
-    wanted = {
-        (batch.sender.id, item.target): (batch, item.target)
+    the facts of each sender → recipient pair. Each batch gets its own: what one sender's
+    batch writes changes none of it for another but the counts that `_Writes` keeps. A lone
+    request reads its pair's facts, its pin and the text it could repeat in one statement."""
+    sending = [
+        (batch, item)
         for batch, items in batches
         for item in items
-        if item.error is None and not item.single
-    }
+        if item.error is None and not (item.key and item.key in batch.keyed)
+    ]
+    if len(sending) == 1:
+        batch, item = sending[0]
+        batch.read_alone(item)
+        return
+    recent_texts_read(batches, now=now)
+    wanted = {(batch.sender.id, item.target): (batch, item.target) for batch, item in sending}
     if not wanted:
         return
     found = recipients_resolved([(batch.sender, target) for batch, target in wanted.values()])
     pairs = []
     for key, (batch, target) in wanted.items():
         batch.resolution_kept(target, found[key])
-        if isinstance(found[key], tuple) and batch.sends_in_bulk_to(found[key][0]):
+        if isinstance(found[key], tuple) and found[key][0].id != batch.sender.id:
             pairs.append((batch, found[key][0].id))
     facts = pair_facts_read([(batch.sender.id, recipient_id) for batch, recipient_id in pairs], now=now)
     for batch, recipient_id in pairs:
@@ -239,7 +251,7 @@ def recent_texts_read(batches: list[tuple[_Batch, list[_Item]]], *, now: Any) ->
     owner: dict[str, _Batch] = {}
     for batch, items in batches:
         for item in items:
-            if item.sha256:
+            if item.dedupes:
                 owner[dedupe_key(batch.sender.id, item.sha256)] = batch
     if not owner:
         return
@@ -298,11 +310,10 @@ RECENT_TEXTS_SQLITE = (
 
 @dataclass
 class _Item:
-    """One item, checked as far as it can be without the database."""
+    """One request, checked as far as it can be without the database."""
 
-    fields: dict[str, Any]
+    request: SendRequest
     error: SwitchboardError | None = None
-    single: bool = False  # sent by `message_send` (a rare path)
     target: str = ""
     text: str = ""
     summary: str = ""
@@ -312,6 +323,19 @@ class _Item:
     sha256: str = ""
     size: int = 0
 
+    @property
+    def dedupes(self) -> bool:
+        """True when the dedupe window applies: a plain text an agent (not the hub) sends."""
+        return (
+            self.error is None and self.request.kind == MessageKind.TEXT and not self.request.origin.hub_made
+        )
+
+
+# A pair's facts as read ahead (`pair_facts_read`): either side an observer, the recipient's rule
+# for the sender (action, set by an operator), the recipient's texts to the sender within the loop
+# window (up to the threshold), the recipient's unread count.
+PairRead = tuple[bool, str | None, bool, int, int]
+
 
 @dataclass
 class _Inbox:
@@ -319,10 +343,9 @@ class _Inbox:
     with what the batch itself adds. None means not read yet."""
 
     recipient: AgentSession
-    checked: SwitchboardError | None = None  # the observer rule's refusal, for every item
-    trust: str = HOST_VERIFIED
+    observed: bool = False  # either side is an observer: the guard checks every message
     override: tuple[str | None, bool] | None = None
-    verdicts: dict[bool, Verdict] = field(default_factory=dict)
+    verdicts: dict[tuple[bool, str], Verdict] = field(default_factory=dict)  # by (sensitive, trust)
     unread: int | None = None
     looping_back: bool | None = None  # the recipient has sent the sender the loop threshold
     sent_there: int | None = None  # the sender's recent texts to the recipient, up to the threshold
@@ -331,34 +354,47 @@ class _Inbox:
 
 @dataclass
 class _Accepted:
-    """A message the batch accepted and has not written yet."""
+    """A message the pipeline accepted and has not written yet, with what is written beside it."""
 
     outcome: SendOutcome
     resolution: Resolution
     decision: Decision
     actor: Principal
+    route: RemoteSend | None = None
 
 
 class _Writes:
-    """What the batches of one transaction accepted and have not written yet, written together:
-    one sender's batch, or the batches of every sender in a group sent together (`messages_send_together`).
+    """What the batches of one send accepted and have not written yet, written together: one
+    sender's batch, or the batches of every sender of a group (`messages_send`).
 
     A batch reads a recipient's counts (unread, holds, reply-loop texts) from the database, so
     before it does, the messages that change them are written (`written_for`): those to that
     recipient, and those from it to the reading sender. Every batch then reads what it would have
-    read had the batches before it been sent and committed one by one."""
+    read had the batches before it been sent and committed one by one.
 
-    def __init__(self) -> None:
-        self.now = timezone.now()  # every message of the transaction is sent at this time
+    Every write runs in one transaction, opened at the first write (or before the first read, by
+    `messages_send`) and committed when the send ends (`stack`); the exception is a lone message on
+    PostgreSQL with nothing written beside it, whose one statement commits on its own."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self.now = timezone.now()  # every message of the send is sent at this time
+        self._stack = stack
+        self._in_transaction = False
         self.pending: list[_Accepted] = []
         self.batches: list[_Batch] = []  # whose pins are written with the messages
-        # What the transaction accepted, written or not, that changes the facts read before it
+        # What the send accepted, written or not, that changes the facts read before it
         # (`pair_facts_read`): messages queued per recipient, texts per (sender, recipient).
         self.queued_for: Counter[Any] = Counter()
         self.texts_between: Counter[tuple[Any, Any]] = Counter()
-        # False once something else was written (a message sent alone, holds expired to make
-        # room): the facts read ahead no longer count everything, so each is read again.
+        # False once something else was written (holds expired to make room): the facts read
+        # ahead no longer count everything, so each is read again.
         self.facts_current = True
+
+    def transaction(self) -> None:
+        """Open the send's transaction, once; inside the caller's, a savepoint of it."""
+        if not self._in_transaction:
+            self._stack.enter_context(transaction.atomic())
+            self._in_transaction = True
 
     def accepted(self, accepted: _Accepted) -> None:
         """Add a message to write, and count it."""
@@ -366,7 +402,8 @@ class _Writes:
         outcome = accepted.outcome
         if outcome.delivery.state == S.QUEUED:
             self.queued_for[outcome.recipient.id] += 1
-        self.texts_between[(outcome.message.sender_id, outcome.recipient.id)] += 1
+        if outcome.message.kind == MessageKind.TEXT:
+            self.texts_between[(outcome.message.sender_id, outcome.recipient.id)] += 1
 
     def written_for(self, *, recipient_id: Any, reader_id: Any) -> None:
         """Write what is pending when any of it changes what `reader_id` reads of `recipient_id`."""
@@ -377,9 +414,22 @@ class _Writes:
                 return
 
     def write(self) -> None:
-        """Write the accepted messages, their deliveries, pins and audit events, and announce them
-        after the commit: one statement per table, whatever the number of messages and senders."""
+        """Write the accepted messages, their deliveries, audit events, routes and pins, and
+        announce them after the commit: one statement per table, whatever the number of messages
+        and senders."""
         pending, self.pending = self.pending, []
+        pins = any(batch.pins for batch in self.batches)
+        if not pending and not pins:
+            return
+        alone = (
+            connection.vendor == "postgresql"
+            and not connection.in_atomic_block
+            and not pins
+            and len(pending) == 1
+            and pending[0].route is None
+        )
+        if not alone:
+            self.transaction()
         if pending:
             messages_write(
                 [(a.outcome.message, a.outcome.delivery) for a in pending],
@@ -396,14 +446,16 @@ class _Writes:
                     )
                 ],
             )
+        for a in pending:
+            if a.route is not None:
+                a.route.attach(a.outcome.delivery)
         for batch in self.batches:
             batch.pins_written()
         if not pending:
             return
-        # First the recipients' pushes (the events that someone waits for), as a single send does,
-        # in one hand-off with the senders' notices. One wake-up per recipient: its sockets pull
-        # everything queued. A socket address is written one delivery per task, so each of its
-        # deliveries gets its own.
+        # First the recipients' pushes (the events that someone waits for), in one hand-off with
+        # the senders' notices. One wake-up per recipient: its sockets pull everything queued. A
+        # socket address is written one delivery per task, so each of its deliveries gets its own.
         pushes, woken = [], set()
         for accepted in pending:
             delivery, recipient = accepted.outcome.delivery, accepted.outcome.recipient
@@ -426,17 +478,14 @@ class _Writes:
 
 
 class _Batch:
-    """One sender's batch send, item by item, with the database read in bulk and written in bulk
-    (with the other senders' batches of its transaction, `writes`)."""
+    """One sender's requests, item by item, with the database read in bulk and written in bulk
+    (with the other senders' batches of its send, `writes`)."""
 
-    def __init__(
-        self, *, sender: AgentSession, actor: Principal, writes: _Writes, keys_locked: bool = False
-    ) -> None:
+    def __init__(self, *, sender: AgentSession, actor: Principal, writes: _Writes) -> None:
         self.sender, self.actor = sender, actor
         self.writes = writes
         writes.batches.append(self)
         self.now = writes.now
-        self.keys_locked = keys_locked  # its idempotency keys' locks were taken with the group's
         self.results: list[SendOutcome | SwitchboardError] = []
         self.targets: dict[str, tuple[AgentSession, Resolution] | SwitchboardError] = {}
         self.inboxes: dict[Any, _Inbox] = {}
@@ -450,29 +499,21 @@ class _Batch:
         self.pinned: dict[str, Any] = {}
         self.tokens: TokenReservation | None = None
         self.dedupe = settings.SWITCHBOARD_DEDUPE_SECONDS > 0
-        # recipient id → the pair's facts, read ahead for the whole transaction (`pair_facts_read`)
-        self.facts: dict[Any, tuple[bool, str | None, bool, int, int]] = {}
+        # recipient id → the pair's facts, read ahead for the whole send (`pair_facts_read`)
+        self.facts: dict[Any, PairRead] = {}
+        # recipient id → the sender's recent texts there, when a lone request read them with its
+        # pair's facts (`read_alone`)
+        self.sends_read: dict[Any, int] = {}
 
-    def send(self, raw: list[dict[str, Any]]) -> list[SendOutcome | SwitchboardError]:
-        items = self.prepared(raw)
-        read_ahead([(self, items)], now=self.now)
-        return self.send_prepared(items)
-
-    def prepared(self, raw: list[dict[str, Any]]) -> list[_Item]:
+    def prepared(self, requests: list[SendRequest]) -> list[_Item]:
         """The items, checked as far as they can be without the database."""
-        return [self._prepare(fields) for fields in raw]
+        return [self._prepare(request) for request in requests]
 
     def send_prepared(self, items: list[_Item]) -> list[SendOutcome | SwitchboardError]:
-        """Send the items, once the texts they could repeat are read (`recent_texts_read`)."""
-        self._load_keys(items)
+        """Send the items, once what they need was read ahead (`read_ahead`)."""
         for position, item in enumerate(items):
             if item.error is not None:
                 self.results.append(item.error)
-                continue
-            if not item.single and self._needs_single(item):
-                item.single = True
-            if item.single:
-                self._send_single(item)
                 continue
             if self.tokens is None:
                 self.tokens = self._reserve(items[position:])
@@ -485,25 +526,23 @@ class _Batch:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def _prepare(self, fields: dict[str, Any]) -> _Item:
-        """`message_send`'s input checks, in its order; nothing here touches the database."""
-        item = _Item(fields=fields, single=bool(fields.get("files")) or not BULK_FIELDS.issuperset(fields))
-        if item.single:
-            return item
+    def _prepare(self, request: SendRequest) -> _Item:
+        """The input checks of step 1, in the order a sender meets them; no database."""
+        item = _Item(request=request)
         try:
             checked = send_input_checked(
-                to=fields["to"],
-                text=fields["text"],
-                summary=fields.get("summary") or "",
-                priority=fields.get("priority", "normal"),
-                idempotency_key=fields.get("idempotency_key"),
-                kind=MessageKind.TEXT,
-                frame_type="",
+                to=request.to,
+                text=request.text,
+                summary=request.summary or "",
+                priority=request.priority,
+                idempotency_key=request.idempotency_key,
+                kind=request.kind,
+                frame_type=request.frame_type,
             )
         except SwitchboardError as exc:
             item.error = exc
             return item
-        item.key = fields.get("idempotency_key")
+        item.key = request.idempotency_key
         item.target, item.text, item.summary, item.priority = (
             checked.target,
             checked.text,
@@ -513,21 +552,12 @@ class _Batch:
         item.fingerprint, item.sha256, item.size = checked.fingerprint, checked.sha256, checked.size
         return item
 
-    def _load_keys(self, items: list[_Item]) -> None:
-        """Lock every idempotency key of the batch (as `message_send` locks its one), then read
-        the earlier sends that used them, in one query."""
-        keys = sorted(
-            {
-                key
-                for item in items
-                if isinstance(key := item.key or item.fields.get("idempotency_key"), str)
-                and 0 < len(key) <= 128
-            }
-        )
+    def earlier_sends_read(self, items: list[_Item]) -> None:
+        """Read the earlier sends the batch's idempotency keys name, in one query (their locks are
+        held: `idempotency_keys_locked`)."""
+        keys = sorted({item.key for item in items if item.key})
         if not keys:
             return
-        if not self.keys_locked:
-            idempotency_keys_locked([(self.sender.id, key) for key in keys])
         earlier = {m.id: m for m in Message.objects.filter(sender=self.sender, idempotency_key__in=keys)}
         first: dict[Any, Delivery] = {}
         if earlier:
@@ -542,6 +572,48 @@ class _Batch:
             )
             self.keyed[message.idempotency_key] = (message.request_hash, outcome, message)
 
+    def read_alone(self, item: _Item) -> None:
+        """Read what a lone request needs: whom its address means, then its pair's facts, its pin
+        and the earlier copy of its text, in one statement (`pair_facts`)."""
+        try:
+            recipient, resolution = resolve_address(self.sender, item.target)
+        except SwitchboardError as exc:
+            self.targets[item.target] = exc
+            return
+        self.targets[item.target] = (recipient, resolution)
+        if recipient.id == self.sender.id:
+            return
+        facts = pair_facts(
+            sender=self.sender,
+            recipient=recipient,
+            sha256=item.sha256,
+            now=self.now,
+            pin_key=resolution.pin_key or "",
+        )
+        if pin_key_checked(resolution):
+            try:
+                pin_check(recipient=recipient, target=item.target, pinned_to=facts.pinned_to)
+            except SwitchboardError as exc:
+                self.targets[item.target] = exc
+                return
+        if resolution.pin_key:
+            self.pinned[resolution.pin_key] = facts.pinned_to
+        observed = facts.sender_is_observer or facts.recipient_is_observer
+        self.facts[recipient.id] = (
+            observed,
+            facts.policy,
+            facts.policy_by_operator,
+            facts.loop_replies,
+            facts.unread,
+        )
+        self.sends_read[recipient.id] = facts.loop_sends
+        if item.dedupes and facts.duplicate_of is not None:
+            original = Message.objects.get(pk=facts.duplicate_of)
+            self.recent[(item.sha256, recipient.id)] = (
+                original,
+                original.deliveries.get(recipient=recipient),
+            )
+
     def recent_texts_kept(self, found: list[tuple[str, Any, int]]) -> None:
         """Keep the sender's texts within the dedupe window: (text SHA-256, recipient id, delivery
         id), oldest first, as `recent_texts_read` found them."""
@@ -552,7 +624,7 @@ class _Batch:
                 self.recent[key] = (rows[pk].message, rows[pk])
 
     def _target(self, target: str) -> tuple[AgentSession, Resolution] | SwitchboardError:
-        """`resolve_recipient` once per distinct address (its NotFound means: try a federation route)."""
+        """`resolve_recipient` once per distinct address (its NotFound means: try the other hubs)."""
         found = self.targets.get(target)
         if found is None:
             if self.pins:
@@ -580,105 +652,105 @@ class _Batch:
         if resolution.pin_key:
             self.pinned[resolution.pin_key] = pinned
 
-    def sends_in_bulk_to(self, recipient: AgentSession) -> bool:
-        """True when a message to `recipient` takes the bulk path (see the module docstring)."""
-        return recipient.status in LIVE and recipient.kind != REMOTE_KIND and recipient.id != self.sender.id
-
-    def _needs_single(self, item: _Item) -> bool:
-        """True when the item's address leads off the bulk path (see the module docstring)."""
-        if item.key and item.key in self.keyed:
-            return False  # answered from the earlier send, whatever the address now means
-        found = self._target(item.target)
-        if isinstance(found, NotFound):
-            return True
-        if isinstance(found, SwitchboardError):
-            return False
-        return not self.sends_in_bulk_to(found[0])
-
     def _inbox(self, recipient: AgentSession) -> _Inbox:
         inbox = self.inboxes.get(recipient.id)
         if inbox is None:
             inbox = self.inboxes[recipient.id] = _Inbox(recipient=recipient)
             facts = self.facts.get(recipient.id) if self.writes.facts_current else None
             if facts is not None:
-                observed = self._facts_kept(inbox, facts, read_ahead=True)
+                self._facts_kept(inbox, facts, read_ahead=True)
+                sends = self.sends_read.get(recipient.id)
+                if inbox.looping_back and sends is not None:
+                    inbox.sent_there = sends + self.writes.texts_between[(self.sender.id, recipient.id)]
             else:
                 self._write_for(inbox)  # another sender's batch of the group may have written to it
-                observed = self._read_recipient(inbox)
-            if observed:
-                # Observers send only observer reports to their target and receive nothing.
-                try:
-                    trust = PLUGINS.send_guard.check(
-                        sender=self.sender, recipient=recipient, kind=MessageKind.TEXT
-                    )
-                except SwitchboardError as exc:
-                    inbox.checked = exc
-                else:
-                    inbox.trust = trust or HOST_VERIFIED
+                self._read_recipient(inbox)
         return inbox
 
-    def _read_recipient(self, inbox: _Inbox) -> bool:
+    def _read_recipient(self, inbox: _Inbox) -> None:
         """Read in one query what the batch needs of a recipient that no item changes
-        (`pair_facts_read`); True when either side is an observer."""
+        (`pair_facts_read`)."""
         (facts,) = pair_facts_read([(self.sender.id, inbox.recipient.id)], now=self.now).values()
-        return self._facts_kept(inbox, facts, read_ahead=False)
+        self._facts_kept(inbox, facts, read_ahead=False)
 
-    def _facts_kept(
-        self, inbox: _Inbox, facts: tuple[bool, str | None, bool, int, int], *, read_ahead: bool
-    ) -> bool:
-        """Keep a pair's facts (`pair_facts_read`); when they were read ahead of the transaction's
-        writes, with what it accepted since: its messages queued for the recipient, its texts
-        from the recipient to this sender. True when either side is an observer."""
+    def _facts_kept(self, inbox: _Inbox, facts: PairRead, *, read_ahead: bool) -> None:
+        """Keep a pair's facts (`pair_facts_read`); when they were read ahead of the send's writes,
+        with what it accepted since: its messages queued for the recipient, its texts from the
+        recipient to this sender."""
         observed, action, by_operator, replies, unread = facts
         if read_ahead:
             replies += self.writes.texts_between[(inbox.recipient.id, self.sender.id)]
             unread += self.writes.queued_for[inbox.recipient.id]
         threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
+        inbox.observed = observed
         inbox.override = (action, bool(by_operator)) if action is not None else (None, False)
         inbox.looping_back = threshold > 0 and replies >= threshold
         inbox.unread = unread
-        return observed
 
     def _reserve(self, items: list[_Item]) -> TokenReservation:
-        """Tokens for every item up to the next one sent alone: at most one each."""
+        """Rate-limit tokens for every item left that spends them (an agent's, to a local
+        recipient), in one store call: at most one each."""
         recipients = []
         for item in items:
-            if item.error is None and (item.single or self._needs_single(item)):
-                item.single = True
-                break
-            if item.error is None:
+            answered = bool(item.key and item.key in self.keyed)
+            if item.error is None and not item.request.origin.hub_made and not answered:
                 found = self._target(item.target)
                 if not isinstance(found, SwitchboardError):
                     recipients.append(found[0].id)
         return limits_reserve(sender=self.sender, recipient_ids=recipients)
 
-    # --- deciding ----------------------------------------------------------------------------
+    # --- one item ----------------------------------------------------------------------------
 
     def _send_one(self, item: _Item) -> SendOutcome:
-        """`message_send` for one item on the bulk path, from the idempotency key on."""
+        """Steps 2 to 5 for one item (see the module docstring)."""
         if item.key and item.key in self.keyed:
             return self._earlier(item)
-        found = self._target(item.target)
-        if isinstance(found, SwitchboardError):
-            raise found
-        recipient, resolution = found
-        reply_checked(self.sender, item.fields.get("in_reply_to"))
+        request = item.request
+        origin, forwarded = request.origin, request.origin.forwarded
+        recipient, resolution, route = self._recipient(item)
+        if recipient.id == self.sender.id:
+            raise Invalid("self_target", "A session cannot message itself.")
+        reply_checked(self.sender, request.in_reply_to)
         inbox = self._inbox(recipient)
-        if inbox.checked is not None:
-            raise inbox.checked
-        original = self.recent.get((item.sha256, recipient.id)) if self.dedupe else None
+        trust = origin.trust
+        if inbox.observed or request.kind == MessageKind.OBSERVER_REPORT:
+            # Observers send only observer reports to their target and receive nothing (raises Forbidden).
+            trust = (
+                PLUGINS.send_guard.check(sender=self.sender, recipient=recipient, kind=request.kind) or trust
+            )
+        original = self.recent.get((item.sha256, recipient.id)) if self.dedupe and item.dedupes else None
         if original is not None:
             return SendOutcome(message=original[0], delivery=original[1], recipient=recipient, duplicate=True)
-        assert self.tokens is not None
-        self.tokens.spend(recipient)
-        self._check_unread(inbox)
-        decision = self._decide(item, inbox)
-        if decision.state == S.HELD:
+        if not origin.hub_made:
+            assert self.tokens is not None
+            self.tokens.spend(recipient)
+            self._check_unread(inbox)
+        classification = classify(
+            item.text,
+            summary=item.summary,
+            files=origin.attached if forwarded is not None else files_scanned(request.files),
+            kind=request.kind,
+            signature_failed=origin.signature_failed,
+        )
+        if route is not None:
+            decision = route.decide(sender=self.sender, text=item.text, kind=request.kind, now=self.now)
+            if classification.matches:  # the summary and files count too, wherever the message goes
+                decision.tier, decision.sensitivity = classification.tier, classification
+        else:
+            decision = self._decide(item, inbox, classification, trust)
+            if decision.hold_reason == STOPPED_HOLD:
+                self._write()  # the caps count every message held for a stopped session
+                stopped_holds_checked(recipient)
+        if forwarded is not None:
+            decision = forwarded.adjust(decision, recipient=recipient, now=self.now)
+        if decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD:
             self._make_room(inbox)
         message = accepted_message(
+            message_id=forwarded.message_id if forwarded is not None else None,
             sender=self.sender,
             recipient=recipient,
-            kind=MessageKind.TEXT,
+            kind=request.kind,
+            frame_type=request.frame_type,
             text=item.text,
             summary=item.summary,
             size=item.size,
@@ -688,29 +760,50 @@ class _Batch:
             target=item.target,
             idempotency_key=item.key,
             fingerprint=item.fingerprint,
-            in_reply_to=item.fields.get("in_reply_to"),
+            in_reply_to=request.in_reply_to,
             now=self.now,
         )
+        tier = route.tier if route else (forwarded.tier if forwarded is not None else DeliveryTier.HOST)
         delivery = first_delivery(
-            message=message, recipient=recipient, decision=decision, tier=DeliveryTier.HOST, now=self.now
+            message=message, recipient=recipient, decision=decision, tier=tier, now=self.now
         )
+        if request.files:
+            # Checked and kept before the message is written (the rows name it by id): a file
+            # unknown, too many or too large for the tier fails this message alone.
+            self.writes.transaction()
+            PLUGINS.attachments.attach(message_id=message.id, files=request.files, tier=tier)
         outcome = SendOutcome(message=message, delivery=delivery, recipient=recipient)
         self.writes.accepted(
-            _Accepted(outcome=outcome, resolution=resolution, decision=decision, actor=self.actor)
+            _Accepted(
+                outcome=outcome, resolution=resolution, decision=decision, actor=self.actor, route=route
+            )
         )
-        self._remember(item.key, item.fingerprint, item.sha256, outcome)
+        self._remember(item, outcome)
         if resolution.rule == "name_ref" or (resolution.pin_key and resolution.rule != "lead"):
             self._pin(resolution.pin_key, recipient)
-        if inbox.sent_there is not None:
+        if inbox.sent_there is not None and request.kind == MessageKind.TEXT:
             inbox.sent_there += 1
         if decision.state == S.QUEUED and inbox.unread is not None:
             inbox.unread += 1
-        if decision.state == S.HELD and inbox.holds is not None:
+        if decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD and inbox.holds is not None:
             inbox.holds += 1
         return outcome
 
+    def _recipient(self, item: _Item) -> tuple[AgentSession, Resolution, RemoteSend | None]:
+        """Whom the item's address means (step 2): a session of this hub, live or stopped (a name
+        a local session holds is never routed away), else an agent another hub hosts, unless the
+        message was forwarded here. Raises what resolution raises."""
+        found = self._target(item.target)
+        if isinstance(found, NotFound) and item.request.origin.forwarded is None:
+            route = PLUGINS.other_hubs.route(sender=self.sender, target=item.target)
+            if route is not None:
+                return route.recipient, route.resolution, route
+        if isinstance(found, SwitchboardError):
+            raise found
+        return found[0], found[1], None
+
     def _earlier(self, item: _Item) -> SendOutcome:
-        """The answer for a key already used: the original send, or a conflict (`_earlier_send`)."""
+        """The answer for a key already used: the original send, or a conflict."""
         assert item.key is not None
         fingerprint, outcome, message = self.keyed[item.key]
         if fingerprint != item.fingerprint:
@@ -724,14 +817,15 @@ class _Batch:
             message=outcome.message, delivery=outcome.delivery, recipient=outcome.recipient, duplicate=True
         )
 
-    def _remember(self, key: str | None, fingerprint: str, sha256: str, outcome: SendOutcome) -> None:
+    def _remember(self, item: _Item, outcome: SendOutcome) -> None:
         """What later items must see of a message this batch sent: its key and its text."""
-        if key:
-            self.keyed[key] = (fingerprint, outcome, outcome.message)
-        self.recent[(sha256, outcome.recipient.id)] = (outcome.message, outcome.delivery)
+        if item.key:
+            self.keyed[item.key] = (item.fingerprint, outcome, outcome.message)
+        if item.request.kind == MessageKind.TEXT:
+            self.recent[(item.sha256, outcome.recipient.id)] = (outcome.message, outcome.delivery)
 
     def _check_unread(self, inbox: _Inbox) -> None:
-        """The unread cap of `limits_take`: read with the recipient, then counted along (read again
+        """The recipient's unread cap: read with the recipient, then counted along (read again
         after something else wrote to its inbox)."""
         if inbox.unread is None:
             self._write_for(inbox)
@@ -739,35 +833,35 @@ class _Batch:
         if inbox.unread >= settings.SWITCHBOARD_UNREAD_PER_RECIPIENT:
             raise queue_full(inbox.recipient, inbox.unread)
 
-    def _decide(self, item: _Item, inbox: _Inbox) -> Decision:
-        """`decide` for a live local recipient, with its reads done once per recipient."""
-        recipient = inbox.recipient
-        classification = classify(item.text, summary=item.summary, kind=MessageKind.TEXT)
-        sensitive = classification.tier == Tier.SENSITIVE
-        assert inbox.override is not None  # read with the recipient (`_read_recipient`)
+    def _decide(self, item: _Item, inbox: _Inbox, classification: Classification, trust: str) -> Decision:
+        """`decide` for a recipient of this hub, with its reads done once per recipient."""
+        recipient, kind = inbox.recipient, item.request.kind
+        assert inbox.override is not None  # read with the recipient (`_facts_kept`)
         override, by_operator = inbox.override
+        verdict_key = (classification.tier == Tier.SENSITIVE, trust)
         facts = decision_facts(
             sender=self.sender,
             recipient=recipient,
             classification=classification,
-            trust=inbox.trust,
-            kind=MessageKind.TEXT,
+            trust=trust,
+            kind=kind,
             override=override,
             by_operator=by_operator,
-            looping=self._looping(inbox),
+            looping=kind == MessageKind.TEXT and self._looping(inbox),
             now=self.now,
-            verdict=inbox.verdicts.get(sensitive),
+            verdict=inbox.verdicts.get(verdict_key),
         )
-        inbox.verdicts[sensitive] = facts.verdict
+        inbox.verdicts[verdict_key] = facts.verdict
         return decide(facts)
 
     def _looping(self, inbox: _Inbox) -> bool:
-        """`limits_loop_suspected`, with each direction counted once per batch: the reply direction
-        cannot change within it, and the sender's own direction grows by what the batch sends."""
+        """The reply-loop rule: both directions of the pair at or above the loop threshold within
+        the window. Each direction is counted once per batch: the reply direction cannot change within it, and the sender's own direction grows
+        by what the batch sends."""
         threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
         if threshold <= 0:
             return False
-        if not inbox.looping_back:  # read with the recipient (`_read_recipient`)
+        if not inbox.looping_back:  # read with the recipient (`_facts_kept`)
             return False
         if inbox.sent_there is None:
             self._write_for(inbox)
@@ -786,6 +880,7 @@ class _Batch:
 
     def _make_room(self, inbox: _Inbox) -> None:
         """`holds_make_room` only when the recipient's holds are at the cap (counted once)."""
+        self.writes.transaction()  # the holds it expires and the hold it makes room for go together
         if inbox.holds is None:
             self._write_for(inbox)
             inbox.holds = (
@@ -826,42 +921,11 @@ class _Batch:
             if changed:
                 del self.targets[target]
 
-    # --- the rare path -----------------------------------------------------------------------
-
-    def _send_single(self, item: _Item) -> None:
-        """Send one item with `message_send`, after writing and settling what came before it."""
-        self._settle()
-        self.writes.facts_current = False  # it may write more than its message
-        try:
-            outcome = message_send(SendRequest(sender=self.sender, actor=self.actor, **item.fields))
-        except SwitchboardError as exc:
-            self.results.append(exc)
-            return
-        self.results.append(outcome)
-        for inbox in self.inboxes.values():  # it may have written more than its message: read again
-            inbox.unread = None
-        if outcome.duplicate:
-            return
-        message = outcome.message
-        if message.idempotency_key:
-            self.keyed[message.idempotency_key] = (message.request_hash, outcome, message)
-        if message.kind == MessageKind.TEXT:
-            self.recent[(message.sha256, outcome.recipient.id)] = (message, outcome.delivery)
-        # It may have pinned a name or changed the recipient's counts: read them again when needed.
-        self.targets.clear()
-        self.pinned.clear()
-        self.inboxes.pop(outcome.recipient.id, None)
-
     def _tokens_released(self) -> None:
         """Give back the rate-limit tokens taken and not spent."""
         if self.tokens is not None:
             self.tokens.release()
             self.tokens = None
-
-    def _settle(self) -> None:
-        """Give back the tokens not spent and write everything accepted so far."""
-        self._tokens_released()
-        self._write()
 
     # --- writing -----------------------------------------------------------------------------
 
