@@ -12,7 +12,7 @@ benchmarks import neither `tests/` nor anything the tests import from here.
 from __future__ import annotations
 
 import contextlib
-import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from hub_topology import (
     rss_mb,
     wait_until,
 )
+from hub_topology.embedded import start_hub
 
 __all__ = [
     "ENROLL_KEY",
@@ -99,31 +100,16 @@ def production_hub(workdir: Path, env: dict[str, str]) -> Iterator[tuple[Hub, st
 
 
 @contextlib.contextmanager
-def embedded_hub(workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, Path, Proc]]:
+def embedded_hub(workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]:
     """`switchboard serve` (embedded mode: one process, SQLite) in a fresh home, with `env` on top
     of its defaults, stopped afterwards: yields its URL, its home and its process."""
     home = workdir / "embedded-home"
     home.mkdir(mode=0o700, parents=True)
-    port = free_port()
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not (k.startswith("SWITCHBOARD_") or k in {"DATABASE_URL", "REDIS_URL"})
-    }
-    base.update(env, SWITCHBOARD_HOME=str(home), SWITCHBOARD_ENROLL_KEY=ENROLL_KEY, PYTHONUNBUFFERED="1")
-    proc = Proc(
-        "serve", [str(VENV_BIN / "switchboard"), "serve", "--port", str(port)], base, workdir / "serve.log"
-    )
     progress("starting switchboard serve (embedded mode)")
-    proc.start()
-    url = f"http://127.0.0.1:{port}"
+    hub = start_hub(
+        home, extra_env={**env, "SWITCHBOARD_ENROLL_KEY": ENROLL_KEY}, defaults_only=True, timeout=90
+    )
     try:
-        wait_until(
-            lambda: httpx.get(f"{url}/api/openapi.json", timeout=2).status_code == 200,
-            timeout=90,
-            what="switchboard serve",
-            interval=0.2,
-        )
-        yield url, home, proc
+        yield hub.url, home, hub.process
     finally:
-        proc.stop()
+        hub.stop()

@@ -49,10 +49,24 @@ def _ctrl_c_as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start_hub(home: Path, *, extra_env: dict[str, str] | None = None, args: list[str] | None = None) -> Hub:
-    """Start `switchboard serve` on a free loopback port and wait (≤ 30 s) until it answers."""
+def start_hub(
+    home: Path,
+    *,
+    extra_env: dict[str, str] | None = None,
+    args: list[str] | None = None,
+    defaults_only: bool = False,
+    timeout: float = 60,
+) -> Hub:
+    """Start `switchboard serve` on a free loopback port and wait (≤ `timeout` s) until it answers.
+    `defaults_only`: none of this process's SWITCHBOARD_* settings reach the hub, only `extra_env`
+    on top of the hub's defaults (what a benchmark of the defaults measures)."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "SWITCHBOARD_JOBS")}
+    dropped = ("DATABASE_URL", "REDIS_URL", "SWITCHBOARD_JOBS")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in dropped and not (defaults_only and k.startswith("SWITCHBOARD_"))
+    }
     env.update({"SWITCHBOARD_HOME": str(home), "PYTHONUNBUFFERED": "1", **(extra_env or {})})
     log = home / "serve.log"
     handle = log.open("w")
@@ -76,7 +90,7 @@ def start_hub(home: Path, *, extra_env: dict[str, str] | None = None, args: list
         preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     hub = Hub(url=f"http://127.0.0.1:{port}", home=home, process=process, log=log)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"switchboard serve exited early:\n{log.read_text()}")
@@ -87,4 +101,4 @@ def start_hub(home: Path, *, extra_env: dict[str, str] | None = None, args: list
             pass
         time.sleep(0.2)
     hub.stop(signal.SIGKILL)
-    raise RuntimeError(f"switchboard serve did not answer within 30 s:\n{log.read_text()}")
+    raise RuntimeError(f"switchboard serve did not answer within {timeout:g} s:\n{log.read_text()}")
