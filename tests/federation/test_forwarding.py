@@ -328,3 +328,24 @@ def test_a_channel_hub_gone_from_the_registry_is_retried_not_sealed_to(
     rd = RemoteDelivery.objects.get()
     assert rd.remote_state == "retry" and "registry" in rd.last_error
     assert hubs.calls == []
+
+
+def test_a_batch_sends_to_a_remote_agent_with_its_local_messages(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    """A batch item addressed to another hub's agent goes through the same pipeline as the local
+    ones, written with them: relayed and forwarded, each local one queued."""
+    alice, _carol = register("alice"), register("carol")
+    routes.append(_route())
+    batch = [{"to": "carol", "message": "here"}, {"to": "bob", "message": "over there"}]
+    with django_capture_on_commit_callbacks(execute=True):
+        sent = api.post(
+            "messages/batch", alice.token, {"messages": [*batch, {"to": "carol", "message": "again"}]}
+        )
+    assert sent.status_code == 201, sent.json_body
+    assert [r["status"] for r in sent.json_body["results"]] == ["queued", "relayed", "queued"]
+    [(method, url, path, body)] = hubs.calls
+    assert (method, url, path) == ("POST", "http://channel.invalid", "/federation/messages")
+    assert body["envelope"]["text"] == "over there"
+    rd = RemoteDelivery.objects.get()
+    assert rd.remote_state == "queued" and str(rd.message_id) == sent.json_body["results"][1]["id"]
