@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -185,8 +185,8 @@ def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 @csrf_exempt
 def no_such_path(request: HttpRequest) -> HttpResponse:
     """A path under /api/ that no operation serves: the API's 404, in its error shape (not the
-    console's page), whatever the method."""
-    return JsonResponse(NOTHING_HERE, status=404)
+    console's page), whatever the method, written by the API's renderer like its other answers."""
+    return api.create_response(request, NOTHING_HERE, status=404)
 
 
 @api.exception_handler(RequestDataTooBig)
