@@ -66,6 +66,7 @@ from messaging.services.limits import TokenReservation, limits_reserve, queue_fu
 from messaging.services.pair import dedupe_key, pair_facts, pair_texts_params, pair_texts_sql
 from messaging.services.request import SendRequest
 from messaging.services.sending import (
+    PIN_CHECKED_RULES,
     SendOutcome,
     acceptance_audit,
     accepted_message,
@@ -89,8 +90,6 @@ from messaging.states import DeliveryState
 
 S = DeliveryState
 BATCH_MAX = 1000
-# Resolution rules whose address is checked against (and written to) the sender's pins.
-PIN_CHECKED_RULES = ("name", "normalized", "prefix")
 _NOT_READ = object()  # a pin the batch has not read: written whatever it points at
 
 
@@ -164,10 +163,7 @@ def idempotency_keys_locked(keys: list[tuple[Any, str]]) -> None:
         return
     locks = sorted({idempotency_lock_id(sender_id=str(sender_id), key=key) for sender_id, key in keys})
     with connection.cursor() as cursor:
-        if len(locks) == 1:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", locks)
-        else:
-            cursor.execute("SELECT pg_advisory_xact_lock(id) FROM unnest(%s::bigint[]) AS id", [locks])
+        cursor.execute("SELECT pg_advisory_xact_lock(id) FROM unnest(%s::bigint[]) AS id", [locks])
 
 
 def read_ahead(batches: list[tuple[_Batch, list[_Item]]], *, now: Any) -> None:
@@ -201,13 +197,12 @@ def read_ahead(batches: list[tuple[_Batch, list[_Item]]], *, now: Any) -> None:
         batch.facts[recipient_id] = facts[(batch.sender.id, recipient_id)]
 
 
-def pair_facts_read(
-    pairs: list[tuple[Any, Any]], *, now: Any
-) -> dict[tuple[Any, Any], tuple[bool, str | None, bool, int, int]]:
+def pair_facts_read(pairs: list[tuple[Any, Any]], *, now: Any) -> dict[tuple[Any, Any], PairRead]:
     """Per (sender id, recipient id), in one query for all: whether either is an observer, the
     recipient's rule for the sender (action, set by an operator), the recipient's texts to the
     sender within the loop window (counted up to the threshold) and the recipient's unread count
-    (the counts the database keeps, models.UnreadCount). Separately they are four round trips per
+    (the counts the database keeps, models.UnreadCount); the sender's own texts there are left
+    to be counted when a loop needs them (None). Separately they are four round trips per
     pair; none of them changes with what a batch sends but the counts (see `_Writes`)."""
     pairs = list(dict.fromkeys(pairs))
     if not pairs:
@@ -238,7 +233,7 @@ def pair_facts_read(
         cursor.execute(" UNION ALL ".join(parts), params)
         rows = cursor.fetchall()
     return {
-        pairs[place]: (bool(observed), action, bool(by_operator), int(replies), int(count))
+        pairs[place]: (bool(observed), action, bool(by_operator), int(replies), int(count), None)
         for place, observed, action, by_operator, replies, count in rows
     }
 
@@ -331,10 +326,12 @@ class _Item:
         )
 
 
-# A pair's facts as read ahead (`pair_facts_read`): either side an observer, the recipient's rule
-# for the sender (action, set by an operator), the recipient's texts to the sender within the loop
-# window (up to the threshold), the recipient's unread count.
-PairRead = tuple[bool, str | None, bool, int, int]
+# A pair's facts as read ahead (`pair_facts_read`, or a lone send's `pair_facts`): either side an
+# observer, the recipient's rule for the sender (action, set by an operator), the recipient's texts
+# to the sender within the loop window (up to the threshold), the recipient's unread count, and
+# the sender's texts to the recipient within the window when they were counted with the rest
+# (None: counted when a loop needs them, `_Batch._looping`).
+PairRead = tuple[bool, str | None, bool, int, int, int | None]
 
 
 @dataclass
@@ -499,11 +496,8 @@ class _Batch:
         self.pinned: dict[str, Any] = {}
         self.tokens: TokenReservation | None = None
         self.dedupe = settings.SWITCHBOARD_DEDUPE_SECONDS > 0
-        # recipient id → the pair's facts, read ahead for the whole send (`pair_facts_read`)
+        # recipient id → the pair's facts, read ahead for the whole send (`read_ahead`)
         self.facts: dict[Any, PairRead] = {}
-        # recipient id → the sender's recent texts there, when a lone request read them with its
-        # pair's facts (`read_alone`)
-        self.sends_read: dict[Any, int] = {}
 
     def prepared(self, requests: list[SendRequest]) -> list[_Item]:
         """The items, checked as far as they can be without the database."""
@@ -605,8 +599,8 @@ class _Batch:
             facts.policy_by_operator,
             facts.loop_replies,
             facts.unread,
+            facts.loop_sends,
         )
-        self.sends_read[recipient.id] = facts.loop_sends
         if item.dedupes and facts.duplicate_of is not None:
             original = Message.objects.get(pk=facts.duplicate_of)
             self.recent[(item.sha256, recipient.id)] = (
@@ -659,9 +653,6 @@ class _Batch:
             facts = self.facts.get(recipient.id) if self.writes.facts_current else None
             if facts is not None:
                 self._facts_kept(inbox, facts, read_ahead=True)
-                sends = self.sends_read.get(recipient.id)
-                if inbox.looping_back and sends is not None:
-                    inbox.sent_there = sends + self.writes.texts_between[(self.sender.id, recipient.id)]
             else:
                 self._write_for(inbox)  # another sender's batch of the group may have written to it
                 self._read_recipient(inbox)
@@ -674,10 +665,10 @@ class _Batch:
         self._facts_kept(inbox, facts, read_ahead=False)
 
     def _facts_kept(self, inbox: _Inbox, facts: PairRead, *, read_ahead: bool) -> None:
-        """Keep a pair's facts (`pair_facts_read`); when they were read ahead of the send's writes,
-        with what it accepted since: its messages queued for the recipient, its texts from the
-        recipient to this sender."""
-        observed, action, by_operator, replies, unread = facts
+        """Keep a pair's facts (`PairRead`); when they were read ahead of the send's writes, with
+        what it accepted since: its messages queued for the recipient, its texts each way."""
+        observed, action, by_operator, replies_read, unread, sends = facts
+        replies = replies_read
         if read_ahead:
             replies += self.writes.texts_between[(inbox.recipient.id, self.sender.id)]
             unread += self.writes.queued_for[inbox.recipient.id]
@@ -686,6 +677,11 @@ class _Batch:
         inbox.override = (action, bool(by_operator)) if action is not None else (None, False)
         inbox.looping_back = threshold > 0 and replies >= threshold
         inbox.unread = unread
+        # `pair_facts` counts the sender's texts only once the replies it read reach the threshold.
+        if inbox.looping_back and sends is not None and replies_read >= threshold:
+            inbox.sent_there = sends + (
+                self.writes.texts_between[(self.sender.id, inbox.recipient.id)] if read_ahead else 0
+            )
 
     def _reserve(self, items: list[_Item]) -> TokenReservation:
         """Rate-limit tokens for every item left that spends them (an agent's, to a local

@@ -425,9 +425,14 @@ def _check_pin_now(
         pin_check(recipient=recipient, target=target, pinned_to=pinned_recipient(sender, pin_key))
 
 
+# Resolution rules whose address is checked against (and written to) the sender's pins: only
+# names (exact, normalized, prefix) can be rebound.
+PIN_CHECKED_RULES = ("name", "normalized", "prefix")
+
+
 def pin_key_checked(resolution: Resolution) -> str | None:
-    """The pin a resolution must agree with: only names (exact, normalized, prefix) can be rebound."""
-    return resolution.pin_key if resolution.rule in ("name", "normalized", "prefix") else ""
+    """The pin a resolution must agree with (`PIN_CHECKED_RULES`)."""
+    return resolution.pin_key if resolution.rule in PIN_CHECKED_RULES else ""
 
 
 def pin_check(*, recipient: AgentSession, target: str, pinned_to: Any) -> None:
