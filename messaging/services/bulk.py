@@ -18,7 +18,7 @@ import uuid
 from typing import Any, TypeVar
 
 import orjson
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model, signals
 from django.db.models.base import ModelState
 
@@ -54,11 +54,12 @@ def _insert_values(model: type[Model], rows: list[dict[str, Any]], returning: st
     one_row = f"({', '.join(['%s'] * len(fields))})"
     tail = f" RETURNING {qn(model._meta.get_field(returning).column)}" if returning else ""
     per_statement = max(1, connection.ops.bulk_batch_size(fields, rows))
+    db = _this_threads_connection()
     given: list[Any] = []
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
-            params = [f.get_db_prep_save(row[f.attname], connection) for row in chunk for f in fields]
+            params = [f.get_db_prep_save(row[f.attname], db) for row in chunk for f in fields]
             cursor.execute(head + ", ".join([one_row] * len(chunk)) + tail, params)
             if returning:
                 given.extend(row[0] for row in cursor.fetchall())
@@ -178,10 +179,11 @@ def select_columns(model: type[Model], alias: str) -> str:
 
 
 def _instance(model: type[M], values: list[Any]) -> M:
-    for index, column, steps in _read_converters(model, connection.vendor):
+    db = _this_threads_connection()
+    for index, column, steps in _read_converters(model, db.vendor):
         value = values[index]
         for step in steps:
-            value = step(value, column, connection)
+            value = step(value, column, db)
         values[index] = value
     return _built(model, values)
 
@@ -198,6 +200,12 @@ def _built(model: type[M], values: list[Any]) -> M:
     state.adding, state.db = False, connection.alias
     obj.__dict__.update(zip(model_columns(model), values, strict=True))
     return obj
+
+
+def _this_threads_connection() -> Any:
+    """The connection `django.db.connection` stands for in this thread, for loops that hand it to
+    a field once per value (the proxy looks the connection up again on every attribute read)."""
+    return connections[DEFAULT_DB_ALIAS]
 
 
 @functools.cache
