@@ -28,6 +28,7 @@ returned to the pool at the end of every request) never leaks into another reque
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,12 +46,13 @@ from django.core.signals import request_started
 from django.http import FileResponse, HttpRequest, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
-from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix
+from django.urls import Resolver404, ResolverMatch, URLResolver, get_resolver, set_script_prefix
 from django.utils.datastructures import CaseInsensitiveMapping
 from django.utils.functional import SimpleLazyObject
 
 API_PREFIX = "/api/"
 IDLE_LANES_KEPT = 16  # threads kept for the next requests; more are made when more run at once
+ROUTES_KEPT = 1024  # paths whose match is remembered (least recently used forgotten first)
 
 Respond = Callable[[HttpRequest], HttpResponseBase]
 RespondAsync = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
@@ -162,8 +164,8 @@ class ApiHandler(ASGIHandler):
             async with ThreadSensitiveContext(executor=lane):
                 if await self._hub_request_refused(scope, send):
                     return
-                match = _resolved(scope)
-                if match is not None and iscoroutinefunction(match.func):
+                match, is_async = _route(get_resolver(), app_path(scope))
+                if is_async:
                     await self.handle(scope, receive, send)
                 else:
                     scope[RESOLVED] = match  # with None the sync cycle resolves the path and answers 404
@@ -236,13 +238,17 @@ class ApiHandler(ASGIHandler):
         self._middleware_chain = _only_middleware(self, self._get_response_async)
 
 
-def _resolved(scope: dict[str, Any]) -> ResolverMatch | None:
-    """The view the request's path leads to, or None for a path no view serves. Chooses the
-    cycle (Django's for an async view, one hop for a sync one) and is kept for the sync cycle."""
+@functools.lru_cache(maxsize=ROUTES_KEPT)
+def _route(resolver: URLResolver, path: str) -> tuple[ResolverMatch | None, bool]:
+    """The match `path` has in `resolver` (None when no view serves it) and whether its view is
+    async, which chooses the request's cycle. Remembered per resolver, so a changed urlconf (a new
+    resolver) is resolved afresh. A match is shared by the requests for its path: the handler and
+    the views only read it (Django passes its args and kwargs unpacked)."""
     try:
-        return get_resolver().resolve(app_path(scope))
+        match = resolver.resolve(path)
     except Resolver404:
-        return None
+        return None, False
+    return match, iscoroutinefunction(match.func)
 
 
 def is_api_request(scope: dict[str, Any]) -> bool:

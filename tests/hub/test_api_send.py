@@ -215,10 +215,13 @@ async def test_a_body_sent_in_parts_over_the_limit_is_refused_413_and_within_it_
 
 
 @pytest.mark.asyncio
-async def test_a_send_is_answered_by_the_api_handler_with_its_path_resolved_once(
+async def test_a_path_is_resolved_once_by_the_api_handler_and_remembered(
     monkeypatch: pytest.MonkeyPatch, handlers_started: list[str]
 ) -> None:
+    from hub.api_asgi import _route
+
     token = await sender_token()
+    _route.cache_clear()
     root = get_resolver()
     resolved: list[str] = []
     resolve = type(root).resolve
@@ -233,6 +236,9 @@ async def test_a_send_is_answered_by_the_api_handler_with_its_path_resolved_once
     assert answer.status_code == 201, answer.text
     assert handlers_started == ["ApiHandler"]
     assert resolved == ["/api/v1/messages"]
+    answer = await post(token, json_body(to="bob", message="again"))
+    assert answer.status_code == 201, answer.text
+    assert resolved == ["/api/v1/messages"]  # the second request reused the first one's match
 
 
 def test_the_apis_renderer_writes_what_ninjas_json_renderer_writes() -> None:
