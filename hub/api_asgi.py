@@ -53,6 +53,7 @@ from django.utils.functional import SimpleLazyObject
 API_PREFIX = "/api/"
 IDLE_LANES_KEPT = 16  # threads kept for the next requests; more are made when more run at once
 ROUTES_KEPT = 1024  # paths whose match is remembered (least recently used forgotten first)
+ROUTE_KEPT_MAX_LENGTH = 256  # a longer path is resolved each time: a caller cannot fill memory with paths
 
 Respond = Callable[[HttpRequest], HttpResponseBase]
 RespondAsync = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
@@ -164,7 +165,7 @@ class ApiHandler(ASGIHandler):
             async with ThreadSensitiveContext(executor=lane):
                 if await self._hub_request_refused(scope, send):
                     return
-                match, is_async = _route(get_resolver(), app_path(scope))
+                match, is_async = _route_of(app_path(scope))
                 if is_async:
                     await self.handle(scope, receive, send)
                 else:
@@ -236,6 +237,13 @@ class ApiHandler(ASGIHandler):
 
     def load_middleware(self, is_async: bool = False) -> None:
         self._middleware_chain = _only_middleware(self, self._get_response_async)
+
+
+def _route_of(path: str) -> tuple[ResolverMatch | None, bool]:
+    resolver = get_resolver()
+    if len(path) > ROUTE_KEPT_MAX_LENGTH:
+        return _route.__wrapped__(resolver, path)
+    return _route(resolver, path)
 
 
 @functools.lru_cache(maxsize=ROUTES_KEPT)

@@ -241,6 +241,23 @@ async def test_a_path_is_resolved_once_by_the_api_handler_and_remembered(
     assert resolved == ["/api/v1/messages"]  # the second request reused the first one's match
 
 
+@pytest.mark.asyncio
+async def test_unknown_paths_cannot_fill_the_remembered_routes() -> None:
+    """A path no view serves is answered 404 either way; only short paths are remembered, so
+    callers sending long made-up paths do not grow the handler's memory."""
+    from hub.api_asgi import ROUTE_KEPT_MAX_LENGTH, _route
+
+    _route.cache_clear()
+    transport = httpx.ASGITransport(app=hub.asgi.application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        for i in range(5):
+            answer = await http.get(f"/api/v1/{'x' * ROUTE_KEPT_MAX_LENGTH}{i}")
+            assert answer.status_code == 404
+        assert _route.cache_info().currsize == 0
+        assert (await http.get("/api/v1/no-such-thing")).status_code == 404
+    assert _route.cache_info().currsize == 1
+
+
 def test_the_apis_renderer_writes_what_ninjas_json_renderer_writes() -> None:
     """Datetimes (Django's format: milliseconds, "Z"), UUIDs, decimals, dates, nested values."""
     from hub.api import CompactJSONRenderer
