@@ -56,11 +56,13 @@ def start_hub(
     args: list[str] | None = None,
     defaults_only: bool = False,
     timeout: float = 60,
+    port: int | None = None,
 ) -> Hub:
-    """Start `switchboard serve` on a free loopback port and wait (≤ `timeout` s) until it answers.
+    """Start `switchboard serve` on loopback (`port`, else a free one) and wait (≤ `timeout` s)
+    until it answers.
     `defaults_only`: none of this process's SWITCHBOARD_* settings reach the hub, only `extra_env`
     on top of the hub's defaults (what a benchmark of the defaults measures)."""
-    port = free_port()
+    port = port or free_port()
     dropped = ("DATABASE_URL", "REDIS_URL", "SWITCHBOARD_JOBS")
     env = {
         k: v

@@ -20,7 +20,8 @@ import httpx
 from nacl.encoding import Base64Encoder
 from nacl.signing import SigningKey
 
-from tests.integration.harness import REPO, VENV_BIN, Proc, free_port, wait_until
+from hub_topology import embedded
+from tests.integration.harness import REPO, VENV_BIN, wait_until
 
 ENROLL = "fed-enroll-key-" + "f" * 24
 
@@ -30,7 +31,7 @@ class FedHub:
     name: str
     url: str
     home: Path
-    proc: Proc
+    server: embedded.Hub
 
     def call(
         self, method: str, path: str, token: str | None = None, body: Any = None, **kw: Any
@@ -116,41 +117,25 @@ def start_hub(
     port: int | None = None,
     extra: dict[str, str] | None = None,
 ) -> FedHub:
-    port = port or free_port()
+    """An embedded hub named `name` (home: `workdir/name`) with the federation settings the tests
+    use, started as every embedded hub is (`hub_topology.embedded.start_hub`)."""
     home = workdir / name
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "DATABASE_URL", "REDIS_URL"))
+    settings = {
+        "SWITCHBOARD_HUB_NAME": name,
+        "SWITCHBOARD_ENROLL_KEY": ENROLL,
+        "SWITCHBOARD_REGISTRY_DIR": str(registry),
+        "SWITCHBOARD_LAN_PEERS": ",".join(lan),
+        "SWITCHBOARD_RELAY_URL": relay,
+        "SWITCHBOARD_FEDERATION_POLL_SECONDS": "0.5",
+        "SWITCHBOARD_HOSTS_CACHE_SECONDS": "1",
+        "SWITCHBOARD_JOBS": "thread",
+        **(extra or {}),
     }
-    env.update(
-        SWITCHBOARD_HOME=str(home),
-        SWITCHBOARD_HUB_NAME=name,
-        SWITCHBOARD_ENROLL_KEY=ENROLL,
-        SWITCHBOARD_REGISTRY_DIR=str(registry),
-        SWITCHBOARD_LAN_PEERS=",".join(lan),
-        SWITCHBOARD_RELAY_URL=relay,
-        SWITCHBOARD_FEDERATION_POLL_SECONDS="0.5",
-        SWITCHBOARD_HOSTS_CACHE_SECONDS="1",
-        SWITCHBOARD_JOBS="thread",
+    server = embedded.start_hub(
+        home, extra_env=settings, args=["--role", role], port=port, defaults_only=True
     )
-    env.update(extra or {})
-    proc = Proc(
-        f"fed-{name}",
-        [str(VENV_BIN / "switchboard"), "serve", "--host", "127.0.0.1", "--port", str(port), "--role", role],
-        env,
-        workdir / f"{name}.log",
-    ).start()
-    hub = FedHub(name, f"http://127.0.0.1:{port}", home, proc)
-    try:
-        wait_until(
-            lambda: proc.alive() and hub.call("GET", "federation/hub").status_code == 200,
-            timeout=60,
-            what=f"hub {name}",
-        )
-    except TimeoutError:
-        proc.stop()
-        raise AssertionError(f"hub {name} did not start:\n{proc.log()[-3000:]}") from None
-    return hub
+    return FedHub(name, server.url, home, server)
 
 
 def wait_state(

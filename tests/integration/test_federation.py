@@ -96,7 +96,7 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
         yield Topology(a, b, c, r, agents)
     finally:
         for hub in reversed(started):
-            hub.proc.stop()
+            hub.server.stop()
 
 
 def test_discovery_lists_remote_agents_with_their_tier(fed):
@@ -394,7 +394,7 @@ def test_a_claim_whose_local_delivery_fails_is_released(fed):
     row_id = stored.json()["id"].replace("-", "")
 
     def released_after_a_try() -> bool:
-        log = fed.c.proc.log()
+        log = fed.c.server.log.read_text()
         row = (
             fed.r.db()
             .execute("select done, claimed_by from federation_relaymessage where id = ?", (row_id,))

@@ -103,7 +103,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         yield Pair(a, c, tap, a.register("alice"), c.register("carol"))
     finally:
         for hub in reversed(started):
-            hub.proc.stop()
+            hub.server.stop()
         if tap is not None:
             tap.close()
 

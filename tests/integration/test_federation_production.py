@@ -52,7 +52,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, FedHub
         if prod is not None:
             prod.stop()
         if embedded is not None:
-            embedded.proc.stop()
+            embedded.server.stop()
         redis.stop()
         database_drop(db_url)
 

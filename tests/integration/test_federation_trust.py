@@ -66,7 +66,7 @@ def hub_a(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FedHub]:
     try:
         yield a
     finally:
-        a.proc.stop()
+        a.server.stop()
 
 
 @pytest.fixture
