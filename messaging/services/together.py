@@ -6,9 +6,9 @@ Each would run its own reads, rate-limit call, write and commit, and on SQLite q
 writer. Here the first goes alone, a batch of one; the sends that arrive while it runs wait,
 whoever sends them, and when it is done they go together through the send pipeline in one
 transaction (`pipeline.messages_send`, which gives each the outcome it would have had on its own),
-answered only after the lot is committed. Then the sends
-that arrived meanwhile go together in turn, and so on. A send never waits while no group runs,
-so a hub with one send at a time sees no difference.
+answered only after the lot is committed. Then the sends that arrived meanwhile go together in
+turn, and so on. A send never waits while no group runs, so a hub with one send at a time sees
+no difference.
 
 One group runs at a time in a process (GROUPS_IN_FLIGHT), as a database flushes one group commit
 at a time: a send waits at most for the group before it.
