@@ -240,6 +240,7 @@ class ApiHandler(ASGIHandler):
 
 
 def _route_of(path: str) -> tuple[ResolverMatch | None, bool]:
+    """`_route` for the request's path in the current urlconf; a long path is not remembered."""
     resolver = get_resolver()
     if len(path) > ROUTE_KEPT_MAX_LENGTH:
         return _route.__wrapped__(resolver, path)
