@@ -141,7 +141,8 @@ def joined_models_selected(models: tuple[type[Model], ...], sql: str, params: li
     each model (None where an outer join found no row: its primary key came back NULL), then the
     plain values as read."""
     layout = _layout(models)
-    with connection.cursor() as cursor:
+    db = _this_threads_connection()
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     out = []
@@ -150,7 +151,7 @@ def joined_models_selected(models: tuple[type[Model], ...], sql: str, params: li
         start = 0
         for model, width, pk_index in layout:
             part = list(row[start : start + width])
-            values.append(None if part[pk_index] is None else _instance(model, part))
+            values.append(None if part[pk_index] is None else _instance(model, part, db))
             start += width
         out.append(values + list(row[start:]))
     return out
@@ -178,8 +179,7 @@ def select_columns(model: type[Model], alias: str) -> str:
     return ", ".join(f"{alias}.{qn(f.column)}" for f in model._meta.concrete_fields)
 
 
-def _instance(model: type[M], values: list[Any]) -> M:
-    db = _this_threads_connection()
+def _instance(model: type[M], values: list[Any], db: Any) -> M:
     for index, column, steps in _read_converters(model, db.vendor):
         value = values[index]
         for step in steps:
