@@ -9,7 +9,8 @@ evenly over the web processes); every request picks a random session's token and
 random other session as the recipient (by ref), with a text no request repeats. The baseline is
 the authenticated no-op `GET /api/v1/ping` with the same tokens, the same wrk connections, on
 the same hub in the same run; ping and send phases alternate (`--rounds`), so both see the same
-machine. Printed: sends/s, no-op/s, their ratio, p50/p99 of each, and the deliveries' states.
+machine. Printed: sends/s, no-op/s, their ratio, p50/p99 of each, the web processes' CPU per
+request of each kind (when they are busy, the ratio follows these), and the deliveries' states.
 
 Embedded: `switchboard serve` with its defaults (one process, SQLite). Production: two daphne web
 processes, a Celery worker and beat, PostgreSQL and a private Redis, as `bench/send_path.py`
@@ -28,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import WRK_THREADS_LUA, line, progress, write_result, wrk_rate, wrk_script_run
+from common import WRK_THREADS_LUA, cpu_seconds, line, progress, write_result, wrk_rate, wrk_script_run
 from harness import (
     LOAD_ENV,
     PRODUCTION_SWEEP,
@@ -123,18 +124,21 @@ def wrk_many(
 
 
 def measure(
-    urls: list[str], sessions: list[Registered], args: argparse.Namespace, tag: str
+    urls: list[str], web_pids: list[int], sessions: list[Registered], args: argparse.Namespace, tag: str
 ) -> dict[str, Any]:
-    """Ping and send phases in turn, `args.rounds` times, with the same sessions and connections."""
+    """Ping and send phases in turn, `args.rounds` times, with the same sessions and connections;
+    with the CPU the web processes (`web_pids`) used per request of each kind."""
     folder = Path(tempfile.mkdtemp(prefix="sb-bench-sessions-"))
     sessions_file = folder / "sessions.txt"
     sessions_file.write_text("".join(f"{s.token} {s.ref}\n" for s in sessions))
     sessions_file.chmod(0o600)
     pings, sends = [], []
+    cpu = {"ping": 0.0, "send": 0.0}
     try:
         for k in range(args.rounds):
             for mode, into in (("ping", pings), ("send", sends)):
                 progress(f"{tag}: {mode}, round {k + 1} of {args.rounds}, {args.seconds:g} s")
+                before = cpu_seconds(web_pids)
                 into.append(
                     wrk_many(
                         urls,
@@ -145,11 +149,16 @@ def measure(
                         connections=args.connections,
                     )
                 )
+                cpu[mode] += cpu_seconds(web_pids) - before
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
     def mean(runs: list[dict[str, Any]], key: str) -> float:
         return round(sum(r[key] for r in runs) / len(runs), 2)
+
+    def cpu_ms_per_request(mode: str, runs: list[dict[str, Any]]) -> float:
+        requests = sum(run["requests"] for r in runs for run in r["runs"])
+        return round(cpu[mode] * 1000 / requests, 3) if requests else float("nan")
 
     ping_rate, send_rate = mean(pings, "requests_per_s"), mean(sends, "requests_per_s")
     return {
@@ -163,6 +172,8 @@ def measure(
         "ping_p99_ms": mean(pings, "p99_ms"),
         "send_p50_ms": mean(sends, "p50_ms"),
         "send_p99_ms": mean(sends, "p99_ms"),
+        "web_cpu_ms_per_ping": cpu_ms_per_request("ping", pings),
+        "web_cpu_ms_per_send": cpu_ms_per_request("send", sends),
         "ping_non_2xx": sum(r["non_2xx"] for r in pings),
         "sends_non_2xx": sum(r["non_2xx"] for r in sends),
         "rounds": {"ping": pings, "send": sends},
@@ -180,15 +191,15 @@ STATES_SQL = "SELECT state, COUNT(*) FROM messaging_delivery GROUP BY state ORDE
 def production(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with production_hub(workdir, hub_env()) as (hub, db, _redis):
         sessions = sessions_registered(hub.web_urls[0], args.sessions, "prod")
-        figures = measure(hub.web_urls, sessions, args, "prod")
+        figures = measure(hub.web_urls, [w.pid for w in hub.webs], sessions, args, "prod")
         figures["delivery_states"] = dict(hub.sql(STATES_SQL))
         return figures
 
 
 def embedded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    with embedded_hub(workdir, hub_env()) as (url, home, _proc):
+    with embedded_hub(workdir, hub_env()) as (url, home, proc):
         sessions = sessions_registered(url, args.sessions, "emb")
-        figures = measure([url], sessions, args, "emb")
+        figures = measure([url], [proc.pid], sessions, args, "emb")
         with contextlib.closing(
             sqlite3.connect(f"file:{home / 'switchboard.sqlite3'}?mode=ro", uri=True)
         ) as db:
@@ -217,6 +228,9 @@ def report(result: dict[str, Any]) -> None:
         line("sends, random sender → random recipient", f"{f['sends_per_s']:.0f}/s")
         line("  p50 / p99", f"{f['send_p50_ms']:.1f} / {f['send_p99_ms']:.1f} ms")
         line("  as a share of the no-op rate", f"{f['sends_vs_ping']:.2f}×", "target ≥ 0.6×")
+        ping_cpu, send_cpu = f["web_cpu_ms_per_ping"], f["web_cpu_ms_per_send"]
+        line("web-process CPU per ping / per send", f"{ping_cpu:.2f} / {send_cpu:.2f} ms")
+        line("  the share that CPU allows (ping ÷ send)", f"{ping_cpu / send_cpu:.2f}×")
         line("  non-2xx answers (ping / sends)", f"{f['ping_non_2xx']} / {f['sends_non_2xx']}")
         line("  deliveries by state", ", ".join(f"{k} {v}" for k, v in f["delivery_states"].items()))
 
