@@ -35,7 +35,7 @@ from django.utils import timezone
 from alerts.models import Acknowledgement, Alert, AlertKind, AlertState
 from alerts.payloads import AlertItem, alert_post
 from messaging.errors import NotFound, SwitchboardError
-from messaging.hold_reasons import hold_reason_label
+from messaging.hold_reasons import STOPPED_HOLD, hold_reason_label
 from messaging.jobs import enqueue
 from messaging.liveness import dead_before, dead_sessions_q, session_is_dead
 from messaging.models import REMOTE_KIND, AgentSession, Delivery
@@ -43,7 +43,6 @@ from messaging.outbound import outbound_post
 from messaging.principals import Principal
 from messaging.sensitivity import match_labels
 from messaging.services.audit import audit_event
-from messaging.services.holds import STOPPED_HOLD
 from messaging.states import DeliveryState
 
 log = logging.getLogger(__name__)

@@ -30,6 +30,7 @@ def make_holds(n: int, label: str) -> Any:
     from django.db import transaction
     from django.utils import timezone
 
+    from messaging.hold_reasons import STOPPED_HOLD
     from messaging.models import Delivery, Message
     from messaging.services.sessions import session_register
 
@@ -51,7 +52,7 @@ def make_holds(n: int, label: str) -> Any:
                         message=m,
                         recipient=recipient,
                         state="held",
-                        hold_reason="recipient_stopped",
+                        hold_reason=STOPPED_HOLD,
                         held_at=past,
                         expires_at=past,
                     )

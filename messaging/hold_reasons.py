@@ -4,13 +4,25 @@ The codes come from `messaging.policy` (inbound policy, sensitive tier), the sen
 (suspected loop, stopped recipient) and federation (unknown or revoked peer hub, an isolated
 machine). The sender is told in the second person why its message waits; the operator reads a
 short phrase at a glance.
-An unknown code is shown as it is, so a new code is never hidden, only unworded.
+An unknown code is shown as it is, so a new code is never hidden, only unworded. The codes of
+the inbound policy's rules are written in `messaging.policy`, beside each rule; the others are
+named here, and every place that holds a delivery or looks for a kind of hold uses the name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+SENSITIVE_HOLD = "sensitive"
+LOOP_HOLD = "loop_suspected"
+# Holds that wait for the recipient to start, not for a human; the operator can still decide them.
+STOPPED_HOLD = "recipient_stopped"
+# A forwarded message held for an operator because of the hub that sent it, or because it leaves
+# an isolated machine.
+UNKNOWN_PEER_HOLD = "unknown_peer"
+REVOKED_PEER_HOLD = "peer_revoked"
+ISOLATION_HOLD = "isolation"
 
 
 @dataclass(frozen=True)
@@ -46,32 +58,32 @@ HOLD_REASONS: dict[str, HoldReason] = {
         operator="the sender runs in bypass mode",
         sender="you run without permission prompts, so the recipient holds your messages",
     ),
-    "sensitive": HoldReason(
+    SENSITIVE_HOLD: HoldReason(
         operator="sensitive",
         sender="the text looks sensitive (a credential, a destructive command or a transcript request), "
         "so a human must look at it first (escalate=required)",
     ),
-    "loop_suspected": HoldReason(
+    LOOP_HOLD: HoldReason(
         operator="suspected reply loop",
         sender="you and the recipient have recently exchanged many messages in both directions, "
         "which looks like a reply loop",
     ),
-    "recipient_stopped": HoldReason(
+    STOPPED_HOLD: HoldReason(
         operator="the recipient is stopped",
         sender="the recipient is stopped; it gets the message when it starts again",
     ),
-    "unknown_peer": HoldReason(
+    UNKNOWN_PEER_HOLD: HoldReason(
         operator="from a hub key nobody pinned: pin the key (Peers) to trust its future messages",
         sender="it comes from a hub whose key no operator of this hub has pinned (first contact), so an "
         "operator must approve it (escalate=required); once they pin your hub's key, its messages go "
         "straight through",
     ),
-    "peer_revoked": HoldReason(
+    REVOKED_PEER_HOLD: HoldReason(
         operator="from a revoked hub (mode: hold)",
         sender="an operator of this hub revoked the hub it comes from and holds its messages "
         "(escalate=required)",
     ),
-    "isolation": HoldReason(
+    ISOLATION_HOLD: HoldReason(
         operator="leaving this machine, which an operator isolated",
         sender="an operator isolated this machine, so messages leaving it wait for an operator",
     ),

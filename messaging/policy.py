@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from messaging.hold_reasons import SENSITIVE_HOLD
+
 ACCEPT = "accept"
 HOLD = "hold"
 REFUSE = "refuse"
@@ -112,7 +114,7 @@ def inbound_decide(
         return Verdict(verdict.action, verdict.reason, escalate="none")
     if verdict.action == REFUSE:
         return Verdict(REFUSE, verdict.reason, escalate="required")
-    return Verdict(HOLD, "sensitive", escalate="required")
+    return Verdict(HOLD, SENSITIVE_HOLD, escalate="required")
 
 
 def trust_for(*, hub_token: bool, signature_valid: bool | None = None, via: str = "host") -> str:

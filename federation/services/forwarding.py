@@ -35,13 +35,14 @@ from federation.models import FederationTier, InboundMessage, RemoteDelivery, Re
 from federation.services.files import envelope_file_heads, files_for_envelope, files_limits_check
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
 from federation.services.keys import hub_key_pinned, lan_peer_key, relay_key
-from federation.services.peers import UNKNOWN_PEER_HOLD, peer_seen, peer_vouched_tier
+from federation.services.peers import peer_seen, peer_vouched_tier
 from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
 from federation.services.signatures import MESSAGE_SIGNATURE_VERSION, envelope_sign, envelope_verify
 from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
 from messaging.errors import Invalid, NotFound, TooLarge, Unavailable
+from messaging.hold_reasons import ISOLATION_HOLD, UNKNOWN_PEER_HOLD
 from messaging.jobs import enqueue
 from messaging.liveness import LIVE
 from messaging.models import AgentSession, Delivery, Message, Priority, SessionStatus
@@ -95,7 +96,7 @@ class SendRoute:
         if isolation_applies(sender=sender, route=self.route):
             return Decision(
                 state=S.HELD,
-                hold_reason="isolation",
+                hold_reason=ISOLATION_HOLD,
                 expires_at=hold_expiry_for(self.recipient, now),
                 tier=tier,
                 reason="this hub holds every message leaving the machine for an operator",

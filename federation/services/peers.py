@@ -19,13 +19,10 @@ from federation.errors import PeerRevoked, PeerUnknown
 from federation.models import FederationTier, Peer, RevocationMode
 from federation.services.identity import verify_key_from
 from messaging.errors import Invalid, NotFound, SwitchboardError
+from messaging.hold_reasons import REVOKED_PEER_HOLD, UNKNOWN_PEER_HOLD
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
-
-# Why a forwarded message is held for an operator because of the hub that sent it.
-UNKNOWN_PEER_HOLD = "unknown_peer"
-REVOKED_PEER_HOLD = "peer_revoked"
 
 
 @dataclass(frozen=True)

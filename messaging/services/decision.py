@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from messaging.hold_reasons import LOOP_HOLD, STOPPED_HOLD
 from messaging.models import MessageKind, SessionStatus, Tier
 from messaging.policy import ACCEPT, HOLD, HOST_VERIFIED, REFUSE, Verdict
 from messaging.sensitivity import Classification
-from messaging.services.holds import STOPPED_HOLD
 from messaging.states import DeliveryState
 
 S = DeliveryState
@@ -74,7 +74,7 @@ def decide(facts: DecisionFacts) -> Decision:
     # An operator's explicit allow for this pair says the human has seen them talk: no loop hold.
     operator_allowed = facts.override == ACCEPT and facts.override_by_operator
     if facts.kind == MessageKind.TEXT and facts.looping and not operator_allowed:
-        return Decision(state=S.HELD, hold_reason="loop_suspected", expires_at=held_until, **marks)
+        return Decision(state=S.HELD, hold_reason=LOOP_HOLD, expires_at=held_until, **marks)
     if facts.recipient_status == SessionStatus.STOPPED:
         until = facts.now + timedelta(seconds=facts.stopped_hold_seconds)
         return Decision(state=S.HELD, hold_reason=STOPPED_HOLD, expires_at=until, **marks)

@@ -17,6 +17,7 @@ from django.db.models import Model, QuerySet
 from django.utils import timezone
 
 from messaging.errors import Invalid
+from messaging.hold_reasons import STOPPED_HOLD
 from messaging.models import AgentSession, AuditEvent, Delivery, Message, SessionStatus
 from messaging.plugins import PLUGINS
 from messaging.principals import HUB, Principal
@@ -548,7 +549,7 @@ def _valid_uuids(values: Iterable[str]) -> list[str]:
 def deliveries_release_for_recipient(*, recipient: AgentSession, actor: Principal) -> list[Moved]:
     """The recipient is back: queue what was held because it was stopped."""
     moved = delivery_transition(
-        Delivery.objects.filter(recipient=recipient, state=S.HELD, hold_reason="recipient_stopped"),
+        Delivery.objects.filter(recipient=recipient, state=S.HELD, hold_reason=STOPPED_HOLD),
         to=S.QUEUED,
         actor=actor,
         reason="recipient_started",

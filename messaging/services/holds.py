@@ -21,6 +21,7 @@ from django.dispatch import Signal
 
 from messaging.errors import Invalid, NotFound
 from messaging.framing import sender_facts
+from messaging.hold_reasons import STOPPED_HOLD
 from messaging.models import AgentSession, Delivery, Message, Tier
 from messaging.policy import VERIFIED_TRUSTS
 from messaging.principals import HUB, Principal
@@ -32,8 +33,6 @@ from messaging.services.transports import schedule_pushes
 from messaging.states import DeliveryState
 
 S = DeliveryState
-# Holds that wait for the recipient to start, not for a human; the operator can still decide them.
-STOPPED_HOLD = "recipient_stopped"
 MAX_BULK = 1000
 
 

@@ -42,6 +42,7 @@ from django.utils import timezone
 
 from messaging.addressing import Resolution, parse_address
 from messaging.errors import IdempotencyConflict, Invalid, NotFound, PinConflict, SwitchboardError
+from messaging.hold_reasons import STOPPED_HOLD
 from messaging.models import (
     AgentSession,
     Delivery,
@@ -61,7 +62,7 @@ from messaging.sensitivity import Classification, classify
 from messaging.services.bulk import as_uuid
 from messaging.services.decision import Decision, decide
 from messaging.services.events import Announcement
-from messaging.services.holds import STOPPED_HOLD, holds_make_room
+from messaging.services.holds import holds_make_room
 from messaging.services.limits import TokenReservation, limits_reserve, queue_full, unread_count
 from messaging.services.pair import dedupe_key, pair_facts, pair_texts_params, pair_texts_sql
 from messaging.services.request import SendRequest

@@ -37,7 +37,7 @@ from messaging.errors import (
 )
 from messaging.frame_types import PROTOCOL_FRAME_TYPES
 from messaging.hints import CHECK_STATUS
-from messaging.hold_reasons import hold_reason_text
+from messaging.hold_reasons import STOPPED_HOLD, hold_reason_text
 from messaging.models import (
     LIVE_SESSION_SQL,
     AgentSession,
@@ -69,11 +69,7 @@ from messaging.services.bulk import (
     select_columns,
 )
 from messaging.services.decision import Decision, DecisionFacts
-from messaging.services.holds import (
-    STOPPED_HOLD,
-    escalated_holds_announce,
-    hold_expiry_seconds_of,
-)
+from messaging.services.holds import escalated_holds_announce, hold_expiry_seconds_of
 from messaging.services.pair import dedupe_key, pair_key
 from messaging.states import DeliveryState
 
