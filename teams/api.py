@@ -17,8 +17,9 @@ from messaging.errors import Forbidden, NotFound
 from messaging.models import AgentSession, SessionStatus
 from messaging.principals import Principal
 from messaging.services.pipeline import message_send
+from messaging.services.recipients import resolve_recipient
 from messaging.services.request import SendRequest
-from messaging.services.sending import SendOutcome, resolve_recipient
+from messaging.services.sending import SendOutcome
 from teams.models import GateEvent, Observer, Team
 from teams.selectors import (
     gate_checks_of_team,

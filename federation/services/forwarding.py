@@ -955,7 +955,7 @@ def _inbound_earlier(origin_hub: str, message_id: uuid.UUID) -> InboundResult | 
 
 def hosts_answer(*, target: str) -> dict[str, Any]:
     """Answer another hub's "do you host `target`?" from this hub's live sessions only."""
-    from messaging.services.sending import find_candidates
+    from messaging.services.recipients import find_candidates
 
     me = hub_identity()
     live = [

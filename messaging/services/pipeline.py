@@ -65,9 +65,16 @@ from messaging.services.events import Announcement
 from messaging.services.holds import holds_make_room
 from messaging.services.limits import TokenReservation, limits_reserve, queue_full, unread_count
 from messaging.services.pair import dedupe_key, pair_facts, pair_texts_params, pair_texts_sql
+from messaging.services.recipients import (
+    PIN_CHECKED_RULES,
+    pin_check,
+    pin_key_checked,
+    recipients_resolved,
+    resolve_address,
+    resolve_recipient_pinned,
+)
 from messaging.services.request import SendRequest
 from messaging.services.sending import (
-    PIN_CHECKED_RULES,
     SendOutcome,
     acceptance_audit,
     accepted_message,
@@ -77,12 +84,7 @@ from messaging.services.sending import (
     idempotency_lock_id,
     message_event,
     messages_write,
-    pin_check,
-    pin_key_checked,
-    recipients_resolved,
     reply_checked,
-    resolve_address,
-    resolve_recipient_pinned,
     send_input_checked,
     stopped_holds_checked,
 )

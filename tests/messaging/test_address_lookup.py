@@ -18,8 +18,8 @@ from hub_fixtures.history import exited_sessions_made
 from messaging.addressing import parse_address
 from messaging.models import AgentSession, SessionStatus
 from messaging.services.pipeline import message_send
+from messaging.services.recipients import _candidate_rows, _candidate_statement, prefix_end
 from messaging.services.request import SendRequest
-from messaging.services.sending import _candidate_rows, _candidate_statement, prefix_end
 from messaging.services.sessions import session_register
 from tests.messaging.plans import plan_nodes, the_one_statement
 
