@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class ConsoleConfig(AppConfig):
     name = "console"
     verbose_name = "Operator console"
+
+    def ready(self) -> None:
+        from console import signals
+
+        signals.connect()

@@ -1,6 +1,7 @@
 """Live events: published by services after commit, to per-audience channel-layer groups.
 
-Groups: `operators` (every console), `session.<id>` (that agent's sockets), `team.<id>`.
+Groups: `operators` (every console), `session.<id>` (that agent's sockets), `team.<id>`, and
+those a higher app names (`console`: one operator's consoles).
 Sockets are a fast path; the database stays the truth, so a lost event loses nothing and a
 reconnecting client refetches by id.
 """
@@ -43,10 +44,13 @@ def announce(
     sessions: Iterable[object] = (),
     teams: Iterable[object] = (),
     operators: bool = True,
+    groups: Iterable[str] = (),
 ) -> None:
-    """Send `{kind, data}` to the named groups once the current transaction commits."""
-    groups, event = _event(kind, data, sessions=sessions, teams=teams, operators=operators)
-    transaction.on_commit(lambda: _send(groups, event))
+    """Send `{kind, data}` to the named groups once the current transaction commits (`groups`:
+    groups a higher app names itself, such as one operator's consoles)."""
+    named, event = _event(kind, data, sessions=sessions, teams=teams, operators=operators)
+    named += groups
+    transaction.on_commit(lambda: _send(named, event))
 
 
 class Announcement(NamedTuple):

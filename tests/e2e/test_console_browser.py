@@ -226,6 +226,28 @@ def test_pages_and_socket_need_a_login(world: World, browser: Any) -> None:
     context.close()
 
 
+def test_logging_out_in_one_tab_ends_the_live_feed_in_the_others(world: World, browser: Any) -> None:
+    """Given the console open live in two tabs of one browser, when the operator logs out in one,
+    then the other tab's socket is closed by the hub and the page says to log in again, while a
+    console in another browser stays live."""
+    first = _log_in(browser, world)
+    second = first.context.new_page()
+    second.goto(world.hub.url + "/holds/")
+    elsewhere = _log_in(browser, world)
+    for page in (first, second, elsewhere):
+        _wait_live(page)
+
+    first.get_by_role("button", name=f"Log out {OPERATOR[0]}").click()
+    first.wait_for_url("**/login/**")
+
+    second.wait_for_selector('#live[data-state="off"]', timeout=10_000)
+    assert second.locator("#live").inner_text() == "not authorized — log in again"
+    assert elsewhere.locator("#live").get_attribute("data-state") == "on"
+    second.screenshot(path="/tmp/logged-out-tab.png")
+    first.context.close()
+    elsewhere.context.close()
+
+
 def test_a_policy_hold_appears_without_reload_and_approving_it_delivers(world: World, browser: Any) -> None:
     """Given bob's operator policy is hold, when alice sends, the hold shows up live; approving it
     in the page queues it, bob's inbox pull gets it, and its state becomes delivered."""
