@@ -162,11 +162,13 @@ def agents(request: HttpRequest, to: str | None = None) -> dict[str, Any]:
     hub_key, _ = _signed(request)
     name, url = _caller_name(request)
     # Recorded as the tier this hub vouches for the key on; the URL it claims is never a route.
-    peer_seen(public_key=hub_key, name=name, url=url, tier=peer_vouched_tier(hub_key) or FederationTier.LAN)
+    standing = peer_seen(
+        public_key=hub_key, name=name, url=url, tier=peer_vouched_tier(hub_key) or FederationTier.LAN
+    )
     if to:
         return hosts_answer(target=to)
     me = hub_identity()
-    return {"hub_key": me.public_key, "hub_name": me.name, "agents": local_agents_public()}
+    return {"hub_key": me.public_key, "hub_name": me.name, "agents": local_agents_public(standing)}
 
 
 @router.post("/federation/messages", auth=None, response={200: dict, 201: dict})

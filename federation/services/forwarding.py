@@ -35,7 +35,7 @@ from federation.models import FederationTier, InboundMessage, RemoteDelivery, Re
 from federation.services.files import envelope_file_heads, files_for_envelope, files_limits_check
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
 from federation.services.keys import hub_key_pinned, lan_peer_key, relay_key
-from federation.services.peers import peer_seen, peer_vouched_tier
+from federation.services.peers import PeerStanding, peer_seen, peer_vouched_tier
 from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
 from federation.services.signatures import MESSAGE_SIGNATURE_VERSION, envelope_sign, envelope_verify
 from federation.transport import SEALED_TYPE, hub_call
@@ -977,7 +977,11 @@ def hosts_answer(*, target: str) -> dict[str, Any]:
     }
 
 
-def local_agents_public() -> list[dict[str, Any]]:
-    """This hub's live agents, as another hub's discovery shows them."""
+def local_agents_public(standing: PeerStanding) -> list[dict[str, Any]]:
+    """This hub's live agents, as the discovery of a hub it vouches for shows them. A hub on first
+    use or revoked (held) gets none: it may ask for one address (`hosts_answer`) to send its first,
+    held, message, but not read the directory."""
+    if not standing.vouched or standing.hold:
+        return []
     rows = AgentSession.objects.filter(status__in=LIVE).exclude(kind=REMOTE_KIND).order_by("name_key")
     return [{"id": str(s.id), "name": s.name, "ref": s.ref, "status": s.status} for s in rows[:1000]]

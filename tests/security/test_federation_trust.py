@@ -8,6 +8,7 @@ API with a home-made hub key, signed as a hub signs its calls.
    on first use off); a remote sender always reads as remote; stand-ins for a hub's senders are
    capped and expire, so rotating sender ids neither adds rows without bound nor escapes the
    per-pair rate limit.
+3. Only a hub this hub vouches for reads the directory of its agents.
 """
 
 from __future__ import annotations
@@ -180,6 +181,30 @@ def test_an_operator_pinning_the_key_lets_its_next_messages_through_as_lan(
     assert second.json_body["status"] == "queued" and second.json_body["trust"] == "lan-verified"
     [frame] = api.get("inbox", bob.token).json_body["messages"]
     assert frame["text"] == "two" and frame["delivery_tier"] == "lan"
+
+
+def test_an_unknown_or_held_key_cannot_read_the_agent_directory_until_pinned(
+    client, api, register, attacker, operator_token
+):
+    """Given a hub key nobody vouched for, the directory of this hub's agents answers it with no
+    agent (it may still ask for one address, to send its first, held, message); once an operator
+    pins the key it lists them; revoked with mode hold, it lists none again."""
+    alice, bob = register("alice"), register("bob")
+    directory = "/api/v1/federation/agents"
+
+    assert attacker.call(client, "GET", directory).json_body["agents"] == []
+    asked = attacker.call(client, "GET", f"{directory}?to=bob").json_body
+    assert asked["hosted"] is True and asked["ref"] == bob.ref
+
+    pinned = api.post(
+        "federation/peers", operator_token, {"public_key": attacker.public_key, "name": "known"}
+    )
+    assert pinned.status_code == 201, pinned.json_body
+    listed = attacker.call(client, "GET", directory).json_body["agents"]
+    assert {a["name"] for a in listed} == {"alice", "bob"} and alice.id in {a["id"] for a in listed}
+
+    Peer.objects.filter(public_key=attacker.public_key).update(revoked=True, revocation_mode="hold")
+    assert attacker.call(client, "GET", directory).json_body["agents"] == []
 
 
 def test_a_body_tier_never_raises_a_pinned_lan_peer_to_channel(client, api, register, attacker):
