@@ -70,6 +70,14 @@ class PolicyForm(forms.Form):
         return self.cleaned_data.get("policy") or None
 
 
+class EndSessionForm(forms.Form):
+    """An operator ends a session (its token stops working), having said they mean it."""
+
+    confirm = forms.BooleanField(
+        required=True, label="End it: its token stops working and what waits for it expires"
+    )
+
+
 class SenderPolicyForm(forms.Form):
     """An operator's rule for messages from one sender to this session."""
 

@@ -15,6 +15,7 @@ console_patterns = [
     path(
         "sessions/<uuid:session_id>/sender-policy", views.session_sender_policy, name="session-sender-policy"
     ),
+    path("sessions/<uuid:session_id>/end", views.session_end, name="session-end"),
     path("sessions/<uuid:session_id>/export", export_views.session_pair_export, name="session-export"),
     path("teams/<uuid:team_id>/", views.team_detail, name="team"),
     path("teams/<uuid:team_id>/export", export_views.team_export, name="team-export"),

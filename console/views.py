@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from console import selectors
 from console.consumers import is_operator_user
 from console.forms import (
+    EndSessionForm,
     HoldDecisionForm,
     OperatorLoginForm,
     PeerPinForm,
@@ -42,6 +43,7 @@ from messaging.sensitivity import mask_text, match_labels
 from messaging.services.export import export_pair_scope
 from messaging.services.holds import hold_expiry_seconds_of, holds_decide, message_reveal
 from messaging.services.policies import policy_set, sender_policy_set
+from messaging.services.sessions import session_deregister
 from teams.services.export import team_export_scope
 
 # No inline script or style anywhere in the console, so the page may forbid them outright.
@@ -316,6 +318,16 @@ def session_policy(request: HttpRequest, session_id: UUID) -> HttpResponse:
         return f"Operator's floor for {session.label} is now {floor}."
 
     return _session_action(request, session_id, PolicyForm, act)
+
+
+@require_POST
+@operator_required
+def session_end(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    def act(session: AgentSession, data: dict[str, Any]) -> str:
+        session_deregister(session=session, actor=_operator(request))
+        return f"{session.label} has ended: its token no longer works."
+
+    return _session_action(request, session_id, EndSessionForm, act)
 
 
 @require_POST

@@ -16,7 +16,7 @@ from messaging.errors import Invalid, SwitchboardError
 from messaging.framing import frames_for_recipient
 from messaging.models import AgentSession
 from messaging.principals import Principal
-from messaging.selectors import agents_list, audit_list, message_for_viewer, message_status
+from messaging.selectors import agents_list, audit_list, message_for_viewer, message_status, open_session_of
 from messaging.services.delivery import inbox_ack, inbox_pull
 from messaging.services.pipeline import BATCH_MAX, messages_send_batch
 from messaging.services.request import SendRequest
@@ -187,6 +187,14 @@ def deregister(request: HttpRequest) -> dict[str, Any]:
     """Deregister: the session exits, its token stops working, what waited for it expires."""
     caller = principal(request)
     return session_summary(session_deregister(session=caller.require_session(), actor=caller))
+
+
+@router.post("/sessions/{session_ref}/end", response={200: SessionOut, **ERRORS}, auth=AUTH)
+def end_session(request: HttpRequest, session_ref: str) -> dict[str, Any]:
+    """End a session by id or ref (operators, e.g. for a leaked token; a session may end itself
+    as `me`): it exits, its token stops working and its sockets close, as when it deregisters."""
+    caller = principal(request)
+    return session_summary(session_deregister(session=open_session_of(caller, session_ref), actor=caller))
 
 
 @router.delete("/sessions/{session_id}/data", response={200: dict, **ERRORS}, auth=AUTH)

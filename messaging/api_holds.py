@@ -6,18 +6,15 @@ or a session token is never consent.
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from typing import Annotated, Any, Literal
 
-from django.db.models import Q
 from django.http import HttpRequest
 from ninja import Field, Path, Router, Schema
 
 from messaging.auth import AUTH, operator, principal
 from messaging.errors import Conflict, NotFound
-from messaging.models import AgentSession, Delivery, SessionStatus
-from messaging.principals import Principal
+from messaging.models import Delivery
+from messaging.selectors import open_session_of
 from messaging.services.delivery import Moved
 from messaging.services.holds import holds_decide, holds_list, message_reveal
 from messaging.services.policies import (
@@ -83,24 +80,11 @@ def _moved(moved: list[Moved]) -> list[dict[str, Any]]:
     ]
 
 
-def _session(caller: Principal, ref: str) -> AgentSession:
-    """`me`, a session id, or a ref."""
-    if ref == "me":
-        return caller.require_session()
-    query = Q(ref=ref)
-    with contextlib.suppress(ValueError):
-        query |= Q(pk=uuid.UUID(ref))
-    found = AgentSession.objects.filter(query).exclude(status=SessionStatus.EXITED).first()
-    if found is None:
-        raise NotFound(f"No live session has the id or ref {ref!r}.")
-    return found
-
-
 @router.get("/holds", response={200: dict, **ERRORS}, auth=AUTH)
 def holds(request: HttpRequest, recipient: str | None = None) -> dict[str, Any]:
     """Pending holds, urgent first then oldest (operators only)."""
     caller = operator(request)
-    recipient_id = str(_session(caller, recipient).id) if recipient else None
+    recipient_id = str(open_session_of(caller, recipient).id) if recipient else None
     return {"holds": holds_list(recipient_id=recipient_id)}
 
 
@@ -161,7 +145,7 @@ def decide(request: HttpRequest, body: DecideIn) -> dict[str, Any]:
 def get_policy(request: HttpRequest, session_ref: str) -> dict[str, Any]:
     """A session's inbound policy and per-sender overrides (`me`, or any session for operators)."""
     caller = principal(request)
-    session = _session(caller, session_ref)
+    session = open_session_of(caller, session_ref)
     if not caller.is_operator and (caller.session is None or caller.session.id != session.id):
         caller.require_operator()
     return policy_view(session=session)
@@ -171,7 +155,7 @@ def get_policy(request: HttpRequest, session_ref: str) -> dict[str, Any]:
 def put_policy(request: HttpRequest, session_ref: str, body: PolicyIn) -> dict[str, Any]:
     """Set inbound policy. Operators set any session's (the floor); a session sets its own, stricter only."""
     caller = principal(request)
-    session = _session(caller, session_ref)
+    session = open_session_of(caller, session_ref)
     session = policy_set(
         session=session,
         policy=body.policy,
@@ -188,7 +172,7 @@ def put_sender_policy(
 ) -> dict[str, Any]:
     """Accept, hold or refuse one sender (null clears the rule). Same powers as the policy itself."""
     caller = principal(request)
-    recipient = _session(caller, session_ref)
-    sender = _session(caller, sender_ref)
+    recipient = open_session_of(caller, session_ref)
+    sender = open_session_of(caller, sender_ref)
     sender_policy_set(recipient=recipient, sender=sender, action=body.action, actor=caller)
     return policy_view(session=recipient)

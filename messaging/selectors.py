@@ -1,10 +1,13 @@
-"""Read-side queries: discovery, a message's state and history, the audit feed."""
+"""Read-side queries: discovery, a session by the id or ref a caller names, a message's state and
+history, the audit feed."""
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from messaging.errors import NotFound
 from messaging.models import REMOTE_KIND, AgentSession, AuditEvent, Message, SessionStatus, Tier
@@ -30,6 +33,20 @@ def agents_list(
     if not include_remote:
         return local
     return local + PLUGINS.other_hubs.agents(name=name)
+
+
+def open_session_of(caller: Principal, ref: str) -> AgentSession:
+    """The session a caller names: `me` (its own), or any open session's id or ref (NotFound for
+    an exited one). Who may act on it is the service's rule, not this lookup's."""
+    if ref == "me":
+        return caller.require_session()
+    query = Q(ref=ref)
+    with contextlib.suppress(ValueError):
+        query |= Q(pk=uuid.UUID(ref))
+    found = AgentSession.objects.filter(query).exclude(status=SessionStatus.EXITED).first()
+    if found is None:
+        raise NotFound(f"No live session has the id or ref {ref!r}.")
+    return found
 
 
 def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:

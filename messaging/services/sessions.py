@@ -266,7 +266,11 @@ def session_start_turn(
 
 
 def session_deregister(*, session: AgentSession, actor: Principal) -> AgentSession:
-    """Mark the session exited: its token stops working and nothing more is queued for it."""
+    """Mark the session exited: its token stops working, its sockets close and nothing more is
+    queued for it. The session itself may, an operator may end any session (a leaked token), and
+    so may the hub itself; another session's token may not."""
+    if actor.kind == "session" and (actor.session is None or actor.session.id != session.id):
+        actor.require_operator()
     return session_set_status(session=session, status=SessionStatus.EXITED, actor=actor)
 
 

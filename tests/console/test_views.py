@@ -185,6 +185,28 @@ def test_policy_and_sender_rules_are_set_by_the_operator(operator_client, regist
     assert f"alice [{alice.ref}]" in page and "(operator)" in page
 
 
+def test_an_operator_ends_a_session_from_its_page_and_its_token_stops_working(
+    operator_client, visitor_client, register, api
+):
+    """Given bob's page, ending him without ticking the box changes nothing; with it, bob exits,
+    his token answers 401 and the page no longer offers to end him. A visitor cannot end anyone."""
+    bob = register("bob")
+    page = operator_client.get(f"/sessions/{bob.id}/").content.decode()
+    assert f'action="/sessions/{bob.id}/end"' in page
+
+    assert csrf_post(operator_client, f"/sessions/{bob.id}/end", {}).status_code == 302
+    assert AgentSession.objects.get(pk=bob.id).status != "exited"
+    csrf_post(visitor_client, f"/sessions/{bob.id}/end", {"confirm": "on"})
+    assert AgentSession.objects.get(pk=bob.id).status != "exited"
+
+    assert csrf_post(operator_client, f"/sessions/{bob.id}/end", {"confirm": "on"}).status_code == 302
+    assert AgentSession.objects.get(pk=bob.id).status == "exited"
+    assert api.get("sessions/me", bob.token).status_code == 401
+    page = operator_client.get(f"/sessions/{bob.id}/").content.decode()
+    assert "has ended: its token no longer works" in page
+    assert f'action="/sessions/{bob.id}/end"' not in page
+
+
 def test_saving_a_floor_leaves_the_hold_expiry_to_the_hub_default(operator_client, register):
     import re
 
