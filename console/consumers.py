@@ -91,7 +91,7 @@ class OperatorConsumer(LoopConsumer):
             self.joined.append(group)
         # Joined first, checked after: a logout or demotion just before the join is seen here.
         if not await still_signed_in(self.session_key, self.user_id):
-            await self.close(code=CLOSE_FORBIDDEN)
+            await self._closed(CLOSE_FORBIDDEN)
             return
         await self.accept()
         await self.send_json({"kind": "hello", "data": {"group": OPERATORS_GROUP}})
@@ -111,18 +111,18 @@ class OperatorConsumer(LoopConsumer):
                 await self._recheck()
             except Exception:  # a session that cannot be checked is not trusted: the page reconnects
                 log.warning("could not re-check a console session; closing its socket", exc_info=True)
-                await self.close(code=CLOSE_CHECK_FAILED)
+                await self._closed(CLOSE_CHECK_FAILED)
                 return
 
     async def _recheck(self) -> None:
         if not await still_signed_in(self.session_key, self.user_id):
-            await self._signed_out()
+            await self._closed(CLOSE_FORBIDDEN)
 
-    async def _signed_out(self) -> None:
+    async def _closed(self, code: int) -> None:
         for group in self.joined:  # nothing more reaches it while the close is under way
             await self.channel_layer.group_discard(group, self.channel_name)
         self.joined = []
-        await self.close(code=CLOSE_FORBIDDEN)
+        await self.close(code=code)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         # The browser may ping to keep proxies from closing an idle socket; nothing else is accepted.
@@ -133,7 +133,7 @@ class OperatorConsumer(LoopConsumer):
         kind = event["kind"]
         if kind == SIGNED_OUT_EVENT:
             if event["data"].get("session") == session_digest(self.session_key):
-                await self._signed_out()
+                await self._closed(CLOSE_FORBIDDEN)
             return
         if kind == RECHECK_EVENT:
             await self._recheck()

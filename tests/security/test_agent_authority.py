@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -24,6 +22,7 @@ from messaging.principals import operator_principal
 from messaging.services.sessions import session_deregister, session_register, session_set_status
 from teams.models import Observer, QualityGate
 from teams.services.gates import hook_call
+from tests.sockets import closed_within
 from tests.teams.hooks import Hook
 
 # --- 15: reserved session kinds ---------------------------------------------------------------
@@ -87,21 +86,6 @@ def _socket(token: str) -> WebsocketCommunicator:
     return WebsocketCommunicator(websocket_application, "/ws/agent/", headers=headers)
 
 
-async def _closed_within(ws: WebsocketCommunicator, seconds: float) -> tuple[list[dict[str, Any]], int]:
-    """Frames received until the server closed the socket, and the close code (fails if it did not
-    close within `seconds`)."""
-    frames: list[dict[str, Any]] = []
-    deadline = time.monotonic() + seconds
-    while True:
-        left = deadline - time.monotonic()
-        assert left > 0, f"the socket was still open after {seconds} s: {frames}"
-        output = await ws.receive_output(timeout=left)
-        if output["type"] == "websocket.close":
-            return frames, output.get("code", 1000)
-        if output["type"] == "websocket.send" and output.get("text"):
-            frames.append(json.loads(output["text"]))
-
-
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("how", ["deregistered", "user_stopped"])
@@ -122,14 +106,14 @@ async def test_an_open_agent_socket_closes_within_a_second_when_its_session_is_r
             session=reg.session, status="user_stopped", actor=operator_principal("ops")
         )
 
-    frames, code = await _closed_within(ws, 1.0)
+    frames, code = await closed_within(ws, 1.0)
     assert code == 4403
     assert frames[-1]["error"] == "session_closed"
 
     again = _socket(reg.token)
     connected, _ = await again.connect()
     if connected:  # accepted, then told and closed at once
-        frames, code = await _closed_within(again, 1.0)
+        frames, code = await closed_within(again, 1.0)
         assert code in (4401, 4403)
     await asyncio.sleep(0)
 

@@ -4,8 +4,6 @@ published after that never reach it."""
 
 from __future__ import annotations
 
-import json
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +20,7 @@ from django.utils import timezone
 import console.consumers
 from hub.routing import websocket_application
 from messaging.services.events import OPERATORS_GROUP
+from tests.sockets import closed_within
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 HEADERS = [(b"origin", b"http://127.0.0.1:8765"), (b"host", b"127.0.0.1:8765")]
@@ -52,20 +51,6 @@ async def _open(client: Client) -> WebsocketCommunicator:
     return socket
 
 
-async def _closed_within(socket: WebsocketCommunicator, seconds: float) -> tuple[list[dict[str, Any]], int]:
-    """What the socket received until the server closed it, and the close code (fails if it is
-    still open after `seconds`)."""
-    frames: list[dict[str, Any]] = []
-    deadline = time.monotonic() + seconds
-    while True:
-        left = deadline - time.monotonic()
-        assert left > 0, f"the console socket was still open after {seconds} s: {frames}"
-        output = await socket.receive_output(timeout=left)
-        if output["type"] == "websocket.close":
-            return frames, output.get("code", 1000)
-        frames.append(json.loads(output["text"]))
-
-
 async def _still_hears(socket: WebsocketCommunicator) -> None:
     await get_channel_layer().group_send(OPERATORS_GROUP, SECRET_EVENT)
     assert (await socket.receive_json_from(timeout=5))["kind"] == "message.sent"
@@ -81,7 +66,7 @@ async def test_logging_out_closes_the_sockets_of_that_browser_session_only() -> 
     answer = await sync_to_async(laptop.post)("/logout/")
     assert answer.status_code == 302
 
-    frames, code = await _closed_within(on_laptop, 5)
+    frames, code = await closed_within(on_laptop, 5)
     assert (frames, code) == ([], 4403)
     await _still_hears(on_desktop)
     await on_desktop.disconnect()
@@ -109,7 +94,7 @@ async def test_a_change_to_the_operator_closes_its_open_sockets(change: str) -> 
             user.save()
 
     await sync_to_async(change_user)()
-    frames, code = await _closed_within(socket, 5)
+    frames, code = await closed_within(socket, 5)
     assert (frames, code) == ([], 4403)
 
 
@@ -131,5 +116,5 @@ async def test_a_socket_closes_when_its_session_expires_and_rechecks_do_not_exte
     await _still_hears(socket)
 
     await Session.objects.filter(session_key=key).aupdate(expire_date=timezone.now() - timedelta(seconds=1))
-    frames, code = await _closed_within(socket, 5)
+    frames, code = await closed_within(socket, 5)
     assert (frames, code) == ([], 4403)
