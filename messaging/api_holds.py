@@ -146,7 +146,7 @@ def get_policy(request: HttpRequest, session_ref: str) -> dict[str, Any]:
     """A session's inbound policy and per-sender overrides (`me`, or any session for operators)."""
     caller = principal(request)
     session = open_session_of(caller, session_ref)
-    if not caller.is_operator and (caller.session is None or caller.session.id != session.id):
+    if not caller.is_self_or_operator(session):
         caller.require_operator()
     return policy_view(session=session)
 

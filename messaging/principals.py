@@ -27,6 +27,11 @@ class Principal:
             return f"operator:{self.operator_name}"
         return "hub"
 
+    def is_self_or_operator(self, session: AgentSession) -> bool:
+        """True when this caller is `session` itself or an operator: who may act on a session's
+        own settings and registrations."""
+        return self.is_operator or (self.session is not None and self.session.id == session.id)
+
     def require_session(self) -> AgentSession:
         if self.kind != "session" or self.session is None:
             raise Forbidden("This call acts as an agent session; use a session token.")

@@ -269,7 +269,7 @@ def session_deregister(*, session: AgentSession, actor: Principal) -> AgentSessi
     """Mark the session exited: its token stops working, its sockets close and nothing more is
     queued for it. The session itself may, an operator may end any session (a leaked token), and
     so may the hub itself; another session's token may not."""
-    if actor.kind == "session" and (actor.session is None or actor.session.id != session.id):
+    if actor.kind != "hub" and not actor.is_self_or_operator(session):
         actor.require_operator()
     return session_set_status(session=session, status=SessionStatus.EXITED, actor=actor)
 

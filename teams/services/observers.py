@@ -33,7 +33,7 @@ def observer_register(
     register any session. A member of a team cannot observe (leave the roster first). Once a
     session is an observer, only an operator changes its registration (as only an operator lifts
     it): the observer itself may repeat the same registration, never retarget it."""
-    if not actor.is_operator and (actor.session is None or actor.session.id != session.id):
+    if not actor.is_self_or_operator(session):
         raise Forbidden("A session registers only itself as an observer (an operator may register any).")
     if (target_session is None) == (target_team is None):
         raise Invalid("bad_observer_target", "Name exactly one target: a session or a team.")

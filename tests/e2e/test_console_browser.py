@@ -243,7 +243,6 @@ def test_logging_out_in_one_tab_ends_the_live_feed_in_the_others(world: World, b
     second.wait_for_selector('#live[data-state="off"]', timeout=10_000)
     assert second.locator("#live").inner_text() == "not authorized — log in again"
     assert elsewhere.locator("#live").get_attribute("data-state") == "on"
-    second.screenshot(path="/tmp/logged-out-tab.png")
     first.context.close()
     elsewhere.context.close()
 
