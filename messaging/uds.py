@@ -8,7 +8,13 @@ The hub counts a frame as delivered only when the ack arrives, so a receiver tha
 connection but never reads leaves the message queued (and pullable) instead of lost in a kernel
 buffer. Every step has a bounded timeout. Failures are `TransientSocketError` (worth retrying: no
 listener yet, refused, timed out) or `PermanentSocketError` (retrying cannot help: bad address,
-not a socket, permission denied, a frame too large). This module knows nothing of the ORM.
+not a socket, permission denied, a frame too large, a listener of another user). This module
+knows nothing of the ORM.
+
+Only a listener running as the hub's own user (or root) is handed a frame: a session's socket
+address outlives its listener, and in a shared folder such as /tmp another account could bind the
+same path. Who listens is read from the connected socket itself (SO_PEERCRED) before a byte of the
+frame is written; where the system has no SO_PEERCRED, from the owner of the socket file.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import json
 import os
 import socket
 import stat
+import struct
 import time
 from typing import Any
 
@@ -71,10 +78,13 @@ def write_frame(address: str, frame: dict[str, Any], *, timeout: float = 5.0) ->
     path = socket_path(address)
     data = encode_frame(frame)
     try:
-        if not stat.S_ISSOCK(os.stat(path).st_mode):
-            raise PermanentSocketError("The peer address names a file that is not a socket.")
+        found = os.stat(path)
     except FileNotFoundError:
         pass  # the listener may not have started yet: connect fails below, transiently
+    else:
+        if not stat.S_ISSOCK(found.st_mode):
+            raise PermanentSocketError("The peer address names a file that is not a socket.")
+        _check_owner(found.st_uid, "owns the socket file")
     expected = str(frame.get("id", ""))
     deadline = time.monotonic() + timeout
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -82,6 +92,9 @@ def write_frame(address: str, frame: dict[str, Any], *, timeout: float = 5.0) ->
         try:
             sock.settimeout(_remaining(deadline))
             sock.connect(path)
+            listener = _listener_uid(sock)
+            if listener is not None:
+                _check_owner(listener, "is listening on the socket")
             sock.settimeout(_remaining(deadline))
             sock.sendall(data)
             ack = _read_line(sock, deadline)
@@ -99,6 +112,30 @@ def write_frame(address: str, frame: dict[str, Any], *, timeout: float = 5.0) ->
         raise TransientSocketError("The receiver answered something that is not a JSON ack.") from exc
     if not isinstance(parsed, dict) or str(parsed.get("ack", "")) != expected:
         raise TransientSocketError("The receiver did not acknowledge this frame.")
+
+
+def _trusted_uids() -> frozenset[int]:
+    """The users a frame may be handed to: the hub's own, and root (who can read it anyway)."""
+    return frozenset({os.geteuid(), 0})
+
+
+def _check_owner(uid: int, role: str) -> None:
+    if uid not in _trusted_uids():
+        raise PermanentSocketError(
+            f"Another user (uid {uid}) {role}, not the hub's; the message stays queued for the "
+            "session to pull. Put the socket in a folder only its user can write."
+        )
+
+
+def _listener_uid(sock: socket.socket) -> int | None:
+    """The user id of the process on the other end of a connected Unix socket, or None where the
+    system cannot tell (no SO_PEERCRED): then the socket file's owner, checked before, stands."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    credentials = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", credentials)
+    return uid
 
 
 def _remaining(deadline: float) -> float:
