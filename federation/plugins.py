@@ -56,10 +56,10 @@ class StoredFiles:
 
         return file_head(sha256=sha256)
 
-    def attach(self, *, message_id: Any, files: list[dict[str, str]], tier: str) -> None:
+    def attach(self, *, message_id: Any, sender_id: Any, files: list[dict[str, str]], tier: str) -> None:
         from federation.services.files import files_attach
 
-        files_attach(message_id=message_id, files=files, tier=tier)
+        files_attach(message_id=message_id, sender_id=sender_id, files=files, tier=tier)
 
     def deliver(self, *, message_id: Any, recipient_id: Any) -> list[dict[str, Any]]:
         from federation.services.files import files_deliver

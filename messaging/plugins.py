@@ -121,8 +121,9 @@ class Attachments(Protocol):
         """The start of an uploaded file, for the sensitive tier to scan (empty if unknown)."""
         ...
 
-    def attach(self, *, message_id: Any, files: list[dict[str, str]], tier: str) -> None:
-        """Attach uploaded files to a message being written (raises before keeping anything)."""
+    def attach(self, *, message_id: Any, sender_id: Any, files: list[dict[str, str]], tier: str) -> None:
+        """Attach files the sender holds (uploaded, or received) to a message being written
+        (raises before keeping anything)."""
         ...
 
     def deliver(self, *, message_id: Any, recipient_id: Any) -> list[dict[str, Any]]:
@@ -142,7 +143,7 @@ class NoAttachments:
     def head(self, *, sha256: str) -> bytes:
         return b""
 
-    def attach(self, *, message_id: Any, files: list[dict[str, str]], tier: str) -> None:
+    def attach(self, *, message_id: Any, sender_id: Any, files: list[dict[str, str]], tier: str) -> None:
         from messaging.errors import Invalid
 
         raise Invalid("files_unsupported", "This hub takes no files.")

@@ -25,12 +25,13 @@ from typing import Any, BinaryIO
 from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile, StopFutureHandlers
 from django.db import IntegrityError, transaction
-from django.db.models import Max, ProtectedError, Sum
+from django.db.models import Max, ProtectedError, Q, QuerySet, Sum
 from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.utils import timezone
 
 from federation.models import Attachment, FileUpload, MessageAttachment
 from messaging.errors import Invalid, NotFound, TooLarge
+from messaging.models import Delivery
 from messaging.sensitivity import FILE_SCAN_BYTES
 
 MAX_FILES = 10
@@ -265,22 +266,28 @@ def _display_name(name: str) -> str:
     return base[:255]
 
 
-def files_attach(*, message_id: Any, files: list[dict[str, str]], tier: str) -> list[MessageAttachment]:
+def files_attach(
+    *, message_id: Any, sender_id: Any, files: list[dict[str, str]], tier: str
+) -> list[MessageAttachment]:
     """Attach stored files (by SHA-256, with a display name) to a message about to go on `tier`.
-    Raises before anything is kept when a file is unknown, too many, or too large for the tier."""
+    Raises before anything is kept when a file is not one the sender holds (`files_held_by`), too
+    many, or too large for the tier."""
     if len(files) > MAX_FILES:
         raise Invalid("too_many_files", f"A message takes at most {MAX_FILES} files.")
     per_file, per_message = TIER_LIMITS.get(tier, TIER_LIMITS["host"])
     # Locked until the send commits: the orphan cleanup cannot remove a file a send is attaching.
     wanted = [str(f.get("sha256", "")) for f in files]
-    found = {a.sha256: a for a in Attachment.objects.select_for_update().filter(sha256__in=wanted)}
+    found = {
+        a.sha256: a
+        for a in files_held_by(sender_id, Attachment.objects.select_for_update().filter(sha256__in=wanted))
+    }
     total = 0
     rows = []
     for position, ref in enumerate(files):
         attachment = found.get(str(ref.get("sha256", "")))
         if attachment is None:
             raise NotFound(
-                f"No uploaded file has the SHA-256 {ref.get('sha256')!r}; upload it first (POST /api/v1/files)."
+                f"You have no file with the SHA-256 {ref.get('sha256')!r}: upload it first (POST /api/v1/files)."
             )
         if attachment.size > per_file:
             raise TooLarge(
@@ -305,6 +312,20 @@ def files_attach(*, message_id: Any, files: list[dict[str, str]], tier: str) -> 
             limit=per_message,
         )
     return MessageAttachment.objects.bulk_create(rows)
+
+
+def files_held_by(session_id: Any, attachments: QuerySet[Attachment]) -> QuerySet[Attachment]:
+    """Those of `attachments` the session holds: it uploaded them, or a message carrying them was
+    handed to it. A session attaches only these: a stored file's SHA-256 alone (seen in a log, or
+    guessed from a few likely contents) neither sends another session's file nor tells whether
+    this hub stores it."""
+    received = MessageAttachment.objects.filter(
+        message_id__in=Delivery.objects.filter(recipient_id=session_id).values("message_id")
+    ).exclude(delivered_path="")
+    uploaded = FileUpload.objects.filter(session_id=session_id)
+    return attachments.filter(
+        Q(pk__in=uploaded.values("attachment_id")) | Q(pk__in=received.values("attachment_id"))
+    )
 
 
 def files_limits_check(*, message_id: Any, tier: str) -> None:

@@ -770,7 +770,9 @@ class _Batch:
             # Checked and kept before the message is written (the rows name it by id): a file
             # unknown, too many or too large for the tier fails this message alone.
             self.writes.transaction()
-            PLUGINS.attachments.attach(message_id=message.id, files=request.files, tier=tier)
+            PLUGINS.attachments.attach(
+                message_id=message.id, sender_id=self.sender.id, files=request.files, tier=tier
+            )
         outcome = SendOutcome(message=message, delivery=delivery, recipient=recipient)
         self.writes.accepted(
             _Accepted(

@@ -69,3 +69,29 @@ def test_a_session_token_is_needed_to_upload(api, operator_token):
         HTTP_AUTHORIZATION=f"Bearer {operator_token}",
     )
     assert response.status_code == 403
+
+
+def test_a_session_attaches_only_files_it_uploaded_or_was_handed(api, register):
+    """Knowing a stored file's SHA-256 (from a log, or by hashing a few likely contents) is not
+    holding the file: another session's file is refused exactly as an unknown one, so the answer
+    does not tell whether the hub stores it either. A file handed over in a message may be passed on."""
+    alice, bob, eve, carol = register("alice"), register("bob"), register("eve"), register("carol")
+    sha = _upload(api, alice.token, b"PIN=4821")["sha256"]
+
+    def send(sender, to, sha256):
+        return api.post(
+            "messages", sender.token, {"to": to, "message": "a file", "files": [{"sha256": sha256}]}
+        )
+
+    stolen, unknown = send(eve, "carol", sha), send(eve, "carol", "0" * 64)
+    assert stolen.status_code == unknown.status_code == 404
+    assert stolen.json_body["detail"].replace(sha, "H") == unknown.json_body["detail"].replace("0" * 64, "H")
+    assert api.get("inbox", carol.token).json_body["messages"] == []
+
+    assert send(alice, "bob", sha).status_code == 201
+    assert send(bob, "carol", sha).status_code == 404  # sent to bob, not yet handed over
+    [frame] = api.get("inbox", bob.token).json_body["messages"]
+    assert frame["files"][0]["sha256"] == sha
+    assert send(bob, "carol", sha).status_code == 201
+    [passed_on] = api.get("inbox", carol.token).json_body["messages"]
+    assert Path(passed_on["files"][0]["path"]).read_bytes() == b"PIN=4821"
