@@ -42,7 +42,7 @@ from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
 from messaging.errors import Invalid, NotFound, TooLarge, Unavailable
-from messaging.hold_reasons import ISOLATION_HOLD, UNKNOWN_PEER_HOLD
+from messaging.hold_reasons import ISOLATION_HOLD
 from messaging.jobs import enqueue
 from messaging.liveness import LIVE
 from messaging.models import AgentSession, Delivery, Message, Priority, SessionStatus
@@ -812,14 +812,17 @@ def inbound_accept(
         url=str(origin.get("url", "")) if direct else "",
         tier=tier,
     )
-    hold_reason = standing.hold_reason
+    standings = [standing]
     if caller_key is not None and caller_key != origin_hub:
         # Carried onward by another hub: that hub must be one this hub accepts as well.
-        hold_reason = hold_reason or peer_seen(public_key=caller_key, tier=tier).hold_reason
+        standings.append(peer_seen(public_key=caller_key, tier=tier))
+    # Vouched only when every key it rests on is (`PeerStanding.vouched`: a key revoked with mode
+    # hold is not); a hold reason only holds it for an operator, it never vouches.
+    vouched = all(s.vouched for s in standings)
+    hold_reason = next((s.hold_reason for s in standings if s.hold_reason), "")
     earlier = _inbound_earlier(origin_hub, message_id)
     if earlier is not None:
         return earlier
-    vouched = hold_reason != UNKNOWN_PEER_HOLD
     trust = f"{tier}-verified" if signed_ok and vouched else "unverified"
     if not signed_ok:
         audit_event(
@@ -981,7 +984,7 @@ def local_agents_public(standing: PeerStanding) -> list[dict[str, Any]]:
     """This hub's live agents, as the discovery of a hub it vouches for shows them. A hub on first
     use or revoked (held) gets none: it may ask for one address (`hosts_answer`) to send its first,
     held, message, but not read the directory."""
-    if not standing.vouched or standing.hold:
+    if not standing.vouched:
         return []
     rows = AgentSession.objects.filter(status__in=LIVE).exclude(kind=REMOTE_KIND).order_by("name_key")
     return [{"id": str(s.id), "name": s.name, "ref": s.ref, "status": s.status} for s in rows[:1000]]

@@ -31,14 +31,21 @@ class PeerStanding:
 
     peer: Peer
     hold: bool  # revoked with mode "hold": accept, but hold with escalate=required
-    vouched: str = ""  # the tier this hub vouches for the key on ("" = unknown, first use)
+    tier: str = ""  # the tier a source vouches for the key on ("" = nobody, first use)
+
+    @property
+    def vouched(self) -> bool:
+        """This hub vouches for the key now: a source vouches for it (`peer_vouched_tier`) and no
+        operator revoked it. The one test of "vouched" for a hub's messages (trust, priority,
+        files, hub name) and for what it may read (the agent directory)."""
+        return bool(self.tier) and not self.hold
 
     @property
     def hold_reason(self) -> str:
         """Why its messages wait for an operator ("" when they need not)."""
         if self.hold:
             return REVOKED_PEER_HOLD
-        return "" if self.vouched else UNKNOWN_PEER_HOLD
+        return "" if self.tier else UNKNOWN_PEER_HOLD
 
 
 def peer_summary(peer: Peer) -> dict[str, object]:
@@ -128,7 +135,7 @@ def peer_seen(*, public_key: str, name: str = "", url: str = "", tier: str) -> P
             fields["url"] = url[:512]
         Peer.objects.filter(pk=peer.pk).update(**fields)
     # Revoked here means mode `hold` (`peer_refusal` raised for `refuse`).
-    return PeerStanding(peer=peer, hold=peer.revoked, vouched=vouched)
+    return PeerStanding(peer=peer, hold=peer.revoked, tier=vouched)
 
 
 def peer_pin(
