@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import F, Q
+
 from messaging.models import AgentSession
 from messaging.principals import Principal
 from teams.models import FrameRequest, GateCheck, Membership, Role, Subscription, Task, Team
@@ -29,11 +31,27 @@ def lead_session_of(session: AgentSession) -> AgentSession | None:
     return member.team.lead_session if member else None
 
 
+def memberships_that_read_their_team() -> Q:
+    """The membership rows that let their session read their team (board, tasks, roster, gates,
+    requests): the one rule every team read applies (`team_require_visible`, `teams_visible`).
+
+    A live team is read by its current roster only: a member that left, or that its lead or an
+    operator took off, loses sight of it at once, work done after it left included. An ended team
+    is read, as history, by the members on its roster when it ended (`team_end` writes the same
+    instant to `ended_at` and to their `left_at`); a member that had left before stays out.
+    (A live row, `left_at` null, on an ended team is one that joined as the team ended.)"""
+    return Q(left_at__isnull=True) | Q(team__ended_at__isnull=False, left_at__gte=F("team__ended_at"))
+
+
 def teams_visible(*, viewer: Principal, include_ended: bool = False) -> list[Team]:
-    """Every team for an operator; the teams a session is (or was) on for a session."""
+    """Every team for an operator; for a session, the live team it is on and the ended teams it
+    was on when they ended (see `memberships_that_read_their_team`)."""
     qs = Team.objects.all().order_by("-created_at")
     if not viewer.is_operator:
-        qs = qs.filter(memberships__session=viewer.require_session()).distinct()
+        member_rows = Membership.objects.filter(session=viewer.require_session()).filter(
+            memberships_that_read_their_team()
+        )
+        qs = qs.filter(pk__in=member_rows.values("team_id"))
     if not include_ended:
         qs = qs.filter(ended_at__isnull=True)
     return list(qs[:500])

@@ -26,6 +26,7 @@ from teams.models import (
     TaskStatus,
     Team,
 )
+from teams.selectors import memberships_that_read_their_team
 
 
 def live_membership(session: AgentSession | Any) -> Membership | None:
@@ -46,11 +47,19 @@ def team_get(*, team_id: Any) -> Team:
 
 
 def team_require_visible(*, team: Team, actor: Principal) -> Membership | None:
-    """Operators see every team; a session sees the teams it is (or was) on. Returns its membership."""
+    """The check before every read of a team (roster, board, a task, gates, requests). Operators
+    read every team (None); a session reads the live team it is on now, and an ended team it was
+    on when it ended (`memberships_that_read_their_team`), and gets its membership. Anyone else
+    gets NotFound, as if the team did not exist: a former member of a live team learns nothing."""
     if actor.is_operator:
         return None
     session = actor.require_session()
-    member = Membership.objects.filter(team=team, session=session).order_by("-joined_at").first()
+    member = (
+        Membership.objects.filter(team=team, session=session)
+        .filter(memberships_that_read_their_team())
+        .order_by("-joined_at")
+        .first()
+    )
     if member is None:
         raise NotFound("No team with that id is visible to you.")
     return member

@@ -1,5 +1,6 @@
 """Authority between agents (issue 30, items 12-14): who reads a session's final answers, who puts
-a session on a team, and how much the hub writes on a session's behalf. Each test replays an attack."""
+a session on a team, and how much the hub writes on a session's behalf; and, from an audit with one
+session token, who reads a team once off its roster. Each test replays an attack."""
 
 from __future__ import annotations
 
@@ -196,3 +197,55 @@ def test_task_unblocked_notices_are_one_unread_listing_every_ready_task(api, cre
         assert api.post(f"tasks/{blocker['id']}/complete", crew.alice.token, {}).status_code == 200
     [note] = [m for m in _inbox(api, crew.bob) if '"task_unblocked"' in m["text"]]
     assert sorted(json.loads(note["text"])["ready_tasks"]) == sorted(t["id"] for t in waiting)
+
+
+# --- only the current roster reads a live team; an ended team's last roster keeps its history ------
+
+
+def _ask_plan(api: Any, crew: Any, plan: str) -> dict[str, Any]:
+    """Alice asks the lead to approve `plan`: the send's answer (message and request)."""
+    asked = api.post(
+        crew.path("/frames"), crew.alice.token, {"type": "plan_approval_request", "body": {"plan": plan}}
+    )
+    assert asked.status_code == 201, asked.json_body
+    return asked.json_body
+
+
+def test_a_member_the_lead_removed_no_longer_reads_the_live_team(api, crew):
+    removed = api.delete(crew.path(f"/members/{crew.members['bob']}"), crew.lead.token)
+    assert removed.status_code == 200, removed.json_body
+    assert api.get("teams/mine", crew.bob.token).json_body["team"] is None
+    # Work the team does after bob was taken off: a new task and a new request.
+    task = api.post(crew.path("/tasks"), crew.alice.token, {"title": "rotate the prod database password"})
+    assert task.status_code == 201, task.json_body
+    _ask_plan(api, crew, "step 2")
+
+    assert api.get(crew.path("/tasks"), crew.bob.token).status_code == 404
+    assert api.get(f"tasks/{task.json_body['id']}", crew.bob.token).status_code == 404
+    assert api.get(crew.path("/requests"), crew.bob.token).status_code == 404
+    assert api.get(crew.path("/gates"), crew.bob.token).status_code == 404
+    assert api.get(crew.path(), crew.bob.token).status_code == 404
+    assert api.get("teams", crew.bob.token).json_body["teams"] == []
+    # The ones still on the roster read on.
+    assert api.get(crew.path("/tasks"), crew.alice.token).status_code == 200
+
+
+def test_an_ended_team_is_read_by_its_last_roster_not_by_who_left_before(api, crew):
+    """Given bob leaves the live team and the lead ends it later, then alice (on the roster at the
+    end) still reads its history, and bob does not."""
+    assert api.delete(crew.path(f"/members/{crew.members['bob']}"), crew.bob.token).status_code == 200
+    task = api.post(crew.path("/tasks"), crew.alice.token, {"title": "after bob left"}).json_body
+    assert api.post(crew.path("/end"), crew.lead.token).status_code == 200
+
+    for reader in (crew.lead, crew.alice):
+        assert api.get(crew.path(), reader.token).status_code == 200, reader.name
+        assert [t["id"] for t in api.get(crew.path("/tasks"), reader.token).json_body["tasks"]] == [
+            task["id"]
+        ]
+        assert api.get(f"tasks/{task['id']}", reader.token).status_code == 200
+        listed = api.get("teams?include_ended=true", reader.token).json_body["teams"]
+        assert [t["id"] for t in listed] == [crew.team_id]
+    assert api.get(crew.path(), crew.bob.token).status_code == 404
+    assert api.get(crew.path("/tasks"), crew.bob.token).status_code == 404
+    assert api.get(f"tasks/{task['id']}", crew.bob.token).status_code == 404
+    assert api.get("teams?include_ended=true", crew.bob.token).json_body["teams"] == []
