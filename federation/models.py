@@ -93,7 +93,8 @@ class RemoteDelivery(models.Model):
 
 class InboundMessage(models.Model):
     """A message another hub forwarded here: once per (origin hub, message id), whatever the retries.
-    `reported_state` is the last state sent back to the origin as a receipt."""
+    `origin_hub` is the signing origin's key, or, when the signature failed, the calling hub's key
+    (`unsigned` from the relay). `reported_state` is the last state sent back as a receipt."""
 
     origin_hub = models.CharField(max_length=64)
     message_id = models.UUIDField()

@@ -9,8 +9,9 @@ hosts the agent, failed when nothing takes it.
 
 Receiving side: `inbound_accept` checks the hop count and the sending hub's signature, records
 the peer, and runs the ordinary send pipeline for the local recipient with the trust the check
-earned (`<tier>-verified`, or `unverified` + sensitive). A message id is accepted once per origin
-hub, so a retried forward never delivers twice.
+earned (`<tier>-verified`, or `unverified` + sensitive). A message id is accepted once per sending
+hub (the origin when its signature holds, else the calling hub), so a retried forward never
+delivers twice.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
 from messaging.errors import Invalid, NotFound, TooLarge, Unavailable
-from messaging.hold_reasons import ISOLATION_HOLD
+from messaging.hold_reasons import ISOLATION_HOLD, UNKNOWN_PEER_HOLD
 from messaging.jobs import enqueue
 from messaging.liveness import LIVE
 from messaging.models import AgentSession, Delivery, Message, Priority, SessionStatus
@@ -320,6 +321,9 @@ def remote_name(name: str) -> str:
 
 
 OVERFLOW_REMOTE_ID = "overflow"
+# The sending hub of a message pulled from the relay whose signature does not verify: no key vouches
+# for it, and its stand-ins and "accepted once" records are kept apart from every real hub's.
+UNSIGNED_SENDER = "unsigned"
 OVERFLOW_NAME = "remote-others"
 
 
@@ -784,7 +788,8 @@ def inbound_accept(
     from its relay (`tier` relay). The tier and trust follow from how this hub vouches for the
     keys (`peer_vouched_tier`), never from the body: a direct call is `channel` or `lan` as the
     caller's key is vouched for, a relay pull is `relay`. A message whose origin (or carrier) no
-    one vouched for is at most `unverified` and held for an operator (`unknown_peer`)."""
+    one vouched for is at most `unverified` and held for an operator (`unknown_peer`). A message
+    whose signature fails names no hub this hub believes: it is kept under the calling key."""
     from messaging.services.pipeline import message_send
     from messaging.services.request import Origin, SendRequest
 
@@ -802,38 +807,50 @@ def inbound_accept(
     # forwarding onward); only the origin itself calling proves its URL is a way back.
     signed_ok = envelope_verify(envelope)
     direct = signed_ok and caller_key == origin_hub
+    # Whose message this is as far as this hub can tell, and so the key its per-hub records (the
+    # contact, stand-ins and their cap, "accepted once") are kept under: the origin when its
+    # signature holds; otherwise the calling hub, whose request signature covers the body; for an
+    # unsigned message pulled from the relay, one bucket. A forgery never touches the hub it names.
+    sender_hub = origin_hub if signed_ok else (caller_key or UNSIGNED_SENDER)
+    own_claims = sender_hub == origin_hub  # the body's hub name and URL are the sender's own words
     # A direct call arrives over HTTP: channel or LAN as its key is vouched for (LAN when not).
     tier = (
         FederationTier.RELAY if caller_key is None else (peer_vouched_tier(caller_key) or FederationTier.LAN)
     )
-    standing = peer_seen(
-        public_key=origin_hub,
-        name=str(origin.get("hub_name", "")),
-        url=str(origin.get("url", "")) if direct else "",
-        tier=tier,
-    )
-    standings = [standing]
-    if caller_key is not None and caller_key != origin_hub:
+    standings: list[PeerStanding] = []
+    if sender_hub != UNSIGNED_SENDER:
+        standings.append(
+            peer_seen(
+                public_key=sender_hub,
+                name=str(origin.get("hub_name", "")) if own_claims else "",
+                url=str(origin.get("url", "")) if direct else "",
+                tier=tier,
+            )
+        )
+    if caller_key is not None and caller_key != sender_hub:
         # Carried onward by another hub: that hub must be one this hub accepts as well.
         standings.append(peer_seen(public_key=caller_key, tier=tier))
-    # Vouched only when every key it rests on is (`PeerStanding.vouched`: a key revoked with mode
-    # hold is not); a hold reason only holds it for an operator, it never vouches.
-    vouched = all(s.vouched for s in standings)
+    # Vouched only when the signature holds and every key it rests on is vouched for
+    # (`PeerStanding.vouched`: a key revoked with mode hold is not); a hold reason only holds it
+    # for an operator, it never vouches. With no key to rest on, it waits as an unknown peer's.
+    vouched = signed_ok and bool(standings) and all(s.vouched for s in standings)
     hold_reason = next((s.hold_reason for s in standings if s.hold_reason), "")
-    earlier = _inbound_earlier(origin_hub, message_id)
+    if not standings:
+        hold_reason = UNKNOWN_PEER_HOLD
+    earlier = _inbound_earlier(sender_hub, message_id)
     if earlier is not None:
         return earlier
-    trust = f"{tier}-verified" if signed_ok and vouched else "unverified"
+    trust = f"{tier}-verified" if vouched else "unverified"
     if not signed_ok:
         audit_event(
             "federation.signature_failed",
             actor="hub",
-            target=origin_hub,
-            detail={"message_id": str(message_id), "tier": tier},
+            target=sender_hub,
+            detail={"message_id": str(message_id), "tier": tier, "claimed_hub": str(origin_hub)[:64]},
         )
     sender = remote_session_for(
-        hub_key=origin_hub,
-        hub_name=str(origin.get("hub_name", "")),
+        hub_key=sender_hub,
+        hub_name=str(origin.get("hub_name", "")) if own_claims else "",
         remote_id=str(origin.get("id", ""))[:64] or f"name:{origin.get('name', '')}",
         name=str(origin.get("name", "remote"))[:64],
         ref=str(origin.get("ref", ""))[:12],
@@ -870,7 +887,7 @@ def inbound_accept(
                 trust=trust,
             )
             InboundMessage.objects.create(
-                origin_hub=origin_hub,
+                origin_hub=sender_hub,
                 message_id=message_id,
                 delivery_id=outcome.delivery.pk,
                 tier=tier,
@@ -880,7 +897,7 @@ def inbound_accept(
                 reported_state=outcome.delivery.state,
             )
     except IntegrityError:
-        earlier = _inbound_earlier(origin_hub, message_id)
+        earlier = _inbound_earlier(sender_hub, message_id)
         if earlier is not None:
             return earlier
         raise

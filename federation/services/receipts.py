@@ -105,6 +105,8 @@ def _is_uuid(value: Any) -> bool:
 
 def receipts_pending(*, batch: int = 500) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Inbound messages whose delivery state changed since the last receipt, by (origin, route)."""
+    from federation.services.forwarding import UNSIGNED_SENDER
+
     # Receipts are worth sending for a week; after that the sender's side has long given up waiting.
     since = timezone.now() - timedelta(days=7)
     rows = list(
@@ -123,7 +125,7 @@ def receipts_pending(*, batch: int = 500) -> dict[tuple[str, str], list[dict[str
         state = states.get(row.delivery_id)
         if state is None or state == row.reported_state:
             continue
-        if row.tier != FederationTier.RELAY and not row.reply_url:
+        if not row.reply_url and (row.tier != FederationTier.RELAY or row.origin_hub == UNSIGNED_SENDER):
             # No proven way back (the signature failed): nobody to tell.
             InboundMessage.objects.filter(pk=row.pk).update(reported_state=state)
             continue

@@ -315,6 +315,34 @@ def test_rotating_sender_ids_shares_one_stand_in_and_its_rate_limit_past_the_cap
     assert RemoteSession.objects.filter(hub_key=attacker.public_key).count() == 3  # 2, then the shared one
 
 
+def test_forged_envelopes_claiming_a_pinned_hub_do_not_use_up_its_stand_ins(
+    client, register, attacker, settings
+):
+    """Given a pinned hub B, when a stranger sends envelopes that claim B as origin (signed with
+    the stranger's key, so the signature fails), then they are kept under the stranger's key:
+    B's stand-ins, its quota and its contact record are untouched, and B's real sender keeps
+    its own name."""
+    register("bob")
+    b = OtherHub(SigningKey.generate(), name="b-hub")
+    pin_hub(b, "lan")
+    settings.SWITCHBOARD_REMOTE_SESSIONS_PER_PEER = 3
+    for n in range(3):
+        forged = attacker.envelope(to="bob", text=f"forged {n}", sender_name=f"x{n}")
+        forged["from"]["hub"] = b.public_key  # claims B; signed by the attacker's key: fails
+        forged["from"]["hub_name"] = "renamed-b"
+        assert _forward(client, attacker, forged).status_code == 201
+
+    assert not RemoteSession.objects.filter(hub_key=b.public_key).exists()
+    assert RemoteSession.objects.filter(hub_key=attacker.public_key).count() == 3
+    assert Peer.objects.get(public_key=b.public_key).last_seen is None
+    genuine = _forward(client, b, b.envelope(to="bob", text="hello from the real alice", sender_name="alice"))
+
+    assert genuine.status_code == 201 and genuine.json_body["trust"] == "lan-verified", genuine.json_body
+    message = Message.objects.select_related("sender").get(id=genuine.json_body["message_id"])
+    assert message.sender.name == "alice", message.sender.name
+    assert RemoteSession.objects.get(session_id=message.sender_id).hub_name == "b-hub"
+
+
 def test_stand_ins_nothing_refers_to_expire(client, register, attacker, settings):
     from federation.services.forwarding import remote_sessions_prune
 
