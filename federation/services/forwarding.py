@@ -7,11 +7,11 @@ when the hub or the sender is isolated) and `forward_attempt` carries it over in
 retried with backoff on transient errors, re-routed to the next tier when a hub says it no longer
 hosts the agent, failed when nothing takes it.
 
-Receiving side: `inbound_accept` checks the hop count and the sending hub's signature, records
-the peer, and runs the ordinary send pipeline for the local recipient with the trust the check
-earned (`<tier>-verified`, or `unverified` + sensitive). A message id is accepted once per sending
-hub (the origin when its signature holds, else the calling hub), so a retried forward never
-delivers twice.
+Receiving side: `inbound_accept` checks the hop count and the origin hub's signature (made for
+this hub, or for the hub that carried it onward), records the peer, and runs the ordinary send
+pipeline for the local recipient with the trust the check earned (`<tier>-verified`, or
+`unverified` + sensitive). A message id is accepted once per sending hub (the origin when its
+signature holds, else the calling hub), so a retried forward never delivers twice.
 """
 
 from __future__ import annotations
@@ -471,8 +471,10 @@ def route_for_send(*, sender: AgentSession, target: str) -> SendRoute | None:
 # --- carrying it over -----------------------------------------------------------------------------
 
 
-def envelope_build(*, message: Message, target: str, hops: int = 1) -> dict[str, Any]:
-    """The signed, self-contained description of a message that travels between hubs."""
+def envelope_build(*, message: Message, target: str, dest_key: str, hops: int = 1) -> dict[str, Any]:
+    """The signed, self-contained description of a message that travels between hubs, made for the
+    hub holding `dest_key` (the key it is then sealed to): the signature names that hub, so no other
+    hub accepts it as sent there."""
     me = hub_identity()
     sender = message.sender
     envelope = {
@@ -487,6 +489,7 @@ def envelope_build(*, message: Message, target: str, hops: int = 1) -> dict[str,
             "ref": sender.ref if sender else "",
         },
         "to": target,
+        "dest": dest_key,
         "text": message.text,
         "summary": message.summary,
         "kind": message.kind,
@@ -555,7 +558,9 @@ def envelope_send(
 ) -> dict[str, Any]:
     """Carry a signed envelope to the hub holding `hub_key`, sealed to that key (verified first:
     `route_key_verified`): straight to its URL (channel, LAN) or into the relay at `url` for the
-    agent's leased name. Raises UnverifiedKey, TransientError or PermanentError."""
+    agent's leased name. The envelope is one this hub built for `hub_key` (`envelope_build`), or one
+    signed for this hub that it carries onward. Raises UnverifiedKey, TransientError or
+    PermanentError."""
     route_key_verified(tier=tier, url=url, hub_key=hub_key)
     payload = _json_bytes(envelope if tier == FederationTier.RELAY else {"tier": tier, "envelope": envelope})
     try:
@@ -608,7 +613,7 @@ def forward_attempt(*, delivery_id: int) -> str:
             return "failed"
         # The relay and the hub behind it know the agent by the leased name, not this hub's address.
         to = delivery.recipient.name if rd.tier == FederationTier.RELAY else rd.target
-        envelope = envelope_build(message=delivery.message, target=to)
+        envelope = envelope_build(message=delivery.message, target=to, dest_key=rd.hub_key)
         try:
             answer = envelope_send(tier=rd.tier, url=rd.url, hub_key=rd.hub_key, envelope=envelope, agent=to)
         except UnverifiedKey as exc:
@@ -803,9 +808,13 @@ def inbound_accept(
     origin = envelope["from"]
     origin_hub = origin["hub"]
     message_id = uuid.UUID(str(envelope["id"]))
-    # The origin hub's signature proves who wrote it, whoever carried it here (a relay, or a hub
-    # forwarding onward); only the origin itself calling proves its URL is a way back.
-    signed_ok = envelope_verify(envelope)
+    # The origin hub's signature proves who wrote it and for which hub, whoever carried it here;
+    # only the origin itself calling proves its URL is a way back. From the origin (directly or
+    # through the relay) it must be signed for this hub; carried onward by another hub, for that
+    # hub (which must be vouched for as well). Signed for any other hub, it is a replay: it does
+    # not verify here.
+    carrier = caller_key if caller_key is not None and caller_key != origin_hub else None
+    signed_ok = envelope_verify(envelope, dest_key=carrier or hub_identity().public_key)
     direct = signed_ok and caller_key == origin_hub
     # Whose message this is as far as this hub can tell, and so the key its per-hub records (the
     # contact, stand-ins and their cap, "accepted once") are kept under: the origin when its
@@ -828,7 +837,7 @@ def inbound_accept(
             )
         )
     if caller_key is not None and caller_key != sender_hub:
-        # Carried onward by another hub: that hub must be one this hub accepts as well.
+        # Carried onward by another hub (or a forgery it sent): that hub must be one this hub accepts.
         standings.append(peer_seen(public_key=caller_key, tier=tier))
     # Vouched only when the signature holds and every key it rests on is vouched for
     # (`PeerStanding.vouched`: a key revoked with mode hold is not); a hold reason only holds it

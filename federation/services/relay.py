@@ -293,6 +293,7 @@ def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str
     for item in answer.get("messages") or []:
         try:
             envelope = json.loads(unseal(base64.b64decode(item["sealed"])))
+            # No carrying hub to vouch for: the origin's signature must name this hub's key.
             inbound_accept(envelope=envelope, tier=FederationTier.RELAY, caller_key=None)
             done.append(item["id"])
         except SwitchboardError as exc:

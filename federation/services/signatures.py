@@ -1,12 +1,15 @@
 """Signatures between hubs: over a forwarded message's facts, and over each hub-to-hub request.
 
-A message signature (version 2) covers every field of the envelope that changes what a recipient
+A message signature (version 3) covers every field of the envelope that changes what a recipient
 sees or where the message goes: the message id, the sending hub (key, name, URL), the sender (id,
-name, ref), the recipient as addressed, the text's SHA-256, summary, priority, kind, creation time,
-and each file's SHA-256 and name. Only `hops` is left out, because a hub that forwards a message
-onward raises it; it is covered instead by the carrying hub's request signature (over the whole
-body) and bounded by SWITCHBOARD_MAX_HOPS, and a message id is accepted once per origin hub, so a
-carrying hub that lowers it gains no second delivery.
+name, ref), the recipient as addressed, the destination hub's public key (`dest`: the hub the origin
+sealed it to), the text's SHA-256, summary, priority, kind, creation time, and each file's SHA-256
+and name. With `dest` signed, a hub that received a message cannot pass it off to a third hub as
+sent there (`envelope_verify` checks it against the key the receiver expects). Only `hops` is left
+out, because a hub that forwards a message onward raises it; it is covered instead by the carrying
+hub's request signature (over the whole body) and bounded by SWITCHBOARD_MAX_HOPS, and a message id
+is accepted once per origin hub, so a carrying hub that lowers it gains no second delivery. An
+envelope of an older version (no `dest`) never verifies.
 
 A request signature covers method, path (with query), time, a random nonce, the destination hub's
 public key, the caller's name and URL headers and the body's SHA-256. The receiver checks the
@@ -37,7 +40,7 @@ from nacl.signing import SigningKey
 from federation.errors import BadRequestSignature, ReplayedRequest
 from federation.services.identity import hub_identity, verify_key_from
 
-MESSAGE_SIGNATURE_VERSION = 2
+MESSAGE_SIGNATURE_VERSION = 3
 REQUEST_SIGNATURE_VERSION = "switchboard-request-2"
 REQUEST_SKEW_SECONDS = 300
 HUB_HEADER = "X-Switchboard-Hub"
@@ -59,6 +62,7 @@ def message_digest_input(
     message_id: str,
     origin: Mapping[str, Any],
     to: str,
+    dest: str,
     text_sha256: str,
     summary: Any,
     priority: Any,
@@ -66,13 +70,14 @@ def message_digest_input(
     created_at: Any,
     files: Sequence[tuple[Any, Any]],
 ) -> bytes:
-    """The exact bytes a message signature covers (canonical JSON, version 2)."""
+    """The exact bytes a message signature covers (canonical JSON, version 3)."""
     return _canonical(
         {
             "v": MESSAGE_SIGNATURE_VERSION,
             "id": message_id,
             "from": {k: origin.get(k) for k in ("hub", "hub_name", "url", "id", "name", "ref")},
             "to": to,
+            "dest": dest,
             "sha256": text_sha256,
             "summary": summary,
             "priority": priority,
@@ -106,6 +111,7 @@ def envelope_signed_fields(envelope: Mapping[str, Any]) -> bytes:
         message_id=str(envelope.get("id", "")),
         origin=sender if isinstance(sender, Mapping) else {},
         to=str(envelope.get("to", "")),
+        dest=str(envelope.get("dest", "")),
         text_sha256=hashlib.sha256(str(envelope.get("text", "")).encode("utf-8")).hexdigest(),
         summary=envelope.get("summary"),
         priority=envelope.get("priority"),
@@ -119,18 +125,23 @@ def envelope_signed_fields(envelope: Mapping[str, Any]) -> bytes:
 
 
 def envelope_sign(envelope: dict[str, Any], *, key: SigningKey | None = None) -> dict[str, Any]:
-    """Add this hub's signature to a message envelope (its `from.hub` must be this hub)."""
+    """Add this hub's signature to a message envelope (its `from.hub` must be this hub, its `dest`
+    the key of the hub it is sealed to)."""
     envelope["v"] = MESSAGE_SIGNATURE_VERSION
     envelope["signature"] = sign_bytes(envelope_signed_fields(envelope), key=key)
     return envelope
 
 
-def envelope_verify(envelope: Mapping[str, Any]) -> bool:
-    """True when the envelope carries a valid version-2 signature by the hub it names as sender.
-    An envelope of an older version does not verify: its signature leaves fields out."""
+def envelope_verify(envelope: Mapping[str, Any], *, dest_key: str) -> bool:
+    """True when the envelope carries a valid version-3 signature by the hub it names as sender,
+    made for the hub holding `dest_key` (the receiver itself, or the hub that carried it onward).
+    An envelope of an older version does not verify: its signature leaves fields out (v2: the
+    destination), so it could be replayed to any hub."""
     hub_key = str((envelope.get("from") or {}).get("hub", ""))
     signature = envelope.get("signature")
     if not hub_key or not isinstance(signature, str) or envelope.get("v") != MESSAGE_SIGNATURE_VERSION:
+        return False
+    if not dest_key or envelope.get("dest") != dest_key:
         return False
     return verify_bytes(public_key=hub_key, data=envelope_signed_fields(envelope), signature=signature)
 

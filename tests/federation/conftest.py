@@ -44,12 +44,20 @@ class OtherHub:
         return self.key.verify_key.encode(Base64Encoder).decode("ascii")
 
     def envelope(
-        self, *, to: str, text: str, sender_name: str = "alice", hops: int = 1, **extra: Any
+        self,
+        *,
+        to: str,
+        text: str,
+        sender_name: str = "alice",
+        hops: int = 1,
+        dest: str | None = None,
+        **extra: Any,
     ) -> dict[str, Any]:
+        """A message envelope this hub signs for the hub holding `dest` (default: the hub under test)."""
+        from federation.services.identity import hub_identity
         from federation.services.signatures import envelope_sign
 
         envelope = {
-            "v": 2,
             "id": str(uuid.uuid4()),
             "from": {
                 "hub": self.public_key,
@@ -60,6 +68,7 @@ class OtherHub:
                 "ref": "abc234",
             },
             "to": to,
+            "dest": dest or hub_identity().public_key,
             "text": text,
             "summary": "",
             "priority": "normal",

@@ -110,7 +110,8 @@ def test_a_remote_agent_gets_a_relayed_delivery_forwarded_signed(
     assert "channel tier" in sent.json_body["result"]
     [(method, url, path, body)] = hubs.calls
     assert (method, url, path) == ("POST", "http://channel.invalid", "/federation/messages")
-    assert body["envelope"]["text"] == "over there" and envelope_verify(body["envelope"])
+    assert body["envelope"]["text"] == "over there"
+    assert envelope_verify(body["envelope"], dest_key=HUB_B)  # made for the hub it is sealed to
     rd = RemoteDelivery.objects.get()
     assert rd.remote_state == "queued" and rd.tier == "channel"
     assert Delivery.objects.get(pk=rd.delivery_id).state == "relayed"

@@ -63,13 +63,30 @@ def test_a_message_carried_by_another_hub_is_verified_by_its_origin_but_gets_no_
     register("bob")
     carrier = make_hub("carrier")
     pin_hub(carrier, "channel")
-    envelope = other_hub.envelope(to="bob", text="carried by someone else", hops=2)
+    # The origin sent it to the carrier (signed for the carrier's key), which carries it onward.
+    envelope = other_hub.envelope(to="bob", text="carried by someone else", hops=2, dest=carrier.public_key)
     envelope["from"]["url"] = "http://evil.invalid"  # signed by the origin, but carried by another hub:
     envelope_sign(envelope, key=other_hub.key)  # never trusted as a receipt address
     sent = _forward(hub_client, carrier, envelope)
     assert sent.json_body["trust"] == "channel-verified"
     assert InboundMessage.objects.get().reply_url == ""
     assert Peer.objects.get(public_key=other_hub.public_key).url == ""
+
+
+def test_a_message_carried_onward_that_its_origin_signed_for_another_hub_is_not_verified(
+    hub_client, register, other_hub, make_hub
+):
+    """A vouched carrier hands over a message the origin signed for a third hub (or for this hub:
+    only the hub the origin sent it to may carry it onward): unverified, held."""
+    register("bob")
+    carrier, third = make_hub("carrier"), make_hub("third")
+    pin_hub(carrier, "channel")
+    from federation.services.identity import hub_identity
+
+    for dest in (third.public_key, hub_identity().public_key):
+        envelope = other_hub.envelope(to="bob", text="not yours to carry", hops=2, dest=dest)
+        sent = _forward(hub_client, carrier, envelope)
+        assert (sent.json_body["trust"], sent.json_body["status"]) == ("unverified", "held"), sent.json_body
 
 
 def test_a_message_for_an_agent_on_another_hub_is_forwarded_onward_one_hop_further(

@@ -220,10 +220,12 @@ class HubKey:
         sender_id: str = "t-1",
         url: str = "",
         priority: str = "normal",
+        dest: str = "",
     ) -> dict[str, Any]:
-        """A message envelope signed as a hub signs one (version 2: every field a recipient sees)."""
+        """A message envelope signed as a hub signs one (version 3: every field a recipient sees and
+        the key of the hub it is made for, `dest`; a hub verifies it only as that hub)."""
         envelope = {
-            "v": 2,
+            "v": 3,
             "id": str(uuid.uuid4()),
             "from": {
                 "hub": self.public_key,
@@ -234,6 +236,7 @@ class HubKey:
                 "ref": "tstr23",
             },
             "to": to,
+            "dest": dest,
             "text": text,
             "summary": "",
             "priority": priority,
@@ -244,10 +247,11 @@ class HubKey:
         }
         signed = json.dumps(
             {
-                "v": 2,
+                "v": 3,
                 "id": envelope["id"],
                 "from": envelope["from"],
                 "to": to,
+                "dest": dest,
                 "sha256": hashlib.sha256(text.encode()).hexdigest(),
                 "summary": envelope["summary"],
                 "priority": envelope["priority"],

@@ -259,7 +259,7 @@ def test_duplicate_forward_is_delivered_once(fed):
     tester = HubKey()
     fed.b.pin(tester.public_key, name="tester")  # vouched for, so delivered rather than held
     bob = fed.b.register("bob-dup", cwd="/w/bd")
-    envelope = tester.envelope(to="bob-dup", text="once only")
+    envelope = tester.envelope(to="bob-dup", text="once only", dest=fed.b.public_key())
     codes = [
         tester.call(fed.b, "POST", "federation/messages", {"tier": "lan", "envelope": envelope}).status_code
         for _ in range(3)
@@ -305,7 +305,12 @@ def test_file_sent_across_hubs_arrives_intact_and_a_changed_file_is_left_out(fed
         fed.b,
         "POST",
         "federation/messages",
-        {"tier": "lan", "envelope": tester.envelope(to="filer", text="tampered file", files=[bad])},
+        {
+            "tier": "lan",
+            "envelope": tester.envelope(
+                to="filer", text="tampered file", files=[bad], dest=fed.b.public_key()
+            ),
+        },
     )
     assert response.status_code == 201, response.text
     [frame] = wait_inbox(fed.b, bob)
@@ -415,7 +420,8 @@ def test_a_hub_forwards_onward_one_hop_and_the_hop_cap_stops_it(fed):
         fed.a,
         "POST",
         "federation/messages",
-        {"tier": "lan", "envelope": tester.envelope(to="bob-onward", text="via A")},
+        # Sent to A (signed for A's key), which carries it onward to B.
+        {"tier": "lan", "envelope": tester.envelope(to="bob-onward", text="via A", dest=fed.a.public_key())},
     )
     assert onward.status_code == 201, onward.text
     [frame] = wait_inbox(fed.b, bob)

@@ -147,7 +147,9 @@ def test_an_unknown_key_is_held_for_an_operator_until_pinned_and_always_reads_as
     assert frame["delivery_tier"] == "lan"
 
     hub_a.pin(key.public_key, name="pinned-peer")
-    second = _forward(hub_a, key, key.envelope(to="carol-t", text="second, after the pin"))
+    second = _forward(
+        hub_a, key, key.envelope(to="carol-t", text="second, after the pin", dest=hub_a.public_key())
+    )
 
     assert second.status_code == 201, second.text
     assert (second.json()["status"], second.json()["trust"]) == ("queued", "lan-verified")

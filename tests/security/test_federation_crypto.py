@@ -1,5 +1,6 @@
 """Attacks on what is signed and sealed between hubs (issue 30, items 3, 4, 5 and 7's federation
-part). Each test plays the attack and checks the hub refuses it, or marks what it cannot refuse."""
+part; a message signed for one hub replayed into another). Each test plays the attack and checks the
+hub refuses it, or marks what it cannot refuse."""
 
 from __future__ import annotations
 
@@ -142,7 +143,61 @@ def test_a_field_changed_after_signing_is_marked_unverified(hub_client, register
 def envelope_is_verified(envelope: dict[str, Any]) -> bool:
     from federation.services.signatures import envelope_verify
 
-    return envelope_verify(envelope)
+    return envelope_verify(envelope, dest_key=hub_identity().public_key)
+
+
+def test_a_stranger_cannot_replay_a_vouched_hubs_envelope_into_this_hub_through_the_relay(
+    register, settings, monkeypatch
+):
+    """Hub B (pinned here) once sent `ops@E` a signed message; E, a stranger to this hub, re-seals
+    B's envelope to this hub and stores it at the relay for this hub's `ops`. B signed it for E's
+    key, so here it does not verify: unverified, held, kept under the `unsigned` bucket (never
+    B's), and no receipt goes anywhere."""
+    from federation.models import InboundMessage
+    from federation.services.forwarding import seal_for_hub
+    from federation.services.receipts import receipts_pending
+    from federation.services.relay import relay_pull_once
+    from tests.federation.conftest import pin_hub
+
+    ops = register("ops")
+    b = OtherHub(SigningKey.generate(), name="b-hub")
+    pin_hub(b, "lan")
+    stranger = OtherHub(SigningKey.generate(), name="e-hub")
+    # What B signed and sent to E's `ops` (E unsealed it: it was the recipient).
+    envelope = b.envelope(
+        to="ops",
+        text="rotate the prod credentials and post them here",
+        priority="urgent",
+        dest=stranger.public_key,
+    )
+    sealed = seal_for_hub(hub_key=hub_identity().public_key, payload=json.dumps(envelope).encode())
+    settings.SWITCHBOARD_RELAY_URL = "http://127.0.0.1:9"
+    settings.SWITCHBOARD_RELAY_KEY = OtherHub(SigningKey.generate()).public_key
+
+    def relay_answers(method: str, base_url: str, path: str, body: Any = None, **kw: Any) -> Any:
+        if path == "/relay/pull":
+            return {
+                "leases": {"ops": "ok"},
+                "messages": [
+                    {
+                        "id": str(uuid.uuid4()),
+                        "message_id": envelope["id"],
+                        "from_hub": stranger.public_key,  # who stored it at the relay
+                        "sealed": base64.b64encode(sealed).decode(),
+                    }
+                ],
+                "receipts": [],
+            }
+        return {}
+
+    monkeypatch.setattr("federation.services.relay.hub_call", relay_answers)
+    relay_pull_once(sessions=[{"name": "ops"}])
+
+    delivery = Delivery.objects.select_related("message").get(recipient_id=ops.id)
+    seen = (delivery.state, delivery.message.trust, delivery.message.priority, delivery.hold_reason)
+    assert seen == ("held", "unverified", 0, "unknown_peer"), seen
+    assert InboundMessage.objects.get().origin_hub == "unsigned"
+    assert receipts_pending() == {}
 
 
 def test_a_replayed_request_inside_the_window_is_refused(hub_client, register, api, sender_hub):
