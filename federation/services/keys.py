@@ -2,7 +2,8 @@
 
 What this hub seals a message to, and which hub a request is signed for, is a key from a source
 this hub verified, never what an answer over plain HTTP claims:
-- channel tier: the machine's registry (a 0700 folder only this user can write);
+- channel tier: the machine's registry (entries this user wrote in folders only this user can
+  write; `registry_hub_keys` ignores the rest);
 - LAN tier: the key configured with the peer's URL (`SWITCHBOARD_LAN_PEERS=url#key`) or a key an
   operator pinned (a pinned Peer row with that URL, or a pinned key an mDNS announcement names);
 - relay tier: the destination hub's key only when an operator pinned it (`hub_key_pinned`).

@@ -7,7 +7,7 @@ import logging
 from django.conf import settings
 
 from federation.services.identity import hub_identity
-from federation.services.registry import registry_refresh, registry_remove_stale
+from federation.services.registry import registry_refresh, registry_remove_stale, registry_status
 from federation.services.relay import live_session_names
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,6 @@ def federation_start() -> None:
     registry_refresh(live_sessions=live_session_names())
     print(
         f"  hub: {me.name} ({settings.SWITCHBOARD_ROLE}); key {me.public_key}; "
-        f"registry: {settings.SWITCHBOARD_REGISTRY_DIR or 'off (set SWITCHBOARD_REGISTRY_DIR)'} ({removed} stale entries removed)",
+        f"registry: {registry_status()} ({removed} stale entries removed)",
         flush=True,
     )
