@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.utils import timezone
 from nacl.encoding import Base64Encoder
 from nacl.public import SealedBox
 from nacl.signing import SigningKey
 
 from federation.errors import PermanentError, TransientError, Unreachable
-from federation.models import RemoteDelivery
+from federation.models import FileUpload, RemoteDelivery
 from federation.services.forwarding import MAX_FORWARD_ATTEMPTS, RemoteRoute, forward_attempt
 from federation.services.receipts import receipts_from_hub
 from messaging.models import Delivery
@@ -253,6 +254,7 @@ def test_files_too_large_for_the_tier_are_refused_before_anything_is_kept(
     alice = register("alice")
     routes.append(_route(tier="relay"))
     stored = files.file_store(data=b"x" * 11)
+    FileUpload.objects.create(session_id=alice.id, attachment=stored, size=11, uploaded_at=timezone.now())
     sent = _send(
         api,
         alice,

@@ -410,11 +410,14 @@ def test_every_kind_of_item_is_written_with_the_others(world, settings):
     """A held message for a stopped recipient, one with a file and a plain text go through the one
     pipeline and are written together: one INSERT for the messages of the whole batch, each with
     the outcome and the rows a single send gives it."""
-    from federation.models import MessageAttachment
+    from federation.models import FileUpload, MessageAttachment
     from federation.services.files import file_store
 
     settings.SWITCHBOARD_LIMITS_PREFIX = f"test-batch-{uuid.uuid4().hex}"
     stored = file_store(data=b"the report")
+    FileUpload.objects.create(
+        session_id=world["alice"].id, attachment=stored, size=stored.size, uploaded_at=timezone.now()
+    )
     items = [
         {"to": "gina", "text": "held while she is stopped"},
         {"to": "bob", "text": "see the file", "files": [{"sha256": stored.sha256, "name": "report.md"}]},
