@@ -28,7 +28,7 @@ from teams.selectors import (
     tasks_of_team,
     teams_visible,
 )
-from teams.services.frames import FrameResult, frame_send, request_get, request_summary
+from teams.services.frames import FrameResult, frame_send, request_get, request_summaries, request_summary
 from teams.services.gates import check_summary, gate_remove, gate_set, gate_summary
 from teams.services.invitations import (
     invitation_answer,
@@ -201,11 +201,11 @@ def _sent(outcome: SendOutcome | None) -> dict[str, Any] | None:
     return outcome.as_dict() if outcome is not None else None
 
 
-def _frame_out(result: FrameResult) -> dict[str, Any]:
+def _frame_out(result: FrameResult, caller: Principal) -> dict[str, Any]:
     return {
         "type": result.frame_type,
         "message": _sent(result.outcome),
-        "request": request_summary(result.request) if result.request else None,
+        "request": request_summary(result.request, viewer=caller) if result.request else None,
         "repeated": result.outcome is None and result.request is not None,
     }
 
@@ -469,14 +469,15 @@ def send_frame(request: HttpRequest, team_id: uuid.UUID, body: FrameIn) -> Statu
         reason=body.reason,
         body=body.body,
     )
-    return Status(201, _frame_out(result))
+    return Status(201, _frame_out(result, caller))
 
 
 @router.get("/teams/{team_id}/requests", response={200: dict, **ERRORS}, auth=AUTH)
 def list_requests(request: HttpRequest, team_id: uuid.UUID, state: str | None = None) -> dict[str, Any]:
-    """Protocol requests (shutdown, plan approval, permission) and their state."""
-    _, team = _visible_team(request, team_id)
-    return {"requests": [request_summary(r) for r in requests_of_team(team=team, state=state)]}
+    """Protocol requests (shutdown, plan approval, permission) and their state; their text only to
+    whoever may read the frame that carried it (teams.services.frames.request_summaries)."""
+    caller, team = _visible_team(request, team_id)
+    return {"requests": request_summaries(requests_of_team(team=team, state=state), viewer=caller)}
 
 
 @router.post("/teams/{team_id}/requests/{request_id}/respond", response={201: dict, **ERRORS}, auth=AUTH)
@@ -494,7 +495,7 @@ def respond(request: HttpRequest, team_id: uuid.UUID, request_id: uuid.UUID, bod
         reason=body.reason,
         body=body.body,
     )
-    return Status(201, _frame_out(result))
+    return Status(201, _frame_out(result, caller))
 
 
 @router.post("/teams/{team_id}/members/{member_id}/shutdown", response={201: dict, **ERRORS}, auth=AUTH)
@@ -503,7 +504,10 @@ def ask_shutdown(request: HttpRequest, team_id: uuid.UUID, member_id: uuid.UUID,
     caller = principal(request)
     team = team_get(team_id=team_id)
     return Status(
-        201, _frame_out(shutdown_request(team=team, actor=caller, to_member=member_id, reason=body.reason))
+        201,
+        _frame_out(
+            shutdown_request(team=team, actor=caller, to_member=member_id, reason=body.reason), caller
+        ),
     )
 
 
@@ -517,7 +521,7 @@ def answer_shutdown(
     result = shutdown_respond(
         team=team, actor=caller, request_id=request_id, approve=body.approve, reason=body.reason
     )
-    return Status(201, _frame_out(result))
+    return Status(201, _frame_out(result, caller))
 
 
 @router.get("/teams/{team_id}/gates", response={200: dict, **ERRORS}, auth=AUTH)

@@ -172,7 +172,13 @@ class FrameRequest(models.Model):
     )
     payload = models.JSONField(default=dict, blank=True)
     reason = models.CharField(max_length=1000, blank=True, default="")
+    # The frames that carried this request's text: the request to `responder` (`payload`, and
+    # `reason` while open) and the answer to `requester` (`reason` once answered). Who may read
+    # that text on the request is decided by these frames' deliveries (teams.services.frames).
     request_message = models.ForeignKey(
+        Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    response_message = models.ForeignKey(
         Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)

@@ -67,7 +67,11 @@ def tasks_of_team(*, team: Team, status: str | None = None, owner: Any = None) -
 
 
 def requests_of_team(*, team: Team, state: str | None = None) -> list[FrameRequest]:
-    qs = FrameRequest.objects.filter(team=team).order_by("-created_at")
+    qs = (
+        FrameRequest.objects.filter(team=team)
+        .select_related("requester", "responder")
+        .order_by("-created_at")
+    )
     if state:
         qs = qs.filter(state=state)
     return list(qs[:500])

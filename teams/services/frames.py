@@ -2,24 +2,34 @@
 
 Frames never come from plain text (the send service refuses text that parses as one). Each type
 has a fixed direction; a response must name an open request of the right kind and come from the
-member that request was addressed to. Anything else is dropped: audited as `frame.dropped` and
-answered with an error that says why, never delivered as prose.
+member that request was addressed to, once that request's frame has reached it. Anything else is
+dropped: audited as `frame.dropped` and answered with an error that says why, never delivered as
+prose.
+
+A request row keeps the text its frames carried (`payload`, `reason`). That text is read on the
+row only by whoever may read the frame that carried it (`request_summaries`): its author, and its
+addressee once the frame could be pulled; a frame held for an operator keeps its text off the
+row too.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, Invalid, NotFound, SwitchboardError
 from messaging.frame_types import HUB_FRAME_TYPES, MEMBER_FRAME_TYPES, FrameType
-from messaging.models import AgentSession, PermissionMode
-from messaging.principals import Principal
+from messaging.models import AgentSession, Delivery, Message, PermissionMode, Tier
+from messaging.principals import HUB, Principal
+from messaging.sensitivity import mask_text
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
 from messaging.services.sending import SendOutcome
@@ -49,6 +59,7 @@ FRAME_RULES: dict[str, FrameRule] = {
 HUB_ONLY_FRAMES = HUB_FRAME_TYPES
 FRAME_TYPES = MEMBER_FRAME_TYPES | HUB_FRAME_TYPES
 BODY_MAX_CHARS = 50_000
+EXPIRED_REASON = "no answer before the deadline"
 
 
 @dataclass
@@ -314,7 +325,7 @@ def _open_now(
             message=outcome.message,
             detail={"type": frame_type, "request": str(request.id), "to_member": str(recipient.id)},
         )
-        announce("team.request", request_summary(request), teams=[team.id])
+        _announce_request(request)
     return FrameResult(outcome=outcome, request=request, frame_type=frame_type)
 
 
@@ -362,6 +373,14 @@ def _answer(
     now = timezone.now()
     if request.state != RequestState.OPEN or request.expires_at <= now:
         raise stale(f"Request {request.id} is no longer open ({_state_now(request, now)}); nothing was sent.")
+    # Only a request the responder could read is answered: one whose frame still waits for an
+    # operator (held), or was refused or denied, never reached it. Pullable is for good once true
+    # (a delivery never leaves the inbox for a hold), so this check cannot go stale before the write.
+    if (request.request_message_id, sender.session_id) not in _pullable([request]):
+        raise stale(
+            f"Request {request.id} has not reached you (its frame is not in your inbox: held for an "
+            "operator, or refused); nothing was sent."
+        )
     requester = request.requester
     new_state = RequestState.APPROVED if approve else RequestState.REJECTED
     with transaction.atomic():
@@ -370,7 +389,6 @@ def _answer(
         )
         if not moved:
             raise stale(f"Request {request.id} was answered a moment ago; nothing was sent.")
-        request.refresh_from_db()
         outcome = None
         if requester.left_at is None:
             outcome = frame_deliver(
@@ -389,6 +407,9 @@ def _answer(
                 summary=f"{frame_type} from {sender.name}: {'approved' if approve else 'rejected'}",
                 actor=actor,
             )
+            # The answer's `reason` is the requester's to read once this frame could be pulled.
+            FrameRequest.objects.filter(pk=request.pk).update(response_message=outcome.message)
+        request.refresh_from_db()
         audit_event(
             "frame.request_answered",
             actor=actor.actor,
@@ -396,7 +417,7 @@ def _answer(
             message=outcome.message if outcome else None,
             detail={"type": frame_type, "request": str(request.id), "approve": bool(approve)},
         )
-        announce("team.request", request_summary(request), teams=[team.id])
+        _announce_request(request)
         if kind == RequestKind.SHUTDOWN and approve:
             _stop_for_shutdown(sender.session, actor)
     return FrameResult(outcome=outcome, request=request, frame_type=frame_type)
@@ -428,18 +449,19 @@ def requests_expire_due(*, now: Any = None) -> list[FrameRequest]:
             if not requests_close(
                 FrameRequest.objects.filter(pk=request.pk),
                 state=RequestState.EXPIRED,
-                reason="no answer before the deadline",
+                reason=EXPIRED_REASON,
                 now=now,
             ):
                 continue
-            request.state = RequestState.EXPIRED
+            # Settled as written: the hub's sentence replaced the requester's text in `reason`.
+            request.state, request.reason, request.answered_at = RequestState.EXPIRED, EXPIRED_REASON, now
             audit_event(
                 "frame.request_expired",
                 actor="hub",
                 target=str(request.team_id),
                 detail={"kind": request.kind, "request": str(request.id)},
             )
-            announce("team.request", request_summary(request), teams=[request.team_id])
+            _announce_request(request)
             if request.requester.left_at is None:
                 hub_notify(
                     recipient=request.requester.session,
@@ -471,8 +493,90 @@ def request_get(*, team: Team, request_id: Any) -> FrameRequest:
         raise NotFound("No such request on this team.") from exc
 
 
-def request_summary(request: FrameRequest) -> dict[str, Any]:
-    """An open (or settled) protocol request as the API and live events show it."""
+# The operators' view of a request, for the events their consoles get.
+_OPERATORS = Principal(kind="operator", operator_name="consoles")
+
+
+def _announce_request(request: FrameRequest) -> None:
+    """Tell operators and the team a request opened or settled: operators get its (masked) text;
+    the team group, which any member may hear, gets the request without its text."""
+    announce("team.request", request_summary(request, viewer=_OPERATORS))
+    announce("team.request", request_summary(request, viewer=HUB), teams=[request.team_id], operators=False)
+
+
+def request_summary(request: FrameRequest, *, viewer: Principal) -> dict[str, Any]:
+    """One protocol request as `viewer` may see it (see `request_summaries`)."""
+    return request_summaries([request], viewer=viewer)[0]
+
+
+def request_summaries(requests: Sequence[FrameRequest], *, viewer: Principal) -> list[dict[str, Any]]:
+    """Protocol requests as the API and live events show them to `viewer`.
+
+    Kind, parties, state and times are the team's to see. The text is not: `payload` (and
+    `reason` while open) was carried to the responder by the request frame, `reason` once
+    answered to the requester by the answer frame, and each is shown only to who may read that
+    frame: its author; its addressee once the frame's delivery could be pulled (it was queued,
+    never only held, refused or denied); operators. A `reason` the hub wrote (expired, cancelled)
+    is everyone's. Text from a frame in the sensitive tier comes masked (`mask_text`), to
+    operators too: revealing a secret is the audited reveal of the message itself (`masked` says
+    a secret was). A field kept back is null (`payload`) or empty (`reason`) and named in
+    `withheld`."""
+    if not requests:
+        return []
+    session_id = viewer.session.id if viewer.kind == "session" and viewer.session is not None else None
+    reads = viewer.is_operator or session_id is not None
+    pullable = _pullable(requests) if session_id is not None else set()
+    sensitive = _sensitive(requests) if reads else set()
+    return [_summary(r, viewer, session_id, pullable, sensitive) for r in requests]
+
+
+def _summary(
+    request: FrameRequest,
+    viewer: Principal,
+    session_id: Any,
+    pullable: set[tuple[Any, Any]],
+    sensitive: set[Any],
+) -> dict[str, Any]:
+    requester, responder = request.requester.session_id, request.responder.session_id
+
+    def readable(author: Any, addressee: Any, carrier: Any) -> bool:
+        if viewer.is_operator:
+            return True
+        if session_id is None:
+            return False  # no one in particular: a team-wide event
+        return session_id == author or (session_id == addressee and (carrier, addressee) in pullable)
+
+    answered = request.state in (RequestState.APPROVED, RequestState.REJECTED)
+    by_hub = request.state in (RequestState.EXPIRED, RequestState.CANCELLED)
+    payload_carrier = request.request_message_id
+    reason_carrier = request.response_message_id if answered else request.request_message_id
+    show_payload = readable(requester, responder, payload_carrier)
+    if by_hub:
+        show_reason = True
+    elif answered:
+        show_reason = readable(responder, requester, reason_carrier)
+    else:
+        show_reason = readable(requester, responder, reason_carrier)
+
+    # Text from a sensitive frame is masked, and so is text whose frame is gone (purged): its tier
+    # is no longer known. `mask_text` leaves text with no secret in it as it is.
+    def masks(carrier: Any) -> bool:
+        return carrier is None or carrier in sensitive
+
+    payload: Any = request.payload if show_payload else None
+    reason = request.reason if show_reason else ""
+    if show_payload and show_reason and not by_hub and reason_carrier == payload_carrier:
+        if masks(payload_carrier):
+            # One frame carried both: masked together, as that frame was classified.
+            both = _masked({"payload": payload, "reason": reason})
+            payload, reason = (both["payload"], both["reason"]) if isinstance(both, dict) else (both, "")
+    else:
+        if show_payload and masks(payload_carrier):
+            payload = _masked(payload)
+        if show_reason and not by_hub and masks(reason_carrier):
+            reason = mask_text(reason)
+    masked = (show_payload and payload != request.payload) or (show_reason and reason != request.reason)
+    withheld = [name for name, shown in (("payload", show_payload), ("reason", show_reason)) if not shown]
     return {
         "id": str(request.id),
         "team_id": str(request.team_id),
@@ -480,10 +584,51 @@ def request_summary(request: FrameRequest) -> dict[str, Any]:
         "state": request.state,
         "requester": str(request.requester_id),
         "responder": str(request.responder_id),
-        "reason": request.reason,
-        "payload": request.payload,
+        "reason": reason,
+        "payload": payload,
+        "masked": masked,
+        "withheld": withheld,
         "message_id": str(request.request_message_id) if request.request_message_id else None,
         "created_at": request.created_at.isoformat() if request.created_at else None,
         "expires_at": request.expires_at.isoformat() if request.expires_at else None,
         "answered_at": request.answered_at.isoformat() if request.answered_at else None,
     }
+
+
+def _carriers(requests: Iterable[FrameRequest]) -> set[Any]:
+    ids = {r.request_message_id for r in requests} | {r.response_message_id for r in requests}
+    ids.discard(None)
+    return ids
+
+
+def _pullable(requests: Iterable[FrameRequest]) -> set[tuple[Any, Any]]:
+    """(message id, recipient session id) of each of these requests' frames that its recipient
+    could pull: its delivery was queued (or relayed) at some point. One held and then denied, or
+    expired while held, or refused, never was; one queued stays pullable for good (`queued_at`
+    is written once, when it entered the inbox)."""
+    carriers = _carriers(requests)
+    if not carriers:
+        return set()
+    rows = Delivery.objects.filter(message_id__in=carriers).filter(
+        Q(queued_at__isnull=False) | Q(relayed_at__isnull=False)
+    )
+    return set(rows.values_list("message_id", "recipient_id"))
+
+
+def _sensitive(requests: Iterable[FrameRequest]) -> set[Any]:
+    """Ids of these requests' frames classified in the sensitive tier."""
+    carriers = _carriers(requests)
+    if not carriers:
+        return set()
+    return set(Message.objects.filter(pk__in=carriers, tier=Tier.SENSITIVE).values_list("pk", flat=True))
+
+
+def _masked(payload: Any) -> Any:
+    """`payload` with its secrets masked. Masked as one JSON text, the way the frame carrying it
+    was classified (a key in one field and its secret in another are found together); if masking
+    broke the JSON apart, the masked text itself."""
+    masked = mask_text(json.dumps(payload, ensure_ascii=False, sort_keys=True))
+    try:
+        return json.loads(masked)
+    except ValueError:
+        return masked

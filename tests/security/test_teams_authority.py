@@ -1,6 +1,7 @@
 """Authority between agents (issue 30, items 12-14): who reads a session's final answers, who puts
 a session on a team, and how much the hub writes on a session's behalf; and, from an audit with one
-session token, who reads a team once off its roster. Each test replays an attack."""
+session token, who reads a team once off its roster and who reads a request's text. Each test
+replays an attack."""
 
 from __future__ import annotations
 
@@ -249,3 +250,121 @@ def test_an_ended_team_is_read_by_its_last_roster_not_by_who_left_before(api, cr
     assert api.get(crew.path("/tasks"), crew.bob.token).status_code == 404
     assert api.get(f"tasks/{task['id']}", crew.bob.token).status_code == 404
     assert api.get("teams?include_ended=true", crew.bob.token).json_body["teams"] == []
+
+
+# --- a request's text is read only by whoever may read the frame that carried it -------------------
+# (audit with one session token: a held frame's text came back on GET /teams/{id}/requests)
+
+# Synthetic AWS key pair (the documentation example): the sensitive tier holds any text carrying it.
+KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+LEAKED = f"aws_access_key_id={KEY_ID}\naws_secret_access_key={SECRET_KEY}"
+
+
+def _requests_seen_by(api: Any, crew: Any, reader: Any) -> list[dict[str, Any]]:
+    """The team's requests as `reader` (an agent, or an operator token) gets them."""
+    token = getattr(reader, "token", reader)
+    answer = api.get(crew.path("/requests"), token)
+    assert answer.status_code == 200, answer.json_body
+    return answer.json_body["requests"]
+
+
+def test_a_plan_request_held_as_sensitive_is_not_readable_through_the_requests_list(
+    api, crew, operator_token
+):
+    asked = _ask_plan(api, crew, f"deploy with\n{LEAKED}")
+    # The frame itself is held for a human: the lead's inbox has nothing.
+    assert asked["message"]["status"] == "held"
+    assert asked["message"]["tier"] == "sensitive"
+    assert frames_in(api, crew.lead) == []
+    # Nor does the requests list give the lead, or bob who was never addressed, the held text.
+    for reader in (crew.lead, crew.bob):
+        [seen] = _requests_seen_by(api, crew, reader)
+        assert SECRET_KEY not in json.dumps(seen), (
+            f"{reader.name} read the held frame's text via GET /requests"
+        )
+        assert seen["payload"] is None and seen["withheld"] == ["payload", "reason"]
+        assert seen["state"] == "open"  # what is asked of whom stays the team's to see
+    # Its author reads its own request, and operators read it; masked, as the frame is sensitive.
+    for reader in (crew.alice, operator_token):
+        [seen] = _requests_seen_by(api, crew, reader)
+        assert "deploy with" in seen["payload"]["plan"] and seen["masked"] is True
+        assert SECRET_KEY not in json.dumps(seen) and KEY_ID not in json.dumps(seen)
+    assert SECRET_KEY not in json.dumps(asked["request"])
+
+
+def test_a_rejection_reason_held_as_sensitive_is_not_readable_through_the_requests_list(api, crew):
+    request_id = _ask_plan(api, crew, "refactor")["request"]["id"]
+    answered = api.post(
+        crew.path(f"/requests/{request_id}/respond"),
+        crew.lead.token,
+        {"approve": False, "reason": f"use these instead: {LEAKED}"},
+    )
+    assert answered.status_code == 201, answered.json_body
+    assert answered.json_body["message"]["status"] == "held"  # the response frame waits for a human
+    assert [f for f in frames_in(api, crew.alice) if f["kind"] == "frame"] == []
+    for reader in (crew.alice, crew.bob):
+        [seen] = _requests_seen_by(api, crew, reader)
+        assert SECRET_KEY not in json.dumps(seen), (
+            f"{reader.name} read the held answer's reason via GET /requests"
+        )
+        assert seen["reason"] == "" and "reason" in seen["withheld"] and seen["state"] == "rejected"
+    # Alice still reads the plan it wrote; bob, who was not addressed, reads neither.
+    assert _requests_seen_by(api, crew, crew.alice)[0]["payload"] == {"plan": "refactor"}
+    assert _requests_seen_by(api, crew, crew.bob)[0]["payload"] is None
+
+
+def test_a_request_s_text_reaches_its_addressee_with_the_frame(api, crew, operator_token):
+    """Given a plan request held for an operator, when the operator approves the hold, then the
+    lead reads the request (masked) and may answer it; its answer's reason reaches alice."""
+    asked = _ask_plan(api, crew, f"deploy with\n{LEAKED}")
+    [hold] = api.get("holds", operator_token).json_body["holds"]
+    approved = api.post(f"holds/{hold['id']}/approve", operator_token, {"reason": "fine"})
+    assert approved.status_code == 200, approved.json_body
+    [seen] = _requests_seen_by(api, crew, crew.lead)
+    assert seen["withheld"] == [] and seen["masked"] is True
+    assert "deploy with" in seen["payload"]["plan"] and SECRET_KEY not in json.dumps(seen)
+    answered = api.post(
+        crew.path(f"/requests/{asked['request']['id']}/respond"),
+        crew.lead.token,
+        {"approve": False, "reason": "not today"},
+    )
+    assert answered.status_code == 201, answered.json_body
+    [seen] = _requests_seen_by(api, crew, crew.alice)
+    assert seen["reason"] == "not today" and seen["withheld"] == []
+    assert _requests_seen_by(api, crew, crew.bob)[0]["reason"] == ""
+
+
+def test_the_lead_cannot_answer_a_request_whose_frame_never_reached_it(api, crew):
+    """Given a plan request held for an operator, the lead answering it (by guessing its id from
+    the list) is refused as stale, and the request stays open."""
+    request_id = _ask_plan(api, crew, f"deploy with\n{LEAKED}")["request"]["id"]
+    for approve in (True, False):
+        answered = api.post(
+            crew.path(f"/requests/{request_id}/respond"),
+            crew.lead.token,
+            {"approve": approve, "reason": "no"},
+        )
+        assert answered.status_code == 409, answered.json_body
+        assert answered.json_body["reason"] == "stale_frame"
+    assert _requests_seen_by(api, crew, crew.alice)[0]["state"] == "open"
+    assert [f for f in frames_in(api, crew.alice) if f["kind"] == "frame"] == []
+    assert AuditEvent.objects.filter(kind="frame.dropped", detail__why="stale").count() == 2
+
+
+def test_the_team_group_hears_of_a_request_without_its_text(
+    api, crew, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Any member may hear `team.<id>`: it learns a request opened, not what it says. Operators'
+    consoles get the text, masked."""
+    from messaging.services import events
+
+    sent: list[tuple[list[str], dict[str, Any]]] = []
+    monkeypatch.setattr(events, "_send", lambda groups, event: sent.append((groups, event)))
+    with django_capture_on_commit_callbacks(execute=True):
+        _ask_plan(api, crew, f"deploy with\n{LEAKED}")
+    told = {tuple(groups): event["data"] for groups, event in sent if event["kind"] == "team.request"}
+    assert told[(f"team.{crew.team_id}",)]["payload"] is None
+    assert told[(f"team.{crew.team_id}",)]["withheld"] == ["payload", "reason"]
+    assert "deploy with" in told[("operators",)]["payload"]["plan"]
+    assert SECRET_KEY not in json.dumps(list(told.values()))
