@@ -221,8 +221,7 @@ def ping(request: HttpRequest) -> dict[str, Any]:
 @router.get("/agents", response={200: AgentsOut, **ERRORS}, auth=AUTH)
 def agents(request: HttpRequest, name: str | None = None, include_exited: bool = False) -> dict[str, Any]:
     """Discover sessions: name, ref, cwd, status, whether they can take a message now."""
-    principal(request)
-    return {"agents": agents_list(name=name, include_exited=include_exited)}
+    return {"agents": agents_list(viewer=principal(request), name=name, include_exited=include_exited)}
 
 
 @router.post("/messages", response={201: SendOut, **ERRORS, 413: ErrorOut, 429: ErrorOut}, auth=AUTH)

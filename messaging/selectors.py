@@ -18,10 +18,12 @@ from messaging.services.sessions import session_summary
 
 
 def agents_list(
-    *, include_exited: bool = False, name: str | None = None, include_remote: bool = True
+    *, viewer: Principal, include_exited: bool = False, name: str | None = None, include_remote: bool = True
 ) -> list[dict[str, Any]]:
     """Sessions a caller can address (or could, once they start again); with `include_remote`,
-    also the agents other hubs host, each with the tier (channel, lan, relay) it is reached on."""
+    also the agents other hubs host, each with the tier (channel, lan, relay) it is reached on.
+    A session's socket inbox (`peer_address`, a path on this machine) is shown only to itself
+    and operators: to anyone else it would only say where that session's messages are written."""
     qs: QuerySet[AgentSession] = AgentSession.objects.all().order_by("name_key", "created_at")
     if not include_exited:
         qs = qs.exclude(status=SessionStatus.EXITED)
@@ -30,6 +32,11 @@ def agents_list(
 
         qs = qs.filter(name_key__startswith=normalize_name(name))
     local = [dict(session_summary(s), tier="host") for s in qs.exclude(kind=REMOTE_KIND)]
+    if not viewer.is_operator:
+        own = str(viewer.session.id) if viewer.session is not None else None
+        for row in local:
+            if row["id"] != own:
+                row["peer_address"] = ""
     if not include_remote:
         return local
     return local + PLUGINS.other_hubs.agents(name=name)

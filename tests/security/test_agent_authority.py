@@ -253,3 +253,21 @@ def test_the_call_connects_to_the_address_that_was_checked(lead, settings, monke
         server.server_close()
     assert answer.verdict == "accept", answer
     assert received == [f"localhost:{port}"] and lookups == ["localhost"]
+
+
+# --- discovery shows a session's socket inbox only to itself and operators ---------------------
+
+
+def test_discovery_shows_a_socket_inbox_only_to_its_session_and_operators(api, register, operator_token):
+    """Given alice registered with a socket inbox, when mallory lists the agents, then she does not
+    learn the path where alice's messages are written (a path to wait on for alice's listener to
+    go away); alice and an operator still see it."""
+    alice = register("alice", peer_address="uds:/tmp/sb-alice/inbox.sock")
+    mallory = register("mallory")
+
+    def listed(token: str) -> dict[str, Any]:
+        return {a["name"]: a for a in api.get("agents", token).json_body["agents"]}
+
+    assert listed(mallory.token)["alice"]["peer_address"] == ""
+    assert listed(alice.token)["alice"]["peer_address"] == "uds:/tmp/sb-alice/inbox.sock"
+    assert listed(operator_token)["alice"]["peer_address"] == "uds:/tmp/sb-alice/inbox.sock"
