@@ -133,8 +133,12 @@ class RelayMessage(models.Model):
     done = models.BooleanField(default=False)
 
     class Meta:
+        # Keyed by the storing hub too: a key can only ever repeat or replace what it stored itself,
+        # never take over (or squat) another hub's row under an id it read in a frame.
         constraints = [
-            models.UniqueConstraint(fields=["kind", "message_id", "dest_hub"], name="relay_message_once")
+            models.UniqueConstraint(
+                fields=["from_hub", "kind", "message_id", "dest_hub"], name="relay_message_once_per_storer"
+            )
         ]
         indexes = [models.Index(fields=["dest_hub", "agent_key", "done"], name="relay_pull")]
 

@@ -122,8 +122,11 @@ def relay_store(
     sealed: str,
     replace: bool = False,
 ) -> tuple[RelayMessage, bool]:
-    """Keep a sealed message (or receipt batch) for `dest_hub`. Storing the same id twice is a no-op
-    (returns created=False), except that a receipt batch replaces the earlier one."""
+    """Keep a sealed message (or receipt batch) for `dest_hub`. A row is keyed by its storing hub
+    too (`from_hub`, the key that signed the request): the same key storing the same id twice is a
+    no-op (returns created=False), except that a receipt batch replaces that key's earlier one.
+    Another key storing under the same id gets a row of its own and never touches this one, so an
+    id read off a frame lets nobody overwrite, wipe or squat another hub's message or receipts."""
     require_relay()
     if kind not in ("message", "receipt"):
         raise Invalid("bad_kind", "kind is `message` or `receipt`.")
@@ -155,9 +158,10 @@ def relay_store(
             row = RelayMessage.objects.create(kind=kind, message_id=mid, dest_hub=dest_hub, **fields)
         return row, True
     except IntegrityError:
-        row = RelayMessage.objects.get(kind=kind, message_id=mid, dest_hub=dest_hub)
+        # The row this same key stored earlier (the constraint includes `from_hub`).
+        row = RelayMessage.objects.get(kind=kind, message_id=mid, dest_hub=dest_hub, from_hub=from_hub)
         if replace and kind == "receipt":
-            RelayMessage.objects.filter(pk=row.pk).update(
+            RelayMessage.objects.filter(pk=row.pk, from_hub=from_hub).update(
                 done=False, claimed_by="", claimed_until=None, **fields
             )
         return row, False

@@ -1,13 +1,17 @@
-"""The relay role: leases, atomic claims, release, expiry, and refusing names nobody hosts."""
+"""The relay role: leases, atomic claims, release, expiry, refusing names nobody hosts, and what
+a caller holding nothing but a home-made hub key (trust on first use is on by default, so the
+relay serves it) can do to other hubs' messages and receipts."""
 
 from __future__ import annotations
 
 import base64
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
+from nacl.signing import SigningKey
 
 from federation.errors import LeaseHeld, NotRelay
 from federation.models import RelayMessage
@@ -20,8 +24,10 @@ from federation.services.relay import (
     relay_store,
 )
 from messaging.errors import NotFound
+from tests.federation.conftest import OtherHub
 
 A, B = "hub-a-key", "hub-b-key"
+RELAY = "/api/v1/relay"
 
 
 @pytest.fixture
@@ -132,3 +138,88 @@ def test_one_pull_renews_leases_claims_messages_and_reports_names_held_elsewhere
     assert relay_claims_finish(hub_key=A, done=[], release=[claim["id"]]) == 1
     assert [m["id"] for m in relay_pull(hub_key=A, agents=["carol"])["messages"]] == [claim["id"]]
     assert relay_claims_finish(hub_key=B, done=[claim["id"]], release=[]) == 0  # not B's claim
+
+
+# --- a home-made key at the relay ------------------------------------------------------------------
+
+
+@pytest.fixture
+def hubs() -> dict[str, OtherHub]:
+    """Three hubs that call the relay: A (a message's origin), B (its recipient's hub) and
+    mallory, a key made at home that the relay has never seen before."""
+    return {
+        "a": OtherHub(SigningKey.generate(), name="a-hub"),
+        "b": OtherHub(SigningKey.generate(), name="b-hub"),
+        "mallory": OtherHub(SigningKey.generate(), name="mallory"),
+    }
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _ok(response: Any) -> Any:
+    assert response.status_code in (200, 201), (response.status_code, response.json_body)
+    return response.json_body
+
+
+def _receipt(message_id: str, dest: str, sealed: bytes) -> dict[str, Any]:
+    """A receipt batch as `receipts_flush` stores it at the relay."""
+    return {
+        "kind": "receipt",
+        "message_id": message_id,
+        "dest_hub": dest,
+        "agent": "",
+        "sealed": _b64(sealed),
+        "replace": True,
+    }
+
+
+def test_a_stranger_cannot_replace_another_hubs_receipt_batch_at_the_relay(
+    relay: None, hubs: dict[str, OtherHub], hub_client: Any
+) -> None:
+    """Given A sent bob@B a message through the relay, and B stored its receipt batch for A under
+    that message's id (no secret: bob's frame carries it); when Mallory stores a "receipt" under
+    the same id for A with `replace: true`, then B's batch keeps its `from_hub` and its ciphertext,
+    and A's pull still gets it (Mallory's bytes come as an item of their own, which A's hub cannot
+    open and drops). B replacing its own batch still works."""
+    a, b, mallory = hubs["a"], hubs["b"], hubs["mallory"]
+    _ok(b.call(hub_client, "POST", f"{RELAY}/leases", {"agent": "bob"}))
+    stored = {
+        "message_id": str(uuid.uuid4()),
+        "dest_hub": b.public_key,
+        "agent": "bob",
+        "sealed": _b64(b"to-b"),
+    }
+    _ok(a.call(hub_client, "POST", f"{RELAY}/messages", stored))
+    [item] = _ok(b.call(hub_client, "POST", f"{RELAY}/pull", {"agents": ["bob"]}))["messages"]
+    known_id = item["message_id"]
+    _ok(b.call(hub_client, "POST", f"{RELAY}/claims/finish", {"done": [item["id"]], "release": []}))
+    _ok(b.call(hub_client, "POST", f"{RELAY}/messages", _receipt(known_id, a.public_key, b"B: delivered")))
+    _ok(b.call(hub_client, "POST", f"{RELAY}/messages", _receipt(known_id, a.public_key, b"B: read")))
+
+    mallory.call(hub_client, "POST", f"{RELAY}/messages", _receipt(known_id, a.public_key, b"garbage"))
+
+    row = RelayMessage.objects.get(kind="receipt", message_id=known_id, from_hub=b.public_key)
+    assert (row.dest_hub, bytes(row.sealed)) == (a.public_key, b"B: read")
+    receipts = _ok(a.call(hub_client, "POST", f"{RELAY}/pull", {"agents": []}))["receipts"]
+    by_storer = {r["from_hub"]: base64.b64decode(r["sealed"]) for r in receipts}
+    assert by_storer[b.public_key] == b"B: read"
+
+
+def test_a_stranger_storing_first_under_a_message_id_does_not_block_the_real_hub(relay: None) -> None:
+    """Given Mallory stored a message and a receipt under ids she learnt early, when the real
+    hubs store theirs under the same ids, then each is kept as its own row (not a no-op answered
+    with Mallory's row) and the real one reaches its puller."""
+    relay_lease_take(hub_key=B, agent="bob")
+    mid = str(uuid.uuid4())
+    for kind, agent, dest in (("message", "bob", B), ("receipt", "", A)):
+        relay_store(
+            from_hub="mallory", kind=kind, message_id=mid, dest_hub=dest, agent=agent, sealed=_b64(b"x")
+        )
+        row, created = relay_store(
+            from_hub="real", kind=kind, message_id=mid, dest_hub=dest, agent=agent, sealed=_b64(b"real")
+        )
+        assert created and row.from_hub == "real"
+    pulled = relay_claim(hub_key=B, agent="bob") + relay_claim(hub_key=A, kind="receipt")
+    assert sorted(base64.b64decode(c["sealed"]) for c in pulled) == [b"real", b"real", b"x", b"x"]
