@@ -411,6 +411,8 @@ SWITCHBOARD_FEDERATION_POLL_SECONDS = float(os.environ.get("SWITCHBOARD_FEDERATI
 SWITCHBOARD_RELAY_EXPIRY_SECONDS = _env_int("SWITCHBOARD_RELAY_EXPIRY_SECONDS", 24 * 3600)
 SWITCHBOARD_RELAY_LEASE_SECONDS = _env_int("SWITCHBOARD_RELAY_LEASE_SECONDS", 60)
 SWITCHBOARD_RELAY_CLAIM_SECONDS = _env_int("SWITCHBOARD_RELAY_CLAIM_SECONDS", 120)
+# A receipt batch the relay keeps, sealed: the largest a hub makes (500 receipts) is about 37 kB.
+SWITCHBOARD_RELAY_RECEIPT_MAX_BYTES = _env_int("SWITCHBOARD_RELAY_RECEIPT_MAX_BYTES", 256 * 1024)
 # Uploaded files no message uses yet: at most this many bytes per session, and removed once this
 # many seconds have passed since they were stored and last uploaded (federation.services.files).
 SWITCHBOARD_FILE_QUOTA_BYTES = _env_int("SWITCHBOARD_FILE_QUOTA_BYTES", 400 * 1024 * 1024)

@@ -42,6 +42,9 @@ RECEIPT_MOVES = {
     S.FAILED: S.FAILED,
 }
 FINAL_REMOTE = frozenset({S.READ, S.REFUSED, S.DENIED, S.EXPIRED, S.FAILED})
+# Receipts in one flush, all origins together: so one batch through the relay carries at most this
+# many, which bounds its sealed size (SWITCHBOARD_RELAY_RECEIPT_MAX_BYTES on the relay).
+RECEIPTS_PER_BATCH = 500
 
 
 def receipt_apply_local(*, delivery_id: int, state: str, reason: str = "") -> bool:
@@ -103,7 +106,7 @@ def _is_uuid(value: Any) -> bool:
         return False
 
 
-def receipts_pending(*, batch: int = 500) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def receipts_pending(*, batch: int = RECEIPTS_PER_BATCH) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Inbound messages whose delivery state changed since the last receipt, by (origin, route)."""
     from federation.services.forwarding import UNSIGNED_SENDER
 
@@ -140,8 +143,6 @@ def receipts_pending(*, batch: int = 500) -> dict[tuple[str, str], list[dict[str
 
 def receipts_flush() -> int:
     """Send every pending receipt; a receipt that could not be sent is tried again next time."""
-    from federation.services.forwarding import seal_for_hub
-
     sent = 0
     for (origin_hub, route), items in receipts_pending().items():
         body = [{k: v for k, v in item.items() if k != "_row"} for item in items]
@@ -149,10 +150,7 @@ def receipts_flush() -> int:
             if route == "relay":
                 if not settings.SWITCHBOARD_RELAY_URL:
                     continue
-                signed = json.dumps({"receipts": body}, separators=(",", ":")).encode("utf-8")
-                payload = json.dumps(
-                    {"hub": _me(), "receipts": body, "signature": sign_bytes(signed)}, separators=(",", ":")
-                ).encode("utf-8")
+                sealed = receipts_sealed_for_relay(origin_hub=origin_hub, receipts=body)
                 for item in body:
                     hub_call(
                         "POST",
@@ -163,9 +161,7 @@ def receipts_flush() -> int:
                             "message_id": item["message_id"],
                             "dest_hub": origin_hub,
                             "agent": "",
-                            "sealed": base64.b64encode(
-                                seal_for_hub(hub_key=origin_hub, payload=payload)
-                            ).decode("ascii"),
+                            "sealed": base64.b64encode(sealed).decode("ascii"),
                             "replace": True,
                         },
                         dest_key=relay_key(),
@@ -181,6 +177,18 @@ def receipts_flush() -> int:
             InboundMessage.objects.filter(pk=item["_row"]).update(reported_state=item["state"])
         sent += len(items)
     return sent
+
+
+def receipts_sealed_for_relay(*, origin_hub: str, receipts: list[dict[str, Any]]) -> bytes:
+    """One receipt batch as it travels through the relay: signed by this hub over the receipts,
+    sealed to the origin hub (`receipts_open_relayed` opens it there)."""
+    from federation.services.forwarding import seal_for_hub
+
+    signed = json.dumps({"receipts": receipts}, separators=(",", ":")).encode("utf-8")
+    payload = json.dumps(
+        {"hub": _me(), "receipts": receipts, "signature": sign_bytes(signed)}, separators=(",", ":")
+    ).encode("utf-8")
+    return seal_for_hub(hub_key=origin_hub, payload=payload)
 
 
 def _me() -> str:

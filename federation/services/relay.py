@@ -29,7 +29,7 @@ from federation.errors import LeaseHeld, NotRelay, PermanentError, TransientErro
 from federation.models import FederationTier, RelayLease, RelayMessage
 from federation.services.keys import relay_key
 from federation.transport import hub_call
-from messaging.errors import Invalid, NotFound, SwitchboardError
+from messaging.errors import Invalid, NotFound, SwitchboardError, TooLarge
 from messaging.liveness import LIVE
 from messaging.names import normalize_name
 from messaging.services.audit import audit_event
@@ -135,11 +135,15 @@ def relay_store(
         blob = base64.b64decode(sealed, validate=True)
     except ValueError as exc:
         raise Invalid("bad_relay_message", "message_id is a UUID and sealed is base64.") from exc
-    if len(blob) > MAX_SEALED_BYTES:
-        from messaging.errors import TooLarge
-
+    # A receipt batch needs no lease and can name any destination key, so it has a cap of its own,
+    # sized for the largest batch a hub makes (`receipts.RECEIPTS_PER_BATCH`), not for files.
+    limit = MAX_SEALED_BYTES if kind == "message" else settings.SWITCHBOARD_RELAY_RECEIPT_MAX_BYTES
+    if len(blob) > limit:
         raise TooLarge(
-            "The sealed payload is larger than the relay keeps.", size=len(blob), limit=MAX_SEALED_BYTES
+            f"The sealed {'message' if kind == 'message' else 'receipt batch'} is larger than this relay "
+            f"keeps ({limit} bytes).",
+            size=len(blob),
+            limit=limit,
         )
     if kind == "message" and not relay_lookup(target=agent)["hosted"]:
         raise NotFound(

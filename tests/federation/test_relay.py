@@ -5,6 +5,7 @@ relay serves it) can do to other hubs' messages and receipts."""
 from __future__ import annotations
 
 import base64
+import os
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -223,3 +224,48 @@ def test_a_stranger_storing_first_under_a_message_id_does_not_block_the_real_hub
         assert created and row.from_hub == "real"
     pulled = relay_claim(hub_key=B, agent="bob") + relay_claim(hub_key=A, kind="receipt")
     assert sorted(base64.b64decode(c["sealed"]) for c in pulled) == [b"real", b"real", b"x", b"x"]
+
+
+def test_a_stranger_cannot_park_a_receipt_batch_far_larger_than_any_receipts_at_the_relay(
+    relay: None, hubs: dict[str, OtherHub], hub_client: Any
+) -> None:
+    """A receipt needs no lease and may name any destination key (read off `/relay/agents`).
+    Given the largest batch a hub makes is tens of kB, when Mallory stores a 2 MB "receipt" for
+    A, then the relay answers 413 saying so and keeps nothing."""
+    a, mallory = hubs["a"], hubs["mallory"]
+    response = mallory.call(
+        hub_client,
+        "POST",
+        f"{RELAY}/messages",
+        _receipt(str(uuid.uuid4()), a.public_key, os.urandom(2 << 20)),
+    )
+    assert response.status_code == 413, (response.status_code, response.json_body)
+    assert response.json_body["error"] == "too_large"
+    assert "receipt batch" in response.json_body["detail"]
+    assert not RelayMessage.objects.filter(kind="receipt").exists()
+
+
+def test_the_largest_receipt_batch_a_hub_makes_fits_the_relays_cap_with_room_to_spare(
+    relay: None, settings: Any
+) -> None:
+    """Given a flush carries at most RECEIPTS_PER_BATCH receipts, when a hub seals a full batch
+    of the longest state's receipts as it does for the relay, then it is under a quarter of the
+    relay's receipt cap, and the relay keeps it."""
+    from federation.services.receipts import RECEIPTS_PER_BATCH, receipts_sealed_for_relay
+    from messaging.states import DeliveryState
+
+    longest = max((state.value for state in DeliveryState), key=len)
+    receipts = [{"message_id": str(uuid.uuid4()), "state": longest} for _ in range(RECEIPTS_PER_BATCH)]
+    sealed = receipts_sealed_for_relay(
+        origin_hub=OtherHub(SigningKey.generate()).public_key, receipts=receipts
+    )
+    assert len(sealed) < settings.SWITCHBOARD_RELAY_RECEIPT_MAX_BYTES / 4, len(sealed)
+    _, created = relay_store(
+        from_hub=B,
+        kind="receipt",
+        message_id=receipts[0]["message_id"],
+        dest_hub=A,
+        agent="",
+        sealed=_b64(sealed),
+    )
+    assert created
