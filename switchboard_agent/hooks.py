@@ -141,8 +141,17 @@ class Hook:
         """Which saved session this hook serves. Claude Code and Gemini CLI: the session id they
         pass (Claude Code passes it to its MCP servers too). Codex passes its MCP servers none, so
         its hooks and its MCP server share the session of the Codex process they run under; a
-        /clear (a new thread id in the same process) keeps it."""
-        if self.client_name == "codex" and self.anchor:
+        /clear (a new thread id in the same process) keeps it.
+
+        A Codex hook whose process cannot be found has no key its MCP server would also compute:
+        it stands down (logged) rather than register a second session that nothing ever ends; the
+        MCP server's own session (`codex-<its pid>`) stays the one, ended as Codex exits."""
+        if self.client_name == "codex":
+            if not self.anchor:
+                raise LookupError(
+                    "cannot tell which Codex process runs this hook (see identity.client_anchor), "
+                    "so not which hub session is its MCP server's; nothing done"
+                )
             return process_session_key("codex", self.anchor)
         return str(self.event.get("session_id") or os.environ.get(SESSION_ENV) or "")
 

@@ -43,8 +43,26 @@ from switchboard_agent.config import (
 )
 
 T = TypeVar("T")
-# Interpreters an agent client runs hook commands through; the client is the first other ancestor.
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox", "env", "timeout"})
+# Interpreters (and wrappers) an agent client runs hook commands through; the client is the first
+# ancestor that is none of these and no init. The user's own `$SHELL` counts too (`_is_shell`):
+# Codex runs hooks through `$SHELL -lc`, and a shell that starts the command as a child instead of
+# exec'ing it (nu, tcsh, xonsh, pwsh, elvish, ...) stays between the hook and Codex.
+SHELLS = frozenset(
+    {
+        "sh", "bash", "rbash", "dash", "ash", "zsh", "fish", "ksh", "ksh93", "mksh", "pdksh", "oksh",
+        "loksh", "yash", "posh", "busybox", "tcsh", "csh", "nu", "nushell", "xonsh", "elvish", "pwsh",
+        "rc", "es", "osh", "ysh", "ion", "murex", "env", "timeout",
+    }
+)  # fmt: skip
+# Process managers at the top of a (container's) process tree: never an agent client, so a walk
+# that reaches one has found none. Any other PID 1 (`docker run -it image codex`) is the client.
+INITS = frozenset(
+    {
+        "systemd", "init", "tini", "tini-static", "dumb-init", "docker-init", "catatonit",
+        "s6-svscan", "runit", "runit-init", "openrc-init", "launchd", "sinit",
+    }
+)  # fmt: skip
+COMM_LEN = 15  # /proc/<pid>/stat and ps show at most this much of a command's name
 SESSION_ENV = "CLAUDE_CODE_SESSION_ID"
 
 
@@ -69,16 +87,33 @@ def _process(pid: int) -> tuple[int, str, str] | None:
         return None
 
 
+def _is_shell(name: str) -> bool:
+    """Whether a process named `name` is a shell (or wrapper) between a hook and its client: one
+    of SHELLS, or the user's `$SHELL` (the login shell Codex runs hooks through), whatever it is."""
+    if name in SHELLS:
+        return True
+    login = os.path.basename(os.environ.get("SHELL", "").strip())[:COMM_LEN]
+    return bool(login) and name[:COMM_LEN] == login
+
+
 def client_anchor(pid: int | None = None) -> str:
     """The agent client process this process runs under, as "pid:start time": the first ancestor
-    that is not a shell. "" when it cannot be determined (then nothing is tied by process)."""
+    that is neither a shell nor an init. PID 1 can be it (an agent that is a container's entry
+    point). "" when there is none or it cannot be read (then nothing is tied by process).
+
+    Why skip shells rather than look for a known client by name: clients' process names are not
+    stable (node scripts show as "node", npm launchers start native binaries, forks rename them),
+    while what runs hooks in between is a shell; the MCP server is the client's direct child."""
     current = os.getppid() if pid is None else pid
     for _ in range(8):
-        found = _process(current)
-        if found is None or current <= 1:
+        found = _process(current) if current > 0 else None  # PID 1's parent reads as 0
+        if found is None:
             return ""
         parent, started, name = found
-        if name.removeprefix("-") not in SHELLS:
+        name = name.removeprefix("-")
+        if name in INITS:
+            return ""
+        if not _is_shell(name):
             return f"{current}:{started}"
         current = parent
     return ""

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from messaging.models import AgentSession
 from switchboard_agent.client import HubClient
 from switchboard_agent.hooks import run_hook
 from tests.agents.client_stub import Stub
+from tests.agents.codex_payloads import codex_event
 
 HOOK = f"{sys.executable} -m switchboard_agent.cli hook"
 MCP = [sys.executable, "-m", "switchboard_agent.cli", "mcp"]
@@ -258,3 +260,164 @@ def test_an_mcp_server_that_registers_first_registers_the_session_its_hooks_then
     assert AgentSession.objects.count() == 1
     identity.close()
     assert AgentSession.objects.get().status == "busy"  # the hooks' session: SessionEnd ends it
+
+
+# --- Which process is the agent client (identity.client_anchor) ---------------------------------
+PRINT_ANCHOR = "from switchboard_agent.identity import client_anchor; print(client_anchor())"
+FORKING_SHELL = """#!{python}
+# A login shell that runs its command line as a child process, as nu, tcsh, xonsh and pwsh do.
+import subprocess, sys
+sys.exit(subprocess.run(sys.argv[-1], shell=True).returncode)
+"""
+
+
+def use_anchor(monkeypatch: pytest.MonkeyPatch, anchor: str) -> None:
+    """The agent client process the next hook / MCP server runs under (see tests/agents/conftest)."""
+    from switchboard_agent import hooks, identity
+
+    monkeypatch.setattr(identity, "client_anchor", lambda pid=None: anchor)
+    monkeypatch.setattr(hooks, "client_anchor", identity.client_anchor)
+
+
+def live(name: str) -> list[AgentSession]:
+    return list(AgentSession.objects.filter(name=name).exclude(status="exited"))
+
+
+def fire_codex(name: str, **fields: Any) -> dict[str, Any] | None:
+    out = io.StringIO()
+    assert run_hook(io.StringIO(json.dumps(codex_event(name, **fields))), out, client_name="codex") == 0
+    return json.loads(out.getvalue()) if out.getvalue() else None
+
+
+def child_anchor(argv: list[str], env: dict[str, str]) -> str:
+    """The anchor a child of this process (standing for the agent client) reports."""
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def one_codex_process(monkeypatch: pytest.MonkeyPatch, mcp_anchor: str, hook_anchors: list[str]) -> int:
+    """Codex's MCP server starts, then its hooks run, each under the anchor it found; the number of
+    live hub sessions while Codex runs."""
+    from switchboard_agent.identity import Identity
+
+    monkeypatch.setenv("SWITCHBOARD_NAME", "api")
+    monkeypatch.delenv("SWITCHBOARD_TOKEN", raising=False)
+    use_anchor(monkeypatch, mcp_anchor)
+    server = Identity(cwd="/work/api", attach_to_hooks=True, owns_client_session=True, kind="codex")
+    server.start()
+    steps = [("SessionStart", {"source": "startup"}), ("UserPromptSubmit", {"prompt": "go on"})]
+    for anchor, (step, fields) in zip(hook_anchors, steps[: len(hook_anchors)], strict=True):
+        use_anchor(monkeypatch, anchor)
+        fire_codex(step, **fields)
+    sessions = len(live("api"))
+    server.close()
+    left = len(live("api"))
+    assert not left, f"{sessions} live hub sessions for one Codex process, {left} left after it exited"
+    return sessions
+
+
+@pytest.mark.parametrize(
+    "shell, login_shell",
+    [
+        ("nu", False),  # a forking shell the list knows (tcsh, pwsh, xonsh, elvish alike)
+        ("quuxsh", True),  # one it does not know, but it is the user's $SHELL
+        ("bash", False),  # the real bash, which execs the hook's command
+    ],
+)
+def test_codex_hooks_through_the_login_shell_share_the_mcp_server_s_session(
+    inprocess_hub: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shell: str, login_shell: bool
+) -> None:
+    """Codex runs each hook line through `$SHELL -lc`; its MCP server is its direct child. This test
+    process stands for Codex."""
+    if shell == "bash":
+        path = Path("/bin/bash")
+    else:
+        path = tmp_path / shell
+        path.write_text(FORKING_SHELL.format(python=sys.executable))
+        path.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    env["SHELL"] = str(path) if login_shell else "/bin/sh"
+    mcp_anchor = child_anchor([sys.executable, "-c", PRINT_ANCHOR], env)
+    hook_line = f"{sys.executable} -c {json.dumps(PRINT_ANCHOR)}"
+    hook_anchors = [child_anchor([str(path), "-lc", hook_line], env) for _ in range(2)]
+
+    sessions = one_codex_process(monkeypatch, mcp_anchor, hook_anchors)
+
+    assert mcp_anchor.startswith(f"{os.getpid()}:")
+    assert hook_anchors == [mcp_anchor, mcp_anchor], f"{sessions} live hub sessions for one Codex process"
+    assert sessions == 1
+
+
+AGENT_AS_PID_1 = """
+import json, os, subprocess, sys
+if {init!r}:  # the agent runs under an init at PID 1; else it is PID 1
+    os.execv({init!r}, [{init!r}, "-c", {again!r}])
+argv = [sys.executable, "-c", {code!r}]
+mcp = subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+hook = subprocess.run(["/bin/sh", "-c", " ".join(["exec", *map(repr, argv)])],
+                      capture_output=True, text=True).stdout.strip()
+print(json.dumps({{"mcp": mcp, "hook": hook}}))
+"""
+
+
+def anchors_in_a_pid_namespace(init: str = "") -> dict[str, str]:
+    """Run an agent as PID 1 of a new PID namespace (`docker run -it image codex`, reproduced with
+    `unshare --pid --fork --mount-proc`), or under `init` at PID 1 that runs the hooks and MCP
+    server itself; the anchors its MCP server and a hook (through `sh -c exec`) report."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1)")
+    script = AGENT_AS_PID_1.format(init="", code=PRINT_ANCHOR, again="")
+    script = AGENT_AS_PID_1.format(init=init, code=PRINT_ANCHOR, again=script)
+    argv = [unshare, "--pid", "--fork", "--mount-proc"]
+    if os.geteuid() != 0:
+        argv.insert(1, "--map-root-user")
+    try:
+        done = subprocess.run(
+            [*argv, sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")},
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot make a PID namespace here: {exc}")
+    if done.returncode != 0:
+        pytest.skip(f"cannot make a PID namespace here: {done.stderr.strip()}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_an_agent_running_as_a_container_s_pid_1_keeps_one_session(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    anchors = anchors_in_a_pid_namespace()
+
+    sessions = one_codex_process(monkeypatch, anchors["mcp"], [anchors["hook"]])
+
+    assert anchors["mcp"].startswith("1:") and anchors["hook"] == anchors["mcp"], anchors
+    assert sessions == 1
+
+
+def test_an_init_at_pid_1_is_no_agent_client(tmp_path: Path) -> None:
+    """An init (here a Python named `tini`) at PID 1 that starts the MCP server and the hook
+    itself: there is no agent client to tie them by."""
+    init = tmp_path / "tini"
+    init.symlink_to(sys.executable)
+
+    anchors = anchors_in_a_pid_namespace(str(init))
+
+    assert anchors == {"mcp": "", "hook": ""}
+
+
+def test_a_codex_hook_that_finds_no_client_process_leaves_the_mcp_server_s_session_the_only_one(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No anchor (process facts unreadable): the MCP server keeps a session of its own; the hooks
+    have no key it would also find, so they do nothing rather than register a second one."""
+    sessions = one_codex_process(monkeypatch, "", ["", ""])
+
+    assert sessions == 1
+    log = (Path(os.environ["SWITCHBOARD_HOME"]) / "agent.log").read_text().splitlines()
+    assert "cannot tell which Codex process runs this hook" in log[-1]
