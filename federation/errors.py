@@ -27,6 +27,13 @@ class LeaseHeld(SwitchboardError):
     status = 409
 
 
+class RelayQuotaFull(SwitchboardError):
+    """A hub key already keeps as many items, or bytes, waiting at this relay as one key may."""
+
+    code = "relay_quota"
+    status = 429
+
+
 class NotRelay(SwitchboardError):
     code = "not_relay"
     status = 404

@@ -413,6 +413,15 @@ SWITCHBOARD_RELAY_LEASE_SECONDS = _env_int("SWITCHBOARD_RELAY_LEASE_SECONDS", 60
 SWITCHBOARD_RELAY_CLAIM_SECONDS = _env_int("SWITCHBOARD_RELAY_CLAIM_SECONDS", 120)
 # A receipt batch the relay keeps, sealed: the largest a hub makes (500 receipts) is about 37 kB.
 SWITCHBOARD_RELAY_RECEIPT_MAX_BYTES = _env_int("SWITCHBOARD_RELAY_RECEIPT_MAX_BYTES", 256 * 1024)
+# Sealed bytes one pull answer carries (the first message and the first receipt batch go however
+# large, so one answer is at most this or one 80 MB message, plus one receipt batch); the rest waits
+# for the next pull.
+SWITCHBOARD_RELAY_PULL_MAX_BYTES = _env_int("SWITCHBOARD_RELAY_PULL_MAX_BYTES", 64 * 1024 * 1024)
+# What one storing hub key may keep waiting at the relay (messages and receipts not yet pulled).
+SWITCHBOARD_RELAY_PENDING_PER_HUB = _env_int("SWITCHBOARD_RELAY_PENDING_PER_HUB", 2000)
+SWITCHBOARD_RELAY_PENDING_BYTES_PER_HUB = _env_int(
+    "SWITCHBOARD_RELAY_PENDING_BYTES_PER_HUB", 400 * 1024 * 1024
+)
 # Uploaded files no message uses yet: at most this many bytes per session, and removed once this
 # many seconds have passed since they were stored and last uploaded (federation.services.files).
 SWITCHBOARD_FILE_QUOTA_BYTES = _env_int("SWITCHBOARD_FILE_QUOTA_BYTES", 400 * 1024 * 1024)

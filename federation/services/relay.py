@@ -6,6 +6,8 @@ lease (renewed on every pull cycle) other hubs' leases and pulls are refused (40
 conditional updates, so two pulling hubs never both get one message; a claim that is released
 (local delivery failed) or runs out goes back for another try. Messages expire (default 24 h).
 The relay keeps routing metadata only: the payload is a sealed box to the destination hub.
+Bounds, because any key may call a relay that takes first-use keys: what one storing key keeps
+waiting (count and bytes), a receipt batch's size, and the bytes of one pull answer.
 
 Hub side: `relay_pull_once` renews leases for this hub's live agents, claims and opens what waits
 for them, hands each to `inbound_accept`, and acknowledges (done) or releases it.
@@ -16,16 +18,18 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
-from federation.errors import LeaseHeld, NotRelay, PermanentError, TransientError
+from federation.errors import LeaseHeld, NotRelay, PermanentError, RelayQuotaFull, TransientError
 from federation.models import FederationTier, RelayLease, RelayMessage
 from federation.services.keys import relay_key
 from federation.transport import hub_call
@@ -36,6 +40,11 @@ from messaging.services.audit import audit_event
 
 log = logging.getLogger(__name__)
 MAX_SEALED_BYTES = 80 * 1024 * 1024  # 50 MB of files, base64, plus the text
+RECEIPTS_PER_PULL = 20
+# Hub side: pulls in one cycle while the relay says more waits, and how long a cycle keeps going
+# back (the embedded scheduler runs the other periodic jobs on the same thread).
+PULL_ROUNDS_PER_CYCLE = 8
+PULL_CYCLE_SECONDS = 5.0
 _warned_leases: set[str] = set()  # names whose refused lease was already reported (per process)
 
 
@@ -150,6 +159,7 @@ def relay_store(
             f"No hub has registered {agent!r} with this relay; nothing is queued for a name nobody hosts."
         )
     now = timezone.now()
+    _pending_check(from_hub=from_hub, size=len(blob), now=now)
     fields = {
         "agent_key": normalize_name(agent) if kind == "message" else "",
         "from_hub": from_hub,
@@ -171,14 +181,101 @@ def relay_store(
         return row, False
 
 
+def _pending_check(*, from_hub: str, size: int, now: Any) -> None:
+    """Refuse (RelayQuotaFull, 429) a new item from `from_hub` when the key already keeps as many
+    items, or with `size` more bytes than, one key may keep waiting here. Pending is what is not
+    done and not expired, claimed or not. Checked before the write without a lock, so requests
+    of one key in flight together may pass it by as many items as they are."""
+    pending = RelayMessage.objects.filter(from_hub=from_hub, done=False, expires_at__gt=now).aggregate(
+        count=Count("id"), size=Sum("size")
+    )
+    count, kept = pending["count"], pending["size"] or 0
+    if count >= settings.SWITCHBOARD_RELAY_PENDING_PER_HUB:
+        raise RelayQuotaFull(
+            f"This hub key already keeps {count} items waiting at the relay, as many as one key may; "
+            "try again once its destinations have pulled them.",
+            pending=count,
+            limit=settings.SWITCHBOARD_RELAY_PENDING_PER_HUB,
+        )
+    if kept + size > settings.SWITCHBOARD_RELAY_PENDING_BYTES_PER_HUB:
+        raise RelayQuotaFull(
+            f"This hub key already keeps {kept} bytes waiting at the relay; with {size} more it would "
+            "pass what one key may keep. Try again once its destinations have pulled them.",
+            pending_bytes=kept,
+            limit_bytes=settings.SWITCHBOARD_RELAY_PENDING_BYTES_PER_HUB,
+        )
+
+
+@dataclass
+class PullBudget:
+    """The sealed bytes one pull answer may still carry. An item goes when it fits in what is
+    left, or when it is the first of its kind in the answer: so a message larger than the whole
+    budget still goes (alone), and neither messages nor receipts can keep the other waiting. One
+    answer is therefore at most max(budget, the largest message) plus one receipt batch."""
+
+    left: int
+
+    def take(self, size: int, *, first: bool) -> bool:
+        if first or size <= self.left:
+            self.left -= size
+            return True
+        return False
+
+    def give_back(self, size: int) -> None:
+        self.left += size
+
+
+def _waiting(*, kind: str, hub_key: str, now: Any) -> QuerySet[RelayMessage]:
+    """Items of `kind` for `hub_key` that nobody holds a live claim on, oldest first."""
+    return (
+        RelayMessage.objects.filter(kind=kind, dest_hub=hub_key, done=False, expires_at__gt=now)
+        .filter(Q(claimed_by="") | Q(claimed_until__lte=now))
+        .order_by("created_at", "id")
+    )
+
+
+def _claim_in_order(
+    qs: QuerySet[RelayMessage], *, hub_key: str, limit: int, budget: PullBudget, now: Any
+) -> tuple[list[dict[str, Any]], bool]:
+    """Claim rows of `qs` in its order, up to `limit` and while `budget` takes them; stop at the
+    first that does not fit (no overtaking: the rest waits for the next pull, in order). Returns
+    the claimed items and whether more waits. Each claim is a conditional update, so no item goes
+    to two callers at once; a row lost to another caller costs no budget."""
+    until = now + timedelta(seconds=settings.SWITCHBOARD_RELAY_CLAIM_SECONDS)
+    claimed: list[dict[str, Any]] = []
+    for row_id, size in list(qs.values_list("id", "size")[: limit + 1]):
+        if len(claimed) >= limit or not budget.take(size, first=not claimed):
+            return claimed, True
+        with transaction.atomic():
+            won = (
+                RelayMessage.objects.filter(pk=row_id, done=False)
+                .filter(Q(claimed_by="") | Q(claimed_until__lte=now))
+                .update(claimed_by=hub_key, claimed_until=until)
+            )
+        if not won:
+            budget.give_back(size)
+            continue
+        row = RelayMessage.objects.get(pk=row_id)
+        claimed.append(
+            {
+                "id": str(row.id),
+                "message_id": str(row.message_id),
+                "from_hub": row.from_hub,
+                "sealed": base64.b64encode(bytes(row.sealed)).decode("ascii"),
+            }
+        )
+    return claimed, False
+
+
 def relay_claim(
     *, hub_key: str, agent: str = "", kind: str = "message", limit: int = 20, now: Any = None
 ) -> list[dict[str, Any]]:
-    """Claim up to `limit` waiting items for `hub_key`. Messages need the agent's lease (LeaseHeld
-    otherwise); each claim is a conditional update, so no item goes to two callers at once."""
+    """Claim up to `limit` waiting items for `hub_key`, oldest first, within one answer's byte
+    budget (`PullBudget`, SWITCHBOARD_RELAY_PULL_MAX_BYTES). Messages need the agent's lease
+    (LeaseHeld otherwise)."""
     require_relay()
     now = now or timezone.now()
-    qs = RelayMessage.objects.filter(kind=kind, dest_hub=hub_key, done=False, expires_at__gt=now)
+    qs = _waiting(kind=kind, hub_key=hub_key, now=now)
     if kind == "message":
         key = normalize_name(agent)
         lease = RelayLease.objects.filter(agent_key=key).first()
@@ -187,26 +284,8 @@ def relay_claim(
                 f"Take the lease on {agent!r} before pulling its messages; another hub may hold it."
             )
         qs = qs.filter(agent_key=key)
-    qs = qs.filter(Q(claimed_by="") | Q(claimed_until__lte=now)).order_by("created_at")
-    until = now + timedelta(seconds=settings.SWITCHBOARD_RELAY_CLAIM_SECONDS)
-    claimed = []
-    for row_id in list(qs.values_list("id", flat=True)[: max(1, min(limit, 100))]):
-        with transaction.atomic():
-            won = (
-                RelayMessage.objects.filter(pk=row_id, done=False)
-                .filter(Q(claimed_by="") | Q(claimed_until__lte=now))
-                .update(claimed_by=hub_key, claimed_until=until)
-            )
-        if won:
-            row = RelayMessage.objects.get(pk=row_id)
-            claimed.append(
-                {
-                    "id": str(row.id),
-                    "message_id": str(row.message_id),
-                    "from_hub": row.from_hub,
-                    "sealed": base64.b64encode(bytes(row.sealed)).decode("ascii"),
-                }
-            )
+    budget = PullBudget(settings.SWITCHBOARD_RELAY_PULL_MAX_BYTES)
+    claimed, _ = _claim_in_order(qs, hub_key=hub_key, limit=max(1, min(limit, 100)), budget=budget, now=now)
     return claimed
 
 
@@ -223,20 +302,42 @@ def relay_claim_finish(*, hub_key: str, claim_id: str, outcome: str) -> bool:
 
 def relay_pull(*, hub_key: str, agents: list[str], limit: int = 50) -> dict[str, Any]:
     """One pull cycle for a hub in one call: take or renew the lease on each of its live agents,
-    claim their messages (only where the lease is this hub's), and claim its receipts."""
+    claim their messages (only where the lease is this hub's; oldest first across them), and
+    claim its receipts, all within one answer's byte budget (`PullBudget`). `more` says that
+    items were left for the next pull (budget or count reached), so the hub pulls again."""
     require_relay()
+    now = timezone.now()
     leases: dict[str, str] = {}
-    messages: list[dict[str, Any]] = []
+    leased: list[str] = []
     for name in list(dict.fromkeys(a for a in agents if isinstance(a, str) and a))[:500]:
         try:
-            relay_lease_take(hub_key=hub_key, agent=name)
+            relay_lease_take(hub_key=hub_key, agent=name, now=now)
         except LeaseHeld:
             leases[name] = "held_elsewhere"
             continue
         leases[name] = "ok"
-        if len(messages) < limit:
-            messages += relay_claim(hub_key=hub_key, agent=name, limit=limit - len(messages))
-    return {"leases": leases, "messages": messages, "receipts": relay_claim(hub_key=hub_key, kind="receipt")}
+        leased.append(normalize_name(name))
+    budget = PullBudget(settings.SWITCHBOARD_RELAY_PULL_MAX_BYTES)
+    messages: list[dict[str, Any]] = []
+    more_messages = False
+    if leased:
+        waiting = _waiting(kind="message", hub_key=hub_key, now=now).filter(agent_key__in=leased)
+        messages, more_messages = _claim_in_order(
+            waiting, hub_key=hub_key, limit=limit, budget=budget, now=now
+        )
+    receipts, more_receipts = _claim_in_order(
+        _waiting(kind="receipt", hub_key=hub_key, now=now),
+        hub_key=hub_key,
+        limit=RECEIPTS_PER_PULL,
+        budget=budget,
+        now=now,
+    )
+    return {
+        "leases": leases,
+        "messages": messages,
+        "receipts": receipts,
+        "more": more_messages or more_receipts,
+    }
 
 
 def relay_claims_finish(*, hub_key: str, done: list[str], release: list[str]) -> int:
@@ -264,30 +365,36 @@ def relay_expire(*, now: Any = None) -> int:
 
 def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str, int]:
     """One pull cycle against SWITCHBOARD_RELAY_URL: renew leases, take messages and receipts,
-    deliver each message here, then tell the relay which are done and which go back (released)."""
-    from federation.services.forwarding import inbound_accept, unseal
-    from federation.services.receipts import receipts_open_relayed
-
+    deliver each message here, then tell the relay which are done and which go back (released).
+    While the relay answers that more waits (it bounds each answer's bytes), pull again at once,
+    at most PULL_ROUNDS_PER_CYCLE times and for about PULL_CYCLE_SECONDS; the next cycle goes on."""
     relay = settings.SWITCHBOARD_RELAY_URL
     counts = {"delivered": 0, "released": 0, "refused_leases": 0, "receipts": 0}
     if not relay or settings.SWITCHBOARD_ROLE == "relay":
         return counts
     if sessions is None:
         sessions = live_session_names()
+    agents = sorted({s["name"] for s in sessions})
+    started = time.monotonic()
+    for _ in range(PULL_ROUNDS_PER_CYCLE):
+        more, released = _relay_pull_round(relay=relay, agents=agents, counts=counts)
+        # A released claim is free again at once: pulling again now would take it straight back.
+        if not more or released or time.monotonic() - started >= PULL_CYCLE_SECONDS:
+            break
+    return counts
+
+
+def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) -> tuple[bool, int]:
+    """One pull from the relay, its items handed over here and its claims finished; adds to
+    `counts`. Returns whether the relay said more waits, and how many claims went back."""
+    from federation.services.forwarding import inbound_accept, unseal
+    from federation.services.receipts import receipts_open_relayed
+
     try:
-        answer = (
-            hub_call(
-                "POST",
-                relay,
-                "/relay/pull",
-                {"agents": sorted({s["name"] for s in sessions})},
-                dest_key=relay_key(),
-            )
-            or {}
-        )
+        answer = hub_call("POST", relay, "/relay/pull", {"agents": agents}, dest_key=relay_key()) or {}
     except (TransientError, PermanentError) as exc:
         log.info("relay pull failed: %s", exc)
-        return counts
+        return False, 0
     refused = [name for name, state in (answer.get("leases") or {}).items() if state != "ok"]
     counts["refused_leases"] = len(refused)
     for name in set(refused) - _warned_leases:
@@ -317,6 +424,8 @@ def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str
         except Exception:
             log.exception("relay receipt %s could not be opened", item.get("id"))
         done.append(item["id"])
+    counts["delivered"] += len(done) - len(answer.get("receipts") or [])
+    counts["released"] += len(release)
     if done or release:
         try:
             hub_call(
@@ -328,9 +437,8 @@ def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str
             )
         except (TransientError, PermanentError) as exc:
             log.info("relay: claims not finished (they lapse and come back): %s", exc)
-    counts["delivered"] = len(done) - len(answer.get("receipts") or [])
-    counts["released"] = len(release)
-    return counts
+            return False, len(release)
+    return bool(answer.get("more")), len(release)
 
 
 def relay_lease_drop(*, name: str) -> None:

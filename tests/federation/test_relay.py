@@ -269,3 +269,212 @@ def test_the_largest_receipt_batch_a_hub_makes_fits_the_relays_cap_with_room_to_
         sealed=_b64(sealed),
     )
     assert created
+
+
+@pytest.fixture
+def small_relay(relay: None, settings: Any) -> Any:
+    """A relay with its byte limits lowered so the tests store hundreds of bytes, not megabytes:
+    one pull answer carries 1000 sealed bytes, one storing key keeps 2500 bytes and 5 items."""
+    settings.SWITCHBOARD_RELAY_PULL_MAX_BYTES = 1000
+    settings.SWITCHBOARD_RELAY_PENDING_BYTES_PER_HUB = 2500
+    settings.SWITCHBOARD_RELAY_PENDING_PER_HUB = 5
+    return settings
+
+
+def _stored(from_hub: str, size: int, *, agent: str = "carol", dest: str = B, kind: str = "message") -> str:
+    row, _ = relay_store(
+        from_hub=from_hub,
+        kind=kind,
+        message_id=str(uuid.uuid4()),
+        dest_hub=dest,
+        agent=agent if kind == "message" else "",
+        sealed=_b64(os.urandom(size)),
+    )
+    return str(row.id)
+
+
+def _answer_bytes(answer: dict[str, Any]) -> int:
+    return sum(len(base64.b64decode(i["sealed"])) for i in answer["messages"] + answer["receipts"])
+
+
+def test_a_strangers_stored_messages_cannot_make_another_hubs_pull_answer_unbounded(small_relay: Any) -> None:
+    """B leases `carol`. Mallory (a home-made key: anyone may send to a leased name) stores large
+    sealed "messages" for carol. Given one key keeps at most 2500 bytes waiting, when Mallory
+    stores a third 900-byte message, then the relay refuses it (429 `relay_quota`); and given one
+    answer carries at most 1000 bytes, B's pull takes one of the two, says more waits, and the
+    next pull takes the other. (At full size: four 75 MB messages no longer make one 400 MB
+    answer that fails and comes back for 24 h.)"""
+    from federation.errors import RelayQuotaFull
+    from federation.services.relay import relay_pull
+
+    relay_lease_take(hub_key=B, agent="carol")
+    first, second = _stored("mallory", 900), _stored("mallory", 900)
+    with pytest.raises(RelayQuotaFull) as refused:
+        _stored("mallory", 900)
+    assert refused.value.status == 429 and refused.value.extra["limit_bytes"] == 2500
+
+    answers = [relay_pull(hub_key=B, agents=["carol"]) for _ in range(3)]
+
+    assert [[m["id"] for m in a["messages"]] for a in answers] == [[first], [second], []]
+    assert [a["more"] for a in answers] == [True, False, False]
+    assert all(_answer_bytes(a) <= small_relay.SWITCHBOARD_RELAY_PULL_MAX_BYTES for a in answers)
+
+
+def test_one_pull_answer_fills_its_byte_budget_in_order_and_leaves_the_rest_for_the_next(
+    small_relay: Any,
+) -> None:
+    """Given six 300-byte messages for carol from six hubs (no key near its quota), when B pulls
+    three times, then each answer carries what fits in 1000 bytes, oldest first (3, 3, 0), and
+    says whether more waits."""
+    from federation.services.relay import relay_pull
+
+    relay_lease_take(hub_key=B, agent="carol")
+    ids = [_stored(f"hub-{n}", 300) for n in range(6)]
+    answers = [relay_pull(hub_key=B, agents=["carol"]) for _ in range(3)]
+    assert [m["id"] for a in answers for m in a["messages"]] == ids
+    assert [(len(a["messages"]), a["more"]) for a in answers] == [(3, True), (3, False), (0, False)]
+
+
+def test_a_message_larger_than_the_whole_budget_still_goes_alone_and_receipts_still_ride(
+    small_relay: Any,
+) -> None:
+    """Given a 2000-byte message (twice the answer's budget), a small one behind it, and a receipt
+    batch for B, when B pulls, then the large message goes alone with the receipt batch (the
+    first of each kind always goes) and the small one comes next pull."""
+    from federation.services.relay import relay_pull
+
+    small_relay.SWITCHBOARD_RELAY_PENDING_BYTES_PER_HUB = 10_000
+    relay_lease_take(hub_key=B, agent="carol")
+    large, small = _stored("a", 2000), _stored("a", 10)
+    receipt = _stored("c", 50, kind="receipt")
+    first = relay_pull(hub_key=B, agents=["carol"])
+    assert ([m["id"] for m in first["messages"]], [r["id"] for r in first["receipts"]]) == (
+        [large],
+        [receipt],
+    )
+    assert first["more"]
+    assert [m["id"] for m in relay_pull(hub_key=B, agents=["carol"])["messages"]] == [small]
+
+
+def test_what_one_key_keeps_waiting_is_bounded_in_count_too_and_frees_once_pulled(
+    small_relay: Any, hubs: dict[str, OtherHub], hub_client: Any
+) -> None:
+    """Given Mallory keeps five small receipt batches waiting (no lease needed), when she stores a
+    sixth, then the relay answers 429 `relay_quota` saying why; once the destination pulled them
+    and finished its claims, she may store again."""
+    a, mallory = hubs["a"], hubs["mallory"]
+    for _ in range(5):
+        _ok(
+            mallory.call(
+                hub_client, "POST", f"{RELAY}/messages", _receipt(str(uuid.uuid4()), a.public_key, b"r")
+            )
+        )
+    refused = mallory.call(
+        hub_client, "POST", f"{RELAY}/messages", _receipt(str(uuid.uuid4()), a.public_key, b"r")
+    )
+    assert refused.status_code == 429, (refused.status_code, refused.json_body)
+    assert refused.json_body["error"] == "relay_quota" and "5 items waiting" in refused.json_body["detail"]
+
+    pulled = _ok(a.call(hub_client, "POST", f"{RELAY}/pull", {"agents": []}))["receipts"]
+    _ok(
+        a.call(
+            hub_client, "POST", f"{RELAY}/claims/finish", {"done": [r["id"] for r in pulled], "release": []}
+        )
+    )
+    _ok(
+        mallory.call(hub_client, "POST", f"{RELAY}/messages", _receipt(str(uuid.uuid4()), a.public_key, b"r"))
+    )
+
+
+def test_the_default_limits_keep_one_pull_answer_under_what_a_hub_accepts_as_a_body(settings: Any) -> None:
+    """One answer is at most max(budget, the largest message) plus one receipt batch (and a
+    count-bounded JSON frame around them): as base64 it stays under the 280 MB cap of a hub body."""
+    from federation.api import MAX_HUB_BODY
+    from federation.services.relay import MAX_SEALED_BYTES
+
+    largest = max(settings.SWITCHBOARD_RELAY_PULL_MAX_BYTES, MAX_SEALED_BYTES)
+    worst = (largest + settings.SWITCHBOARD_RELAY_RECEIPT_MAX_BYTES) * 4 // 3 + 1024 * 1024
+    assert worst < MAX_HUB_BODY
+
+
+def test_a_relay_with_first_use_off_serves_only_the_keys_its_operator_pinned(
+    relay: None, settings: Any, hubs: dict[str, OtherHub], hub_client: Any
+) -> None:
+    """What closes a relay to home-made keys: SWITCHBOARD_PEER_TOFU=0 on the relay. Given it,
+    when a key nobody pinned there stores or pulls, then it is refused (403 `peer_unknown`) and
+    nothing is kept; a key its operator pinned is served."""
+    from tests.federation.conftest import pin_hub
+
+    settings.SWITCHBOARD_PEER_TOFU = False
+    a, mallory = hubs["a"], hubs["mallory"]
+    pin_hub(a, "lan")
+    for path, body in (
+        ("messages", _receipt(str(uuid.uuid4()), a.public_key, b"r")),
+        ("pull", {"agents": []}),
+    ):
+        refused = mallory.call(hub_client, "POST", f"{RELAY}/{path}", body)
+        assert (refused.status_code, refused.json_body["error"]) == (403, "peer_unknown")
+    assert not RelayMessage.objects.exists()
+    _ok(a.call(hub_client, "POST", f"{RELAY}/pull", {"agents": []}))
+
+
+# --- the hub side of the pull -------------------------------------------------------------------------
+
+
+def _fake_relay(monkeypatch: pytest.MonkeyPatch, settings: Any, answers: list[dict[str, Any]]) -> list[str]:
+    """The relay as the hub sees it: each pull gets the next of `answers` (the last one repeats);
+    returns the paths the hub called."""
+    settings.SWITCHBOARD_RELAY_URL = "http://127.0.0.1:9"
+    settings.SWITCHBOARD_RELAY_KEY = OtherHub(SigningKey.generate()).public_key
+    called: list[str] = []
+
+    def relay_answers(method: str, base_url: str, path: str, body: Any = None, **kw: Any) -> Any:
+        called.append(path)
+        if path == "/relay/pull":
+            pulls = called.count("/relay/pull")
+            return answers[min(pulls, len(answers)) - 1]
+        return {}
+
+    monkeypatch.setattr("federation.services.relay.hub_call", relay_answers)
+    return called
+
+
+def _pull_answer(*, more: bool, messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"leases": {}, "messages": messages or [], "receipts": [], "more": more}
+
+
+def test_a_hub_pulls_again_at_once_while_the_relay_holds_items_back(
+    db: None, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given the relay says more waits twice and then not, when the hub runs one pull cycle, then
+    it pulls three times in that cycle."""
+    from federation.services.relay import relay_pull_once
+
+    called = _fake_relay(
+        monkeypatch, settings, [_pull_answer(more=True), _pull_answer(more=True), _pull_answer(more=False)]
+    )
+    relay_pull_once(sessions=[])
+    assert called.count("/relay/pull") == 3
+
+
+def test_a_hubs_pull_cycle_is_bounded_whatever_the_relay_says(
+    db: None, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a relay that always says more waits, when the hub runs one pull cycle, then it stops
+    after PULL_ROUNDS_PER_CYCLE pulls (the next cycle goes on); and a round that had to release a
+    claim ends the cycle (the claim would come straight back)."""
+    from federation.services.relay import PULL_ROUNDS_PER_CYCLE, relay_pull_once
+
+    called = _fake_relay(monkeypatch, settings, [_pull_answer(more=True)])
+    relay_pull_once(sessions=[])
+    assert called.count("/relay/pull") == PULL_ROUNDS_PER_CYCLE
+
+    broken = {
+        "id": str(uuid.uuid4()),
+        "message_id": str(uuid.uuid4()),
+        "from_hub": "x",
+        "sealed": "not base64!",
+    }
+    called = _fake_relay(monkeypatch, settings, [_pull_answer(more=True, messages=[broken])])
+    counts = relay_pull_once(sessions=[])
+    assert (called.count("/relay/pull"), counts["released"]) == (1, 1)
