@@ -43,6 +43,12 @@ class RegisterIn(Schema):
     peer_address: str = Field("", description="`uds:/path/to.sock` to have messages written to a socket.")
     status: Literal["busy", "idle", "stopped"] = "idle"
     headless: bool = False
+    registration_key: str | None = Field(
+        None,
+        description="Random, 128 bits or more (22-128 URL-safe characters), chosen by the client and kept "
+        "until it has the answer: a retry with the same key gets the session it registered (same name, "
+        "still open) back with a new token, instead of a second session.",
+    )
 
 
 class SessionOut(Schema):
@@ -65,6 +71,9 @@ class SessionOut(Schema):
 
 class RegisteredOut(SessionOut):
     token: str = Field(..., description="Shown once. Send it as `Authorization: Bearer <token>`.")
+    reissued: bool = Field(
+        False, description="A retried registration (same registration_key): the earlier token is revoked."
+    )
 
 
 class AgentsOut(Schema):
@@ -144,7 +153,7 @@ ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: Erro
 def register(request: HttpRequest, body: RegisterIn) -> Status:
     """Register an agent session (needs the enrollment key). Returns its token, once."""
     reg = session_register(**body.dict())
-    return Status(201, {**session_summary(reg.session), "token": reg.token})
+    return Status(201, {**session_summary(reg.session), "token": reg.token, "reissued": reg.reissued})
 
 
 @router.get("/sessions/me", response={200: SessionOut, **ERRORS}, auth=AUTH)

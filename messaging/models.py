@@ -94,6 +94,10 @@ class AgentSession(models.Model):
     final_answer = models.TextField(blank=True, default="")
     public_key = models.TextField(blank=True, default="")
     token_hash = models.CharField(max_length=64, unique=True)
+    # SHA-256 of the client's registration key: a retried registration with the same key gets this
+    # session back (with a new token) instead of a second one. At most one session holds a key; an
+    # exited session gives it up to the next registration that sends it.
+    registration_key_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(db_index=True)
     status_changed_at = models.DateTimeField()

@@ -152,9 +152,11 @@ class HubClient:
         status: str = "idle",
         headless: bool = False,
         key: str | None = None,
+        registration_key: str | None = None,
     ) -> dict[str, Any]:
         """Register a session with the enrollment key; the answer carries its token (shown once).
-        The client then acts as that session."""
+        The client then acts as that session. `registration_key` (random, kept by the caller until
+        it has the answer) makes a retry get the same session back instead of a second one."""
         key = key or enroll_key()
         if not key:
             raise HubError(
@@ -171,6 +173,8 @@ class HubClient:
             "status": status,
             "headless": headless,
         }
+        if registration_key:
+            body["registration_key"] = registration_key
         registered = self.call("POST", "sessions", body=body, token=key)
         self.token = registered["token"]
         return registered

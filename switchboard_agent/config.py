@@ -9,7 +9,9 @@ an MCP server can run on a machine with no hub at all:
 - `SWITCHBOARD_TOKEN`: act as an already registered session instead of registering one.
 
 Saved sessions (one per agent session: a Claude Code or Gemini CLI session id, or a Codex process)
-live in `$SWITCHBOARD_HOME/sessions/`, mode 0600, beside their lock files and the hooks' breaker.
+live in `$SWITCHBOARD_HOME/sessions/`, mode 0600, as `<key>.json`, beside their lock files, the
+hooks' breaker and pending registrations (`<key>.pending`: a registration sent whose answer has not
+been saved yet, see `switchboard_agent.registration`).
 """
 
 from __future__ import annotations
@@ -151,6 +153,46 @@ def process_session_key(client: str, anchor: str) -> str:
 def sessions_of_process(anchor: str, hub: str) -> list[SavedSession]:
     """The live saved sessions on `hub` registered from the agent client process `anchor`."""
     return [s for s in live_sessions(hub) if s.anchor == anchor] if anchor else []
+
+
+@dataclass
+class PendingRegistration:
+    """A registration sent (or about to be) for the saved session `key` whose answer is not saved
+    yet. Its `registration_key` (random, 256 bits) lets the next try get the same hub session back
+    instead of a second one; the request is resent as it was first made (`name`, `cwd`, ...)."""
+
+    key: str
+    hub: str
+    registration_key: str
+    name: str
+    cwd: str = ""
+    kind: str = "script"
+    permission_mode: str = "default"
+    anchor: str = ""  # the agent client process it registers for (see identity.client_anchor)
+    created_at: float = field(default_factory=time.time)
+
+
+def _pending_path(key: str) -> Path:
+    return _session_path(key).with_suffix(".pending")  # not *.json: never read as a saved session
+
+
+def pending_save(pending: PendingRegistration) -> None:
+    """Write the pending registration (0600, atomically) before its request is sent."""
+    write_private(_pending_path(pending.key), json.dumps(asdict(pending)))
+
+
+def pending_load(key: str, hub: str) -> PendingRegistration | None:
+    """The pending registration of saved session `key` on `hub`, or None."""
+    try:
+        data: dict[str, Any] = json.loads(_pending_path(key).read_text(encoding="utf-8"))
+        pending = PendingRegistration(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+    return pending if pending.hub == hub else None
+
+
+def pending_forget(key: str) -> None:
+    _pending_path(key).unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -67,6 +67,7 @@ from switchboard_agent.config import (
 from switchboard_agent.delivery_text import render_messages
 from switchboard_agent.hints import reread
 from switchboard_agent.identity import SESSION_ENV, client_anchor
+from switchboard_agent.registration import session_register_saved
 from switchboard_agent.transport import Timeout
 
 log = logging.getLogger("switchboard.hook")
@@ -201,6 +202,8 @@ class Hook:
     def register(self, *, stale_token: str | None = None) -> SavedSession:
         """Register this session once: hooks of one session that start together (three tool calls
         at once, with no saved session) take the lock in turn, and the later ones find the first's.
+        A registration whose answer was lost is resent with its registration key, and the hub hands
+        back the session it made (`registration.session_register_saved`).
         `stale_token`: the saved token the hub refused (then a fresh registration replaces it)."""
         if not self.key:
             raise ValueError("The hook input has no session_id.")
@@ -210,27 +213,19 @@ class Hook:
                 return found
             if found is None and stale_token is None and (adopted := self.adopt()) is not None:
                 return adopted
-            mode = "bypass" if self.event.get("permission_mode") in BYPASS_MODES else "default"
-            with self.client(None) as client:
-                body = client.register(
-                    name=session_name(self.cwd),
-                    cwd=self.cwd,
-                    kind=KINDS.get(self.client_name, "claude-code"),
-                    permission_mode=mode,
-                    status="busy",
-                )
-            saved = SavedSession.registered(
-                body,
+            name = session_name(self.cwd)
+            return session_register_saved(
+                self.client,
                 key=self.key,
                 hub=self.url,
+                name=name,
                 cwd=self.cwd,
-                status="busy",
-                keys=found.keys if found is not None else [self.key],
+                kind=KINDS.get(self.client_name, "claude-code"),
+                permission_mode="bypass" if self.event.get("permission_mode") in BYPASS_MODES else "default",
                 anchor=self.anchor,
+                keys=found.keys if found is not None else [self.key],
                 client=self.client_name,
             )
-            session_save(saved)
-            return saved
 
     def session(self) -> SavedSession:
         """The saved session (or this process's, carried over), registering one if none."""

@@ -24,6 +24,7 @@ the hooks find it the same way; it deregisters on exit.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -38,9 +39,9 @@ from switchboard_agent.config import (
     session_forget,
     session_lock,
     session_name,
-    session_save,
     sessions_of_process,
 )
+from switchboard_agent.registration import session_register_saved
 
 T = TypeVar("T")
 # Interpreters (and wrappers) an agent client runs hook commands through; the client is the first
@@ -148,6 +149,7 @@ class Identity:
         self.owned = False  # True when this process registered the session and must deregister it
         self.session: dict[str, Any] = {}
         self._saved_key: str | None = None
+        self._registration_key: str | None = None  # of a registration of its own not answered yet
         self._lock = threading.Lock()
 
     @classmethod
@@ -169,10 +171,16 @@ class Identity:
         `stale_token`: a saved token the hub refused (then a fresh registration replaces it)."""
         if not self.owns_client_session:
             client = self._make_client(self.url, None)
+            # Kept until an answer arrives: a retry after a lost answer gets the same session back.
+            self._registration_key = self._registration_key or secrets.token_urlsafe(32)
             self.session = client.register(
-                name=session_name(self.cwd), cwd=self.cwd, kind=self.kind, status="busy"
+                name=session_name(self.cwd),
+                cwd=self.cwd,
+                kind=self.kind,
+                status="busy",
+                registration_key=self._registration_key,
             )
-            self._client, self.owned = client, True
+            self._client, self.owned, self._registration_key = client, True, None
             return client
         anchor = client_anchor()
         key = process_session_key(self.kind, anchor) if anchor else f"{self.kind}-{os.getpid()}"
@@ -180,14 +188,7 @@ class Identity:
         with session_lock(key):
             saved = session_find(key, self.url)
             if saved is None or saved.token == stale_token:
-                client = self._make_client(self.url, None)
-                body = client.register(
-                    name=session_name(self.cwd), cwd=self.cwd, kind=self.kind, status="busy"
-                )
-                saved = SavedSession.registered(
-                    body, key=key, hub=self.url, cwd=self.cwd, anchor=anchor, client=self.kind
-                )
-                session_save(saved)
+                saved = self._register_saved(key=key, anchor=anchor, kind=self.kind, client=self.kind)
         self.owned = True
         return self._use(saved)
 
@@ -238,24 +239,34 @@ class Identity:
             saved = session_find(key, self.url)
             if saved is not None and saved.token != stale_token:
                 return self._use(saved)
-            client = self._make_client(self.url, None)
-            body = client.register(
-                name=session_name(self.cwd), cwd=self.cwd, kind="claude-code", status="busy"
-            )
             # A refused token is replaced in the same saved session (its ids and process kept).
-            session_save(
-                SavedSession.registered(
-                    body,
-                    key=saved.key if saved is not None else key,
-                    hub=self.url,
-                    cwd=self.cwd,
-                    keys=saved.keys if saved is not None else [key],
-                    anchor=saved.anchor if saved is not None else client_anchor(),
-                )
+            saved = self._register_saved(
+                key=saved.key if saved is not None else key,
+                anchor=saved.anchor if saved is not None else client_anchor(),
+                kind="claude-code",
+                keys=saved.keys if saved is not None else [key],
             )
-        self.session = {"id": body["id"], "name": body["name"], "ref": body["ref"]}
-        self._client = client
-        return client
+        return self._use(saved)
+
+    def _register_saved(self, *, key: str, anchor: str, kind: str, **saved_fields: Any) -> SavedSession:
+        """Register the saved session `key` as its hooks would (the caller holds its lock): a
+        registration of it whose answer was lost is resent with its key (see
+        `switchboard_agent.registration`)."""
+
+        def make_client(token: str | None) -> HubClient:
+            return self._make_client(self.url, token)
+
+        name = session_name(self.cwd)
+        return session_register_saved(
+            make_client,
+            key=key,
+            hub=self.url,
+            name=name,
+            cwd=self.cwd,
+            kind=kind,
+            anchor=anchor,
+            **saved_fields,
+        )
 
     def call(self, fn: Callable[[HubClient], T]) -> T:
         """Run `fn` with the session's client. When the hub no longer knows that session (a

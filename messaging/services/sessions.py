@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import secrets
 from dataclasses import dataclass
 
@@ -36,12 +37,18 @@ REPORTABLE_STATUSES = frozenset({SessionStatus.BUSY, SessionStatus.IDLE, Session
 # or idle over HTTP.
 CLOSED_STATUSES = frozenset({SessionStatus.EXITED, SessionStatus.USER_STOPPED})
 SESSION_CLOSED_EVENT = "session.closed"
+# What `SESSION_CLOSED_EVENT` carries as `status` when a retried registration replaced the token:
+# the session stays open, but sockets opened with the old token close.
+TOKEN_REISSUED = "token_reissued"
+# A client's registration key: at least 22 URL-safe base64 characters (128 bits and more).
+REGISTRATION_KEY = re.compile(r"^[A-Za-z0-9_-]{22,128}$")
 
 
 @dataclass(frozen=True)
 class Registration:
     session: AgentSession
     token: str  # shown once; only its hash is kept
+    reissued: bool = False  # a retried registration: the session registered before, with a new token
 
 
 def new_ref() -> str:
@@ -58,8 +65,14 @@ def session_register(
     peer_address: str = "",
     status: str = SessionStatus.IDLE,
     headless: bool = False,
+    registration_key: str | None = None,
 ) -> Registration:
-    """Register a session and return it with its token (the only time the token is seen)."""
+    """Register a session and return it with its token (the only time the token is seen).
+
+    `registration_key` makes a registration safe to retry when its answer was lost: the session
+    that registered with the same key, while it is open and has the same name, is handed back
+    with a fresh token (its old one revoked) instead of a second session being made. An exited
+    session gives its key up, and the registration makes a new session."""
     problem = name_problem(name)
     if problem:
         raise Invalid("bad_name", problem)
@@ -78,6 +91,14 @@ def session_register(
         raise Invalid("bad_kind", kind_problem)
     if peer_address and not peer_address.startswith(("uds:", "http://", "https://")):
         raise Invalid("bad_peer_address", "peer_address starts with `uds:`, `http://` or `https://`.")
+    if registration_key is not None and not REGISTRATION_KEY.match(registration_key):
+        raise Invalid(
+            "bad_registration_key",
+            "registration_key takes 22 to 128 letters, digits, - or _ (128 random bits or more).",
+        )
+    key_hash = hash_token(registration_key) if registration_key else None
+    if key_hash is not None and (again := session_reissue(key_hash=key_hash, name=name)) is not None:
+        return again
 
     elsewhere = PLUGINS.other_hubs.live_elsewhere(name_key=normalize_name(name), cwd=cwd)
     if elsewhere is not None:
@@ -91,6 +112,12 @@ def session_register(
     for _ in range(8):
         try:
             with transaction.atomic():
+                if key_hash is not None:
+                    # Only an exited session can still hold the key here (session_reissue took an
+                    # open one): it gives the key up to this registration.
+                    AgentSession.objects.filter(
+                        registration_key_hash=key_hash, status=SessionStatus.EXITED
+                    ).update(registration_key_hash=None)
                 session = AgentSession.objects.create(
                     name=name,
                     name_key=normalize_name(name),
@@ -102,6 +129,7 @@ def session_register(
                     status=status,
                     headless=headless,
                     token_hash=token_hash,
+                    registration_key_hash=key_hash,
                     last_seen=now,
                     status_changed_at=now,
                 )
@@ -115,8 +143,49 @@ def session_register(
                 session_registered.send(sender=AgentSession, session=session)
             return Registration(session=session, token=token)
         except IntegrityError:
-            continue  # a ref collision: draw another
+            # A ref collision (draw another), or the same key registered meanwhile (hand that back).
+            if key_hash is not None and (again := session_reissue(key_hash=key_hash, name=name)):
+                return again
+            continue
     raise RuntimeError("could not allocate a unique session ref")
+
+
+def session_reissue(*, key_hash: str, name: str) -> Registration | None:
+    """The open session that registered with this registration key (by its hash), with a fresh
+    token: the old token's hash is replaced, so it answers 401 from now on, and sockets opened
+    with it close. None when no open session holds the key. A session of another name holding it
+    is a conflict: the key belongs to a different registration."""
+    with transaction.atomic():
+        session = (
+            AgentSession.objects.select_for_update()
+            .filter(registration_key_hash=key_hash)
+            .exclude(status=SessionStatus.EXITED)
+            .first()
+        )
+        if session is None:
+            return None
+        if session.name != clean_name(name):
+            raise Conflict(
+                f"This registration_key registered the open session {session.label}, not {name!r}; "
+                "retry with the name it was first sent with, or register with a new key.",
+                reason="registration_key",
+            )
+        token, session.token_hash = new_token(SESSION_PREFIX)
+        session.last_seen = timezone.now()
+        session.save(update_fields=["token_hash", "last_seen"])
+        audit_event(
+            "session.token_reissued",
+            actor=f"session:{session.label}",
+            target=str(session.id),
+            detail={"why": "registration retried with its registration_key"},
+        )
+        announce(
+            SESSION_CLOSED_EVENT,
+            {"id": str(session.id), "status": TOKEN_REISSUED},
+            sessions=[session.id],
+            operators=False,
+        )
+    return Registration(session=session, token=token, reissued=True)
 
 
 @functools.cache
@@ -150,6 +219,8 @@ def closed_problem(status: str | None) -> str | None:
         return "This session has exited and its token is revoked; register again."
     if status == SessionStatus.USER_STOPPED:
         return "An operator stopped this session; report busy or idle over HTTP to come back."
+    if status == TOKEN_REISSUED:
+        return "This session's token was replaced by a retried registration; connect with the new token."
     return None
 
 

@@ -221,6 +221,31 @@ def test_resume_in_the_same_process_keeps_the_hub_session(inprocess_hub: str, mo
     assert AgentSession.objects.count() == 1
 
 
+def holding(name: str = "shop") -> list[AgentSession]:
+    return list(AgentSession.objects.filter(name=name).exclude(status="exited"))
+
+
+def test_an_mcp_server_whose_registration_answer_was_lost_gets_the_same_session_back(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The MCP server registers the session its hooks will use (they had not yet); the hub
+    commits, the answer is lost; its retry, and the hooks after it, act as that one session."""
+    from switchboard_agent.identity import Identity
+    from tests.agents.lossy import LosesRegistrationAnswer
+
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    lossy = LosesRegistrationAnswer(HubClient.default_transport)
+    monkeypatch.setattr(HubClient, "default_transport", lossy)
+    identity = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+
+    with pytest.raises(Exception, match="did not answer in time"):
+        identity.call(lambda c: c.me())
+    me = identity.call(lambda c: c.me())
+
+    assert _registered(fire("SessionStart", SID_A, source="startup")) == (me["name"], me["ref"])
+    assert len(holding()) == 1 and len(lossy.registrations) == 2
+
+
 def test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id(
     inprocess_hub: str, monkeypatch
 ) -> None:

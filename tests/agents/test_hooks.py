@@ -14,9 +14,9 @@ import pytest
 
 from messaging.models import AgentSession, Delivery
 from switchboard_agent.client import HubClient
-from switchboard_agent.config import session_load
+from switchboard_agent.config import Breaker, session_load
 from switchboard_agent.hooks import run_hook
-from tests.agents.lossy import LosesAnswers
+from tests.agents.lossy import LosesAnswers, LosesRegistrationAnswer
 
 SESSION_ID = "5f1c2a9e-0b7d-4c55-9d1e-2f6a8b3c4d01"
 
@@ -141,6 +141,34 @@ def test_a_pull_whose_answer_was_lost_is_recovered_by_the_next_hook(
     assert f"message {sent} (handed over before and not acked: you may have seen it)" in text
     assert [url.params.get("include_unacked") for url in lossy.pulls] == [None, "true"]
     assert session_load(SESSION_ID).pull_unsettled is False
+
+
+def test_a_lost_registration_answer_does_not_leave_a_second_session_holding_the_name(
+    inprocess_hub: str, register, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a SessionStart whose registration the hub committed but whose answer was lost (a read
+    timeout), when the next hook runs, then it gets that same session back (resent with the same
+    registration key, under a fresh token): one live `billing`, reachable by name."""
+    alice = register("alice")
+    lossy = LosesRegistrationAnswer(HubClient.default_transport)
+    monkeypatch.setattr(HubClient, "default_transport", lossy)
+
+    assert hook(event("SessionStart", source="startup")) == (0, None)
+    assert "unreachable" in last_log_line()
+    assert session_load(SESSION_ID) is None
+    pending = Path(os.environ["SWITCHBOARD_HOME"]) / "sessions" / f"{SESSION_ID}.pending"
+    assert stat.S_IMODE(pending.stat().st_mode) == 0o600
+    Breaker(inprocess_hub).reset()  # the breaker's pause is over
+    hook(event("PostToolUse", tool_name="Bash", tool_input={}, tool_use_id="toolu_1"))
+
+    live = AgentSession.objects.filter(name="billing").exclude(status="exited")
+    assert live.count() == 1
+    assert session_load(SESSION_ID).id == str(live.get().id) and not pending.exists()
+    first, retry = lossy.registrations
+    assert first["registration_key"] == retry["registration_key"] and len(first["registration_key"]) >= 22
+    assert first["registration_key"] not in (Path(os.environ["SWITCHBOARD_HOME"]) / "agent.log").read_text()
+    with HubClient(inprocess_hub, alice.token) as peer:
+        assert peer.send(to="billing", message="are you there?")["status"] == "queued"
 
 
 def test_user_prompt_submit_injects_and_marks_the_session_busy_again(started, register, send) -> None:

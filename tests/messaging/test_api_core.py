@@ -78,6 +78,61 @@ def test_status_heartbeat_and_deregister(api, register):
     assert api.get("sessions/me", alice.token).status_code == 401  # the token stops working
 
 
+REGISTRATION_KEY = "k" * 22 + "-registration_key"
+
+
+def test_a_registration_retried_with_its_key_gets_the_same_session_with_a_new_token(api, enroll_key):
+    """Given a registration whose answer the client never read, when it registers again with the
+    same registration key and name, then it gets the same session with a new token, the first
+    token answers 401, and the hub keeps one session and audits the reissue."""
+    body = {"name": "shop", "cwd": "/work/shop", "registration_key": REGISTRATION_KEY}
+    first = api.post("sessions", enroll_key, body).json_body
+
+    again = api.post("sessions", enroll_key, body)
+
+    assert again.status_code == 201, again.json_body
+    assert (again.json_body["id"], again.json_body["ref"]) == (first["id"], first["ref"])
+    assert again.json_body["reissued"] is True and first["reissued"] is False
+    assert again.json_body["token"] != first["token"]
+    assert api.get("sessions/me", first["token"]).status_code == 401
+    assert api.get("sessions/me", again.json_body["token"]).json_body["id"] == first["id"]
+    row = AgentSession.objects.get()
+    assert REGISTRATION_KEY not in row.registration_key_hash and first["token"] not in repr(row.__dict__)
+    reissued = AuditEvent.objects.get(kind="session.token_reissued")
+    assert str(reissued.target) == first["id"] and REGISTRATION_KEY not in repr(reissued.detail)
+
+
+def test_a_registration_key_of_an_open_session_under_another_name_is_409(api, enroll_key):
+    api.post("sessions", enroll_key, {"name": "shop", "registration_key": REGISTRATION_KEY})
+
+    refused = api.post("sessions", enroll_key, {"name": "api", "registration_key": REGISTRATION_KEY})
+
+    assert refused.status_code == 409, refused.json_body
+    assert (refused.json_body["error"], refused.json_body["reason"]) == ("conflict", "registration_key")
+    assert list(AgentSession.objects.values_list("name", flat=True)) == ["shop"]
+
+
+def test_a_registration_key_of_an_exited_session_makes_a_new_session(api, enroll_key):
+    first = api.post("sessions", enroll_key, {"name": "shop", "registration_key": REGISTRATION_KEY}).json_body
+    api.delete("sessions/me", first["token"])
+
+    again = api.post("sessions", enroll_key, {"name": "shop", "registration_key": REGISTRATION_KEY})
+
+    assert again.status_code == 201 and again.json_body["id"] != first["id"]
+    assert again.json_body["reissued"] is False
+    # The key moved to the new session: a further retry hands that one back.
+    retried = api.post("sessions", enroll_key, {"name": "shop", "registration_key": REGISTRATION_KEY})
+    assert retried.json_body["id"] == again.json_body["id"] and retried.json_body["reissued"] is True
+    assert str(AgentSession.objects.get(status="exited").id) == first["id"]
+
+
+@pytest.mark.parametrize("key", ["short", "k" * 129, "k" * 21 + "!"])
+def test_a_registration_key_too_short_or_of_other_characters_is_refused(api, enroll_key, key):
+    refused = api.post("sessions", enroll_key, {"name": "shop", "registration_key": key})
+    assert refused.status_code == 400 and refused.json_body["reason"] == "bad_registration_key"
+    assert not AgentSession.objects.exists()
+
+
 def test_discovery_shows_ref_cwd_status_and_addressability(api, register):
     alice = register("alice", cwd="/src/a")
     register("bob", status="stopped")

@@ -88,12 +88,14 @@ def _socket(token: str) -> WebsocketCommunicator:
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("how", ["deregistered", "user_stopped"])
+@pytest.mark.parametrize("how", ["deregistered", "user_stopped", "reissued"])
 async def test_an_open_agent_socket_closes_within_a_second_when_its_session_is_revoked(how):
     """Given a session's agent socket is open (e.g. with a stolen token), when the session
-    deregisters (revoking its token) or an operator stops it, then the socket is closed within a
-    second, and a new socket with the token is refused."""
-    reg = await database_sync_to_async(session_register)(name="victim")
+    deregisters (revoking its token), an operator stops it, or a registration retried with its
+    registration key replaces its token, then the socket is closed within a second, and a new
+    socket with the token is refused."""
+    key = "victim-registration-key-0123456789"
+    reg = await database_sync_to_async(session_register)(name="victim", registration_key=key)
     ws = _socket(reg.token)
     connected, _ = await ws.connect()
     assert connected
@@ -101,10 +103,12 @@ async def test_an_open_agent_socket_closes_within_a_second_when_its_session_is_r
 
     if how == "deregistered":
         await database_sync_to_async(session_deregister)(session=reg.session, actor=operator_principal("ops"))
-    else:
+    elif how == "user_stopped":
         await database_sync_to_async(session_set_status)(
             session=reg.session, status="user_stopped", actor=operator_principal("ops")
         )
+    else:
+        await database_sync_to_async(session_register)(name="victim", registration_key=key)
 
     frames, code = await closed_within(ws, 1.0)
     assert code == 4403
