@@ -128,12 +128,17 @@ def session_forget(key: str) -> None:
     _session_path(key).unlink(missing_ok=True)
 
 
-def live_sessions(hub: str) -> Iterator[SavedSession]:
-    """Every saved session on `hub` that has not ended."""
+def saved_sessions(hub: str) -> Iterator[SavedSession]:
+    """Every saved session on `hub`, ended ones too (an end the hub never heard of)."""
     for path in sessions_dir().glob("*.json"):
         saved = session_load(path.stem)
-        if saved is not None and not saved.ended and saved.hub == hub:
+        if saved is not None and saved.hub == hub:
             yield saved
+
+
+def live_sessions(hub: str) -> Iterator[SavedSession]:
+    """Every saved session on `hub` that has not ended."""
+    return (saved for saved in saved_sessions(hub) if not saved.ended)
 
 
 def session_find(key: str, hub: str) -> SavedSession | None:
@@ -193,6 +198,14 @@ def pending_load(key: str, hub: str) -> PendingRegistration | None:
 
 def pending_forget(key: str) -> None:
     _pending_path(key).unlink(missing_ok=True)
+
+
+def pending_registrations(hub: str) -> Iterator[PendingRegistration]:
+    """Every pending registration on `hub`."""
+    for path in sessions_dir().glob("*.pending"):
+        pending = pending_load(path.stem, hub) if SESSION_ID_CHARS.match(path.stem) else None
+        if pending is not None:
+            yield pending
 
 
 @contextlib.contextmanager

@@ -66,8 +66,8 @@ from switchboard_agent.config import (
 )
 from switchboard_agent.delivery_text import render_messages
 from switchboard_agent.hints import reread
-from switchboard_agent.identity import SESSION_ENV, client_anchor
-from switchboard_agent.registration import session_register_saved
+from switchboard_agent.identity import SESSION_ENV, anchor_alive, client_anchor
+from switchboard_agent.registration import session_register_saved, sessions_reap
 from switchboard_agent.transport import Timeout
 
 log = logging.getLogger("switchboard.hook")
@@ -203,7 +203,8 @@ class Hook:
         """Register this session once: hooks of one session that start together (three tool calls
         at once, with no saved session) take the lock in turn, and the later ones find the first's.
         A registration whose answer was lost is resent with its registration key, and the hub hands
-        back the session it made (`registration.session_register_saved`).
+        back the session it made (`registration.session_register_saved`); before registering, a few
+        saved sessions of agents that are gone are ended (`registration.sessions_reap`).
         `stale_token`: the saved token the hub refused (then a fresh registration replaces it)."""
         if not self.key:
             raise ValueError("The hook input has no session_id.")
@@ -214,6 +215,15 @@ class Hook:
             if found is None and stale_token is None and (adopted := self.adopt()) is not None:
                 return adopted
             name = session_name(self.cwd)
+            sessions_reap(
+                self.client,
+                hub=self.url,
+                alive=anchor_alive,
+                own_anchor=self.anchor,
+                keep=self.key,
+                prefer_name=name,
+                deadline=self.deadline,
+            )
             return session_register_saved(
                 self.client,
                 key=self.key,
@@ -242,6 +252,10 @@ class Hook:
                 with self.client(saved.token) as client:
                     client.set_status("busy")
                 saved.status = "busy"
+                if self.anchor:
+                    # A session resumed by a new client process (after a crash) is that process's
+                    # now: tied to the old one, it would be taken for a session left behind.
+                    saved.anchor = self.anchor
                 session_save(saved)
             except HubError as exc:
                 if exc.status != 401:
@@ -343,7 +357,9 @@ class Hook:
         if self.event.get("reason") in HANDOVER_REASONS:
             return None  # the same process goes on under a new session id, as the same hub session
         saved.ended = True
-        session_save(saved)  # even if the hub is down, the next SessionStart registers afresh
+        # Even if the hub is down: the next registration on this machine ends it on the hub
+        # (registration.sessions_reap), and the next SessionStart registers afresh.
+        session_save(saved)
         with self.client(saved.token) as client:
             client.deregister()
         session_forget(saved.key)

@@ -41,7 +41,7 @@ from switchboard_agent.config import (
     session_name,
     sessions_of_process,
 )
-from switchboard_agent.registration import session_register_saved
+from switchboard_agent.registration import session_register_saved, sessions_reap
 
 T = TypeVar("T")
 # Interpreters (and wrappers) an agent client runs hook commands through; the client is the first
@@ -250,13 +250,16 @@ class Identity:
 
     def _register_saved(self, *, key: str, anchor: str, kind: str, **saved_fields: Any) -> SavedSession:
         """Register the saved session `key` as its hooks would (the caller holds its lock): a
-        registration of it whose answer was lost is resent with its key (see
-        `switchboard_agent.registration`)."""
+        registration of it whose answer was lost is resent with its key, and a few saved sessions
+        of agents that are gone are ended first (see `switchboard_agent.registration`)."""
 
         def make_client(token: str | None) -> HubClient:
             return self._make_client(self.url, token)
 
         name = session_name(self.cwd)
+        sessions_reap(
+            make_client, hub=self.url, alive=anchor_alive, own_anchor=anchor, keep=key, prefer_name=name
+        )
         return session_register_saved(
             make_client,
             key=key,
@@ -298,3 +301,23 @@ class Identity:
             client.close()
             if self._saved_key:
                 session_forget(self._saved_key)
+
+
+def anchor_alive(anchor: str) -> bool:
+    """Whether the agent client process `anchor` ("pid:start time", see `client_anchor`) still
+    runs. False only when it surely does not: no process has that pid, or the one that has it
+    started at another time (the pid was reused). Unreadable facts count as alive."""
+    pid_text, _, started = anchor.partition(":")
+    try:
+        pid = int(pid_text)
+        if pid <= 0:
+            return True  # not an anchor this module wrote: never take it for a gone process
+        os.kill(pid, 0)
+    except ValueError:
+        return True
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # PermissionError: a process of another user has the pid; its start time tells
+    found = _process(pid)
+    return found is None or found[1] == started

@@ -23,6 +23,7 @@ from hub_topology.embedded import Hub
 from messaging.models import AgentSession
 from switchboard_agent.client import HubClient
 from switchboard_agent.hooks import run_hook
+from switchboard_agent.identity import client_anchor
 from tests.agents.client_stub import Stub
 from tests.agents.codex_payloads import codex_event
 
@@ -30,6 +31,7 @@ HOOK = f"{sys.executable} -m switchboard_agent.cli hook"
 MCP = [sys.executable, "-m", "switchboard_agent.cli", "mcp"]
 SID_A = "0d9a7c2e-aaaa-4b8a-9c3e-5a1b2c3d4e5f"
 SID_B = "0d9a7c2e-bbbb-4b8a-9c3e-5a1b2c3d4e5f"
+THIS_PROCESS = client_anchor(os.getpid())  # read before any test stands another process in for it
 REGISTERED = re.compile(r"registered on the Switchboard hub as (.+) \[(\w+)\]")
 
 
@@ -221,8 +223,157 @@ def test_resume_in_the_same_process_keeps_the_hub_session(inprocess_hub: str, mo
     assert AgentSession.objects.count() == 1
 
 
+def client_process(monkeypatch: pytest.MonkeyPatch, anchor: str) -> None:
+    """The agent client process the next hooks and MCP servers run under (see conftest)."""
+    from switchboard_agent import hooks, identity
+
+    monkeypatch.setattr(identity, "client_anchor", lambda pid=None: anchor)
+    monkeypatch.setattr(hooks, "client_anchor", identity.client_anchor)
+
+
+def gone_process() -> str:
+    """The anchor of a client process that has exited."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    return f"{dead.pid}:1"
+
+
+def this_process() -> str:
+    """The anchor of this test process, which stands for a client process that runs."""
+    return THIS_PROCESS
+
+
 def holding(name: str = "shop") -> list[AgentSession]:
     return list(AgentSession.objects.filter(name=name).exclude(status="exited"))
+
+
+def test_an_agent_restarted_after_a_crash_does_not_leave_its_old_session_holding_the_name(
+    inprocess_hub: str, register, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given Claude Code killed (no SessionEnd): its saved session, token included, is tied to a
+    process that is gone; when Claude Code starts again in the same folder, then the old session is
+    ended on the hub and its file removed before the new one registers: one live `shop`."""
+    from switchboard_agent.config import session_load
+
+    alice = register("alice")
+    client_process(monkeypatch, gone_process())
+    fire("SessionStart", SID_A, source="startup")
+    old = AgentSession.objects.get(name="shop")
+
+    client_process(monkeypatch, this_process())
+    _registered(fire("SessionStart", SID_B, source="startup"))
+
+    old.refresh_from_db()
+    assert old.status == "exited" and session_load(SID_A) is None
+    assert len(holding()) == 1
+    with HubClient(inprocess_hub, alice.token) as peer:
+        assert peer.send(to="shop", message="are you there?")["status"] == "queued"
+
+
+def test_a_session_resumed_by_a_new_process_after_a_crash_is_its_own_and_stays(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`claude --resume` after a crash carries on the same session id in a new process: the saved
+    session is tied to that process from then on, and another agent's registration leaves it be."""
+    client_process(monkeypatch, gone_process())
+    first = _registered(fire("SessionStart", SID_A, source="startup"))
+    client_process(monkeypatch, this_process())
+    assert _registered(fire("SessionStart", SID_A, source="resume")) == first
+
+    client_process(monkeypatch, "4242:1")  # another agent, in another client process
+    monkeypatch.setenv("SWITCHBOARD_NAME", "api")
+    fire("SessionStart", SID_B, source="startup", cwd="/work/api")
+
+    assert [s.ref for s in holding("shop")] == [first[1]] and len(holding("api")) == 1
+
+
+def test_a_session_end_the_hub_missed_is_ended_by_the_next_registration(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a SessionEnd while the hub was down (the saved session is marked ended, the hub never
+    heard), when any session registers next, then the hub hears the end and the file goes."""
+    from switchboard_agent.config import Breaker, session_load
+    from switchboard_agent.transport import ConnectError
+
+    fire("SessionStart", SID_A, source="startup")
+    working = HubClient.default_transport
+
+    class Down:
+        def handle(self, request: Any) -> Any:
+            raise ConnectError("Connection refused")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(HubClient, "default_transport", Down())
+    fire("SessionEnd", SID_A, reason="prompt_input_exit")
+    assert session_load(SID_A).ended and len(holding()) == 1
+
+    monkeypatch.setattr(HubClient, "default_transport", working)
+    Breaker(inprocess_hub).reset()
+    fire("SessionStart", SID_B, source="startup")
+
+    assert len(holding()) == 1 and session_load(SID_A) is None
+
+
+def test_left_behind_sessions_wait_while_the_hub_is_down_and_are_ended_a_few_at_a_time(
+    inprocess_hub: str, register, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five sessions of crashed agents: a registration against a hub that is down ends none (and
+    makes one request); with the hub back, each registration ends at most three."""
+    from switchboard_agent.config import SavedSession, saved_sessions, session_save
+    from switchboard_agent.registration import REAP_AT_ONCE
+    from switchboard_agent.transport import ConnectError
+
+    for n in range(5):
+        crashed = register("shop")
+        key = f"{SID_A[:-1]}{n}"
+        session_save(SavedSession.registered(crashed.data, key=key, hub=inprocess_hub, anchor=gone_process()))
+    client_process(monkeypatch, this_process())
+    working, calls = HubClient.default_transport, []
+
+    class Down:
+        def handle(self, request: Any) -> Any:
+            calls.append(request.url)
+            raise ConnectError("Connection refused")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(HubClient, "default_transport", Down())
+    fire("SessionStart", SID_B, source="startup")
+    assert len(calls) == 1 and len(list(saved_sessions(inprocess_hub))) == 5
+
+    monkeypatch.setattr(HubClient, "default_transport", working)
+    from switchboard_agent.config import Breaker
+
+    Breaker(inprocess_hub).reset()
+    fire("SessionStart", SID_B, source="startup")
+    assert len(holding()) == 5 - REAP_AT_ONCE + 1
+
+
+def test_a_registration_a_crashed_agent_sent_without_hearing_the_answer_is_ended_by_the_next(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given an agent whose registration the hub committed, whose answer was lost, and which was
+    then killed (only its pending record is left), when another agent registers, then the hub
+    session that registration made is ended and the record removed."""
+    from switchboard_agent.config import Breaker, pending_load
+    from tests.agents.lossy import LosesRegistrationAnswer
+
+    working = HubClient.default_transport
+    monkeypatch.setattr(HubClient, "default_transport", LosesRegistrationAnswer(working))
+    client_process(monkeypatch, gone_process())
+    fire("SessionStart", SID_A, source="startup")
+    assert pending_load(SID_A, inprocess_hub) is not None and len(holding()) == 1
+
+    monkeypatch.setattr(HubClient, "default_transport", working)
+    Breaker(inprocess_hub).reset()
+    client_process(monkeypatch, this_process())
+    fire("SessionStart", SID_B, source="startup")
+
+    assert pending_load(SID_A, inprocess_hub) is None
+    assert len(holding()) == 1 and AgentSession.objects.filter(status="exited").count() == 1
 
 
 def test_an_mcp_server_whose_registration_answer_was_lost_gets_the_same_session_back(
