@@ -16,9 +16,9 @@ from nacl.encoding import Base64Encoder
 from nacl.signing import SigningKey
 
 
-@pytest.fixture(autouse=True)
-def _federation_dirs(settings: Any, tmp_path: Path) -> None:
-    """Registry and files in the test's own folders; caches empty; this hub not a relay."""
+def federation_isolated(settings: Any, tmp_path: Path) -> None:
+    """Registry and files in the test's own folders; caches empty; this hub not a relay and with
+    no other hub configured."""
     from federation.services.discovery import discovery_cache_clear
     from federation.services.forwarding import hosts_cache_clear
 
@@ -30,6 +30,11 @@ def _federation_dirs(settings: Any, tmp_path: Path) -> None:
     settings.SWITCHBOARD_ROLE = "hub"
     hosts_cache_clear()
     discovery_cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _federation_dirs(settings: Any, tmp_path: Path) -> None:
+    federation_isolated(settings, tmp_path)
 
 
 @dataclass

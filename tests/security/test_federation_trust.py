@@ -27,7 +27,7 @@ from nacl.signing import SigningKey
 
 from federation.models import MessageAttachment, Peer, RemoteSession
 from messaging.models import AgentSession, Delivery, Message
-from tests.federation.conftest import OtherHub, pin_hub
+from tests.federation.conftest import OtherHub, federation_isolated, pin_hub
 
 URL = "/api/v1/federation/messages"
 ATTACKER_URL = "http://127.0.0.1:9"  # the caller's "listener": must never be called back
@@ -35,18 +35,8 @@ ATTACKER_URL = "http://127.0.0.1:9"  # the caller's "listener": must never be ca
 
 @pytest.fixture(autouse=True)
 def _federation_dirs(settings: Any, tmp_path: Path) -> None:
-    from federation.services.discovery import discovery_cache_clear
-    from federation.services.forwarding import hosts_cache_clear
-
-    settings.SWITCHBOARD_REGISTRY_DIR = tmp_path / "registry"
-    settings.SWITCHBOARD_FILES_DIR = tmp_path / "files"
-    settings.SWITCHBOARD_PUBLIC_URL = ""
-    settings.SWITCHBOARD_RELAY_URL = ""
-    settings.SWITCHBOARD_LAN_PEERS = []
-    settings.SWITCHBOARD_ROLE = "hub"
+    federation_isolated(settings, tmp_path)
     settings.SWITCHBOARD_PEER_TOFU = True
-    hosts_cache_clear()
-    discovery_cache_clear()
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from nacl.signing import SigningKey
 
 from federation.services import registry
 from federation.services.identity import key_fingerprint
-from tests.federation.conftest import OtherHub
+from tests.federation.conftest import OtherHub, federation_isolated
 
 URL = "/api/v1/federation/messages"
 NOBODY = 65534
@@ -35,18 +35,8 @@ needs_root = pytest.mark.skipif(
 @pytest.fixture(autouse=True)
 def _federation_dirs(settings: Any, tmp_path: Path) -> None:
     """Registry and files in the test's own folders (so registry warnings, once per path, are per test)."""
-    from federation.services.discovery import discovery_cache_clear
-    from federation.services.forwarding import hosts_cache_clear
-
-    settings.SWITCHBOARD_REGISTRY_DIR = tmp_path / "registry"
-    settings.SWITCHBOARD_FILES_DIR = tmp_path / "files"
-    settings.SWITCHBOARD_PUBLIC_URL = ""
-    settings.SWITCHBOARD_RELAY_URL = ""
-    settings.SWITCHBOARD_LAN_PEERS = []
-    settings.SWITCHBOARD_ROLE = "hub"
+    federation_isolated(settings, tmp_path)
     settings.SWITCHBOARD_PEER_TOFU = True
-    hosts_cache_clear()
-    discovery_cache_clear()
 
 
 @pytest.fixture
