@@ -483,10 +483,16 @@ def classify(
 # --- what an operator sees ------------------------------------------------------------------------
 
 
+def secrets_in(text: str) -> list[Finding]:
+    """The findings in `text` that are credentials (not destructive commands or transcript
+    requests), in order."""
+    return [f for f in findings(text) if f.rule.category == CREDENTIAL]
+
+
 def mask_text(text: str) -> str:
     """`text` with every matched secret replaced by its rule's label and a few of its characters.
     Destructive commands and transcript requests stay readable: they are what the operator judges."""
-    secrets = [f for f in findings(text) if f.rule.category == CREDENTIAL]
+    secrets = secrets_in(text)
     if not secrets:
         return text
     out, at = [], 0

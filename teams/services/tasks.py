@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, Invalid, NotFound
 from messaging.principals import Principal
+from messaging.sensitivity import secrets_in
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
 from teams.models import GateEvent, Membership, Role, Task, TaskEdge, TaskStatus, Team
@@ -48,6 +49,22 @@ def task_get(*, task_id: Any) -> Task:
 def _actor_member(team: Team, actor: Principal) -> Membership | None:
     """The caller's live membership (None for operators); Forbidden for outsiders."""
     return member_of_caller(team=team, actor=actor, operators=True)
+
+
+def _refuse_secrets(actor: Principal, **texts: str) -> None:
+    """A session may not put a credential on the board: every member reads it there, and the hub
+    cannot hold it for an operator as it holds a message carrying one. An operator may."""
+    if actor.is_operator:
+        return
+    for field, text in texts.items():
+        found = secrets_in(text or "")
+        if found:
+            raise Invalid(
+                "secret_on_board",
+                f"The task's {field} holds what looks like a secret ({', '.join(f.described for f in found)}); "
+                "every member reads the board. Nothing was changed. Leave the secret out, or send it "
+                "as a message: the hub holds it for an operator to approve.",
+            )
 
 
 def _check_text(title: str, description: str) -> tuple[str, str]:
@@ -108,6 +125,7 @@ def task_create(
 
     member = _actor_member(team, actor)
     title, description = _check_text(title, description)
+    _refuse_secrets(actor, title=title, description=description)
     blockers = _blockers(team, blocked_by or [])
     gate = gate_for(team=team, event=GateEvent.TASK_CREATED)
     with transaction.atomic():
@@ -316,6 +334,7 @@ def task_complete(*, task: Task, actor: Principal, result: str = "") -> Task:
     member = _actor_member(task.team, actor)
     if len(result) > DESCRIPTION_MAX:
         raise Invalid("result_too_long", f"A task result takes at most {DESCRIPTION_MAX:,} characters.")
+    _refuse_secrets(actor, result=result)
     gate = gate_for(team=task.team, event=GateEvent.TASK_COMPLETED)
     with transaction.atomic():
         locked = Task.objects.select_for_update(of=("self",)).select_related("team").get(pk=task.pk)

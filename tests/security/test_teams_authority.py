@@ -368,3 +368,28 @@ def test_the_team_group_hears_of_a_request_without_its_text(
     assert told[(f"team.{crew.team_id}",)]["withheld"] == ["payload", "reason"]
     assert "deploy with" in told[("operators",)]["payload"]["plan"]
     assert SECRET_KEY not in json.dumps(list(told.values()))
+
+
+def test_a_member_cannot_put_a_credential_on_the_board(api, crew, operator_token):
+    """Given alice holds an AWS key, when she writes it into a task's description or result (which
+    every member reads, and the hub cannot hold for an operator as it holds a message), then the
+    write is refused with a sentence saying why and what to do, and the board does not change.
+    An operator may still write what it chooses."""
+    refused = api.post(crew.path("/tasks"), crew.alice.token, {"title": "deploy", "description": LEAKED})
+    assert refused.status_code == 400, refused.json_body
+    assert refused.json_body["reason"] == "secret_on_board"
+    assert (
+        "send it as a message" in refused.json_body["detail"]
+        and SECRET_KEY not in refused.json_body["detail"]
+    )
+    assert api.get(crew.path("/tasks"), crew.bob.token).json_body["tasks"] == []
+
+    task = api.post(crew.path("/tasks"), crew.alice.token, {"title": "deploy"}).json_body
+    assert api.post(f"tasks/{task['id']}/claim", crew.alice.token, {}).status_code == 200
+    leak = api.post(f"tasks/{task['id']}/complete", crew.alice.token, {"result": f"done, used {LEAKED}"})
+    assert leak.status_code == 400 and leak.json_body["reason"] == "secret_on_board"
+    [seen] = api.get(crew.path("/tasks"), crew.bob.token).json_body["tasks"]
+    assert seen["status"] == "in_progress" and SECRET_KEY not in json.dumps(seen)
+
+    by_operator = api.post(crew.path("/tasks"), operator_token, {"title": "rotate", "description": LEAKED})
+    assert by_operator.status_code == 201, by_operator.json_body
