@@ -24,6 +24,6 @@ def federation_start() -> None:
     registry_refresh(live_sessions=live_session_names())
     print(
         f"  hub: {me.name} ({settings.SWITCHBOARD_ROLE}); key {me.public_key}; "
-        f"registry: {registry_status()} ({removed} stale entries removed)",
+        f"registry: {registry_status()}" + (f" ({removed} stale entries removed)" if removed else ""),
         flush=True,
     )
