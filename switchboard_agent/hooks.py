@@ -67,7 +67,7 @@ from switchboard_agent.config import (
 from switchboard_agent.delivery_text import render_messages
 from switchboard_agent.hints import reread
 from switchboard_agent.identity import SESSION_ENV, anchor_alive, client_anchor
-from switchboard_agent.registration import session_register_saved, sessions_reap
+from switchboard_agent.registration import session_register_saved
 from switchboard_agent.transport import Timeout
 
 log = logging.getLogger("switchboard.hook")
@@ -203,8 +203,8 @@ class Hook:
         """Register this session once: hooks of one session that start together (three tool calls
         at once, with no saved session) take the lock in turn, and the later ones find the first's.
         A registration whose answer was lost is resent with its registration key, and the hub hands
-        back the session it made (`registration.session_register_saved`); before registering, a few
-        saved sessions of agents that are gone are ended (`registration.sessions_reap`).
+        back the session it made, and a few saved sessions of agents that are gone are ended first
+        (`registration.session_register_saved`).
         `stale_token`: the saved token the hub refused (then a fresh registration replaces it)."""
         if not self.key:
             raise ValueError("The hook input has no session_id.")
@@ -214,25 +214,17 @@ class Hook:
                 return found
             if found is None and stale_token is None and (adopted := self.adopt()) is not None:
                 return adopted
-            name = session_name(self.cwd)
-            sessions_reap(
-                self.client,
-                hub=self.url,
-                alive=anchor_alive,
-                own_anchor=self.anchor,
-                keep=self.key,
-                prefer_name=name,
-                deadline=self.deadline,
-            )
             return session_register_saved(
                 self.client,
                 key=self.key,
                 hub=self.url,
-                name=name,
+                name=session_name(self.cwd),
                 cwd=self.cwd,
                 kind=KINDS.get(self.client_name, "claude-code"),
                 permission_mode="bypass" if self.event.get("permission_mode") in BYPASS_MODES else "default",
                 anchor=self.anchor,
+                alive=anchor_alive,
+                deadline=self.deadline,
                 keys=found.keys if found is not None else [self.key],
                 client=self.client_name,
             )

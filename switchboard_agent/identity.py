@@ -41,7 +41,7 @@ from switchboard_agent.config import (
     session_name,
     sessions_of_process,
 )
-from switchboard_agent.registration import session_register_saved, sessions_reap
+from switchboard_agent.registration import session_register_saved
 
 T = TypeVar("T")
 # Interpreters (and wrappers) an agent client runs hook commands through; the client is the first
@@ -256,18 +256,15 @@ class Identity:
         def make_client(token: str | None) -> HubClient:
             return self._make_client(self.url, token)
 
-        name = session_name(self.cwd)
-        sessions_reap(
-            make_client, hub=self.url, alive=anchor_alive, own_anchor=anchor, keep=key, prefer_name=name
-        )
         return session_register_saved(
             make_client,
             key=key,
             hub=self.url,
-            name=name,
+            name=session_name(self.cwd),
             cwd=self.cwd,
             kind=kind,
             anchor=anchor,
+            alive=anchor_alive,
             **saved_fields,
         )
 

@@ -55,15 +55,22 @@ def session_register_saved(
     cwd: str,
     kind: str,
     anchor: str,
+    alive: Callable[[str], bool],
+    deadline: float | None = None,
     permission_mode: str = "default",
     status: str = "busy",
     **saved_fields: Any,
 ) -> SavedSession:
     """Register the saved session `key` on `hub` and save it. The caller holds `session_lock(key)`.
 
-    A registration of this key sent before whose answer was never saved is resent as it was (its
-    registration key, name, folder and kind), so the hub hands back the session it made then
-    rather than a second one. `saved_fields` go into the saved session (`keys`, `client`, ...)."""
+    First a few saved sessions of agents that are gone are ended (`sessions_reap`, with `alive`
+    and `deadline`; those named `name` first). A registration of this key sent before whose
+    answer was never saved is resent as it was (its registration key, name, folder and kind), so
+    the hub hands back the session it made then rather than a second one. `saved_fields` go into
+    the saved session (`keys`, `client`, ...)."""
+    sessions_reap(
+        make_client, hub=hub, alive=alive, own_anchor=anchor, keep=key, prefer_name=name, deadline=deadline
+    )
     pending = pending_load(key, hub)
     if pending is None:
         pending = PendingRegistration(
@@ -79,14 +86,7 @@ def session_register_saved(
         pending_save(pending)  # before the request: its answer may be lost once the hub commits
     with make_client(None) as client:
         try:
-            body = client.register(
-                name=pending.name,
-                cwd=pending.cwd,
-                kind=pending.kind,
-                permission_mode=pending.permission_mode,
-                status=status,
-                registration_key=pending.registration_key,
-            )
+            body = _send(client, pending, status=status)
         except HubError as exc:
             if exc.status == 409 and exc.data.get("reason") == "registration_key":
                 pending_forget(key)  # the key is another registration's: the next try draws a new one
@@ -159,11 +159,17 @@ def _end(make_client: MakeClient, left: SavedSession | PendingRegistration) -> N
     token = left.token if isinstance(left, SavedSession) else None
     with make_client(token) as client:
         if isinstance(left, PendingRegistration):
-            client.register(
-                name=left.name,
-                cwd=left.cwd,
-                kind=left.kind,
-                permission_mode=left.permission_mode,
-                registration_key=left.registration_key,
-            )
+            _send(client, left)
         client.call("DELETE", "sessions/me", timeout=REAP_SECONDS)
+
+
+def _send(client: HubClient, pending: PendingRegistration, *, status: str = "idle") -> dict[str, Any]:
+    """The pending registration's request, exactly as it was first made (same registration key)."""
+    return client.register(
+        name=pending.name,
+        cwd=pending.cwd,
+        kind=pending.kind,
+        permission_mode=pending.permission_mode,
+        status=status,
+        registration_key=pending.registration_key,
+    )
