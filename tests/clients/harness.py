@@ -1,0 +1,156 @@
+"""Real agent CLIs (Claude Code, Codex CLI, Gemini CLI) against a real hub, with no way out.
+
+Each test gets a network namespace of its own with only loopback up: the hub, a stand-in for the
+client's model API (`tests/clients/model_*.py`, answering on 127.0.0.1 there) and the client itself
+all run inside it, so nothing a client tries to reach (its model, updates, telemetry) leaves the
+machine. The CLIs are the npm packages pinned in `tests/clients/package.json`, installed by
+`scripts/test-clients` into `tests/clients/node_modules` (or `SWITCHBOARD_CLIENTS_DIR`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hub_topology import REPO, VENV_BIN, Proc, wait_until
+
+CLIENTS_DIR = Path(os.environ.get("SWITCHBOARD_CLIENTS_DIR", Path(__file__).resolve().parent))
+HUB_PORT = 8765
+
+# One request to the hub, made from inside the namespace (the test process is outside it).
+_CALL = """
+import json, sys, urllib.request, urllib.error
+method, url, token, body = json.loads(sys.argv[1])
+request = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode())
+request.add_header("Content-Type", "application/json")
+if token:
+    request.add_header("Authorization", f"Bearer {token}")
+try:
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        status, raw = answer.status, answer.read()
+except urllib.error.HTTPError as error:
+    status, raw = error.code, error.read()
+print(json.dumps({"status": status, "body": json.loads(raw) if raw else None}))
+"""
+
+
+def client_bin(name: str) -> Path:
+    """The installed CLI `name` (claude, codex, gemini); skips the test when it is not installed."""
+    path = CLIENTS_DIR / "node_modules" / ".bin" / name
+    if not path.exists():
+        pytest.skip(
+            f"{name} is not installed: run scripts/test-clients (installs {CLIENTS_DIR}/package.json)"
+        )
+    return path
+
+
+@dataclass
+class Netns:
+    """A network namespace with only loopback; `argv` runs a command inside it."""
+
+    name: str
+    procs: list[Proc] = field(default_factory=list)
+
+    def argv(self, *argv: str | os.PathLike[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.name, *map(str, argv)]
+
+    def start(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> Proc:
+        """Start a long-running process inside the namespace (stopped when the namespace goes)."""
+        proc = Proc(name, self.argv(*argv), env, log).start()
+        self.procs.append(proc)
+        return proc
+
+    def run(
+        self, argv: list[str], *, env: dict[str, str], cwd: Path, timeout: float, stdin: str = ""
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the namespace to its end (bounded by `timeout`)."""
+        return subprocess.run(
+            self.argv(*argv), env=env, cwd=cwd, input=stdin, capture_output=True, text=True, timeout=timeout
+        )
+
+
+@contextmanager
+def netns() -> Iterator[Netns]:
+    """A namespace of this test's own (needs root, else the test is skipped), deleted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    space = Netns(f"sbcli-{secrets.token_hex(4)}")
+    subprocess.run(["ip", "netns", "add", space.name], check=True, capture_output=True, timeout=20)
+    try:
+        subprocess.run(
+            ["ip", "-n", space.name, "link", "set", "lo", "up"], check=True, capture_output=True, timeout=20
+        )
+        yield space
+    finally:
+        for proc in reversed(space.procs):
+            proc.stop(timeout=5)
+        subprocess.run(["ip", "netns", "del", space.name], capture_output=True, timeout=20)
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    """This process's environment without any Switchboard, hub or model-provider setting, with
+    `HOME` and `SWITCHBOARD_HOME` in the test's folder and `PATH` reaching the venv and node."""
+    dropped = ("SWITCHBOARD_", "DATABASE_URL", "REDIS_URL", "ANTHROPIC_", "OPENAI_", "GEMINI_", "GOOGLE_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped) and k != "CODEX_HOME"}
+    env.update(
+        HOME=str(home),
+        SWITCHBOARD_HOME=str(home / ".switchboard"),
+        PATH=f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        **extra,
+    )
+    return env
+
+
+@dataclass
+class HubInNetns:
+    """`switchboard serve` (embedded) on 127.0.0.1:8765 inside the namespace."""
+
+    space: Netns
+    home: Path
+    url: str = f"http://127.0.0.1:{HUB_PORT}"
+
+    def call(self, method: str, path: str, token: str | None = None, body: Any = None) -> dict[str, Any]:
+        """One request to `/api/v1/<path>` from inside the namespace: `{"status", "body"}`."""
+        args = json.dumps([method, f"{self.url}/api/v1/{path}", token, body])
+        out = self.space.run([sys.executable, "-c", _CALL, args], env=dict(os.environ), cwd=REPO, timeout=30)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout)
+
+    def register(self, name: str) -> dict[str, Any]:
+        """A plain session (a peer of the client under test): its `token`, `ref` and the rest."""
+        enroll_key = (self.home / "enroll.key").read_text().strip()
+        answer = self.call("POST", "sessions", enroll_key, {"name": name})
+        assert answer["status"] == 201, answer
+        return answer["body"]
+
+
+def hub_in(space: Netns, home: Path) -> HubInNetns:
+    """Start the hub inside `space` and wait (≤ 60 s) until it answers. It keeps its files in
+    `home/.switchboard`, the `SWITCHBOARD_HOME` of `clean_env(home)`: the agents there find its
+    enrollment key as they would on a user's machine."""
+    env = clean_env(home, PYTHONUNBUFFERED="1")
+    proc = space.start(
+        "hub",
+        [str(VENV_BIN / "switchboard"), "serve", "--host", "127.0.0.1", "--port", str(HUB_PORT)],
+        env,
+        home / "hub.log",
+    )
+    hub = HubInNetns(space, home / ".switchboard")
+
+    def answers() -> bool:
+        if not proc.alive():
+            raise AssertionError(proc.log()[-3000:])
+        return hub.call("GET", "ping")["status"] in (200, 401)
+
+    wait_until(answers, timeout=60, what="the hub in the namespace", interval=0.5)
+    return hub
