@@ -188,6 +188,9 @@ def merge_codex(text: str, *, mcp: dict[str, Any], hooks: dict[str, Any]) -> tup
     env = tomlkit.inline_table()
     env.update(mcp["env"])
     server["env"] = env
+    # `codex exec` sends its first model request without waiting for a server that is not
+    # required (Codex 0.171): the Switchboard tools would be missing from the first turn.
+    server["required"] = True
     servers["switchboard"] = server
     table = doc.get("hooks")
     if table is None:

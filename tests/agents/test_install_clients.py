@@ -253,6 +253,9 @@ def test_codex_install_merges_config_toml_keeping_the_user_s(tmp_path: Path, mon
         "SWITCHBOARD_ATTACH": "hooks",
         "SWITCHBOARD_CLIENT": "codex",
     }
+    # Codex 0.171 `codex exec` sends the first model request without waiting for a server that is
+    # not required: the Switchboard tools would be missing from it (tests/clients/test_codex.py).
+    assert server["required"] is True
     assert set(parsed["hooks"]) == CODEX_EVENTS | {"state"}
     for event in CODEX_EVENTS:
         [entry] = ours(parsed, event)
