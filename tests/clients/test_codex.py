@@ -1,0 +1,242 @@
+"""Codex CLI (the real `codex exec`, pinned in tests/clients/package.json) against a real hub.
+
+Everything runs in a network namespace with only loopback (tests/clients/harness.py): the hub, the
+stand-in for the Responses API (tests/clients/model_responses.py) and Codex. The user's steps are
+the ones docs/agents.md gives: `switchboard install-hooks --client codex --write` in the project,
+then trusting the project and the four hooks as Codex's `/hooks` does (`codex app-server`:
+`hooks/list`, then `config/batchWrite` of `[hooks.state]` with each hook's `currentHash`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hub_topology import VENV_BIN, Proc, wait_until
+from tests.clients.harness import HubInNetns, Netns, clean_env, client_bin, hub_in, netns
+
+pytestmark = [pytest.mark.e2e, pytest.mark.clients]
+
+MODEL_PORT = 8766
+MODEL_SCRIPT = Path(__file__).resolve().parent / "model_responses.py"
+CODEX_TIMEOUT = 60
+HOOK_DEADLINE_MS = 3000
+
+# The user's own Codex config: the stand-in as the model provider; no update check, analytics or
+# plugin sync (each would try the network, which the namespace does not have).
+USER_CONFIG = f"""\
+model = "stand-in-model"
+model_provider = "stand-in"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+remote_plugin = false
+in_app_updates = false
+
+[model_providers.stand-in]
+name = "stand-in"
+base_url = "http://127.0.0.1:{MODEL_PORT}/v1"
+wire_api = "responses"
+"""
+
+# What Codex's /hooks does, through the app server Codex's TUI talks to: list the hooks, record each
+# one's current hash as trusted in the user's config.toml ([hooks.state]).
+_TRUST = """
+import json, subprocess, sys
+codex, project = sys.argv[1], sys.argv[2]
+server = subprocess.Popen([codex, "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+last = 0
+def call(method, params):
+    global last
+    last += 1
+    server.stdin.write(json.dumps({"id": last, "method": method, "params": params}) + "\\n")
+    server.stdin.flush()
+    while True:
+        message = json.loads(server.stdout.readline())
+        if message.get("id") == last:
+            if "error" in message:
+                raise SystemExit(f"{method}: {message['error']}")
+            return message["result"]
+def write(key_path, value):
+    call("config/batchWrite", {"edits": [{"keyPath": key_path, "mergeStrategy": "upsert", "value": value}]})
+call("initialize", {"clientInfo": {"name": "switchboard-tests", "version": "0"}})
+server.stdin.write(json.dumps({"method": "initialized"}) + "\\n")
+hooks = [h for entry in call("hooks/list", {"cwds": [project]})["data"] for h in entry["hooks"]]
+write("hooks.state", {h["key"]: {"trusted_hash": h["currentHash"]} for h in hooks})
+# "Always allow" the Switchboard tools: `codex exec` fails a tool call that needs approval.
+write("mcp_servers.switchboard.default_tools_approval_mode", "approve")
+hooks = [h for entry in call("hooks/list", {"cwds": [project]})["data"] for h in entry["hooks"]]
+print(json.dumps([{"event": h["eventName"], "trust": h["trustStatus"]} for h in hooks]))
+server.stdin.close()
+server.wait(timeout=10)
+"""
+
+
+class CodexSetup:
+    """A user's machine in the namespace: HOME with Codex's config, a project with the
+    Switchboard hooks installed and trusted, the model stand-in listening."""
+
+    def __init__(self, space: Netns, home: Path) -> None:
+        self.space = space
+        self.home = home
+        self.codex = client_bin("codex")
+        self.project = home / "proj"
+        self.project.mkdir()
+        self.env = clean_env(home, CODEX_HOME=str(home / ".codex"), SHELL="/bin/bash", SB_DUMP_TMP="1")
+        (home / ".codex").mkdir()
+        (home / ".codex" / "config.toml").write_text(USER_CONFIG)
+        self.requests_log = home / "model-requests.jsonl"
+        self.release = home / "model-release"
+
+    def install_hooks(self) -> str:
+        argv = [
+            str(VENV_BIN / "switchboard"),
+            "install-hooks",
+            "--client",
+            "codex",
+            "--scope",
+            "user",
+            "--write",
+        ]
+        out = self.run(argv)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def trust(self) -> list[dict[str, str]]:
+        out = self.run([sys.executable, "-c", _TRUST, str(self.codex), str(self.project)])
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def start_model(self) -> None:
+        argv = [sys.executable, str(MODEL_SCRIPT), "--port", str(MODEL_PORT)]
+        argv += ["--log", str(self.requests_log), "--release", str(self.release)]
+        # Up well before Codex's first request (Codex retries a refused connection anyway).
+        self.space.start("model", argv, self.env, self.home / "model.log")
+
+    def start_codex(self, prompt: str) -> Proc:
+        # In the project, as its user would start it (`env -C` execs Codex there).
+        argv = ["env", "-C", str(self.project), str(self.codex), "exec", "--skip-git-repo-check", "--json"]
+        argv += [prompt]
+        return self.space.start("codex", argv, self.env, self.home / "codex.log")
+
+    def run(self, argv: list[str], timeout: float = 60) -> Any:
+        return self.space.run(argv, env=self.env, cwd=self.project, timeout=timeout)
+
+    def requests(self) -> list[dict[str, Any]]:
+        if not self.requests_log.exists():
+            return []
+        return [json.loads(line) for line in self.requests_log.read_text().splitlines() if line.strip()]
+
+    def agent_log(self) -> list[str]:
+        path = self.home / ".switchboard" / "agent.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+
+def sessions_named(hub: HubInNetns, token: str, name: str) -> list[dict[str, Any]]:
+    answer = hub.call("GET", f"agents?include_exited=true&name={name}", token)
+    assert answer["status"] == 200, answer
+    return [a for a in answer["body"]["agents"] if a["name"] == name]
+
+
+def final_answer(home: Path, session_id: str) -> str:
+    with sqlite3.connect(home / ".switchboard" / "switchboard.sqlite3") as db:
+        row = db.execute(
+            "SELECT final_answer FROM messaging_agentsession WHERE id = ?", [session_id.replace("-", "")]
+        ).fetchone()
+    return row[0] if row else ""
+
+
+def texts(value: Any) -> list[str]:
+    """Every string in a request body (what the model reads, among the rest)."""
+    if isinstance(value, str):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [text for item in items for text in texts(item)]
+
+
+def hook_calls(lines: list[str]) -> list[tuple[str, str, float]]:
+    """(event, outcome, milliseconds) of each `switchboard hook` call in agent.log."""
+    found = re.findall(r"hook (\w+): (.*); \d+ request\(s\), ([\d.]+) ms", "\n".join(lines))
+    return [(event, outcome, float(ms)) for event, outcome, ms in found]
+
+
+def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: Path) -> None:
+    with netns() as space:
+        hub = hub_in(space, tmp_path)
+        peer = hub.register("peer")
+        setup = CodexSetup(space, tmp_path)
+        setup.install_hooks()
+        trusted = setup.trust()
+        assert sorted(h["event"] for h in trusted) == [
+            "postToolUse",
+            "sessionStart",
+            "stop",
+            "userPromptSubmit",
+        ]
+        assert {h["trust"] for h in trusted} == {"trusted"}
+        setup.start_model()
+        codex = setup.start_codex("Say hello to peer on Switchboard.")
+
+        # The MCP server (or the SessionStart hook) registers the session; the model's first answer
+        # waits until the peer has a message queued for it.
+        mine = wait_until(
+            lambda: sessions_named(hub, peer["token"], "proj"), timeout=30, what="codex's session"
+        )
+        sent = hub.call(
+            "POST", "messages", peer["token"], {"to": mine[0]["ref"], "message": "ping from peer"}
+        )
+        assert sent["status"] == 201, sent
+        setup.release.touch()
+        assert codex.popen.wait(timeout=CODEX_TIMEOUT) == 0, codex.log()[-3000:]
+
+        # One hub session for the run: hooks and MCP server shared it, and it ended with Codex.
+        [session] = sessions_named(hub, peer["token"], "proj")
+        assert (session["kind"], session["status"]) == ("codex", "exited"), session
+        assert final_answer(tmp_path, session["id"]) == "done"
+        assert list((tmp_path / ".switchboard" / "sessions").glob("*.json")) == []
+        # The model's tool call reached the peer from that session.
+        inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
+        assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", session["ref"])], (
+            inbox
+        )
+        # The peer's message reached the model, behind the hub's marker.
+        bodies = ["\n".join(texts(r["body"])) for r in setup.requests()]
+        assert any('[SWITCHBOARD FROM="peer"' in b and "ping from peer" in b for b in bodies)
+        assert any(f"registered on the Switchboard hub as proj [{session['ref']}]" in b for b in bodies)
+        # Every hook ran, and none failed.
+        calls = hook_calls(setup.agent_log())
+        assert {event for event, _, _ in calls} == {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"}
+        assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
+
+
+def test_codex_finishes_its_turn_promptly_without_a_hub(tmp_path: Path) -> None:
+    with netns() as space:  # a hub that is stopped: its key is there, nothing listens on its port
+        setup = CodexSetup(space, tmp_path)
+        (tmp_path / ".switchboard").mkdir()
+        (tmp_path / ".switchboard" / "enroll.key").write_text("sbk_a-hub-that-is-stopped\n")
+        setup.install_hooks()
+        setup.trust()
+        setup.start_model()
+        setup.release.touch()
+        started = time.monotonic()
+        codex = setup.start_codex("Say hello to peer on Switchboard.")
+        assert codex.popen.wait(timeout=CODEX_TIMEOUT) == 0, codex.log()[-3000:]
+        took = time.monotonic() - started
+
+        calls = hook_calls(setup.agent_log())
+        print(f"codex exec without a hub: {took:.1f} s; hook calls (event, outcome, ms): {calls}")
+        # Codex runs no PostToolUse hook after a failed tool call (send_message: the hub is away).
+        assert {event for event, _, _ in calls} == {"SessionStart", "UserPromptSubmit", "Stop"}
+        assert all(ms < HOOK_DEADLINE_MS for _, _, ms in calls), calls
+        assert '"agent_message","text":"done"' in codex.log()
