@@ -287,8 +287,16 @@ class Identity:
         if not self.attach_to_hooks or self.owns_client_session:
             self.client()
 
-    def close(self) -> None:
-        client, self._client = self._client, None
+    def close(self, *, wait: float = 1.0) -> None:
+        """End the session this process registered. A registration still under way (the server
+        registers in the background) gets up to `wait` seconds to finish, so that the session it
+        makes is ended too; one that takes longer is not waited for."""
+        held = self._lock.acquire(timeout=wait)
+        try:
+            client, self._client = self._client, None
+        finally:
+            if held:
+                self._lock.release()
         if client is None:
             return
         try:

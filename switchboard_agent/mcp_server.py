@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from importlib.metadata import PackageNotFoundError, version
@@ -218,12 +219,17 @@ def _message_row(m: dict[str, Any]) -> dict[str, Any]:
 def build_server(identity: Identity) -> MCPServer:
     """The MCP server with every Switchboard tool, acting as `identity`."""
 
-    @asynccontextmanager
-    async def lifespan(_: MCPServer) -> AsyncIterator[None]:
+    def register() -> None:
         try:
-            await anyio.to_thread.run_sync(identity.start)
+            identity.start()
         except HubError as exc:  # the hub may come up later; tools register on first use
             log.warning("could not register with the hub yet: %s", exc.detail)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[None]:
+        # The client gets its answers at once whatever the hub does: a hub that never answers
+        # must not hold up the agent's start (a tool called meanwhile waits for the registration).
+        threading.Thread(target=register, name="switchboard-register", daemon=True).start()
         try:
             yield
         finally:
