@@ -32,7 +32,8 @@ program instead (`{"type": "agent-turn-complete", ..., "last-assistant-message"}
 argument): that reports the session idle with the final answer (Codex reads nothing back).
 
 A hub that is down, slow or misconfigured must never break the agent: each call has one deadline
-(`HOOK_DEADLINE` seconds in all, whatever the hub does), every failure is logged to
+(`HOOK_DEADLINE` seconds in all, whatever the hub does, counted from the process's start as the
+client counts it), every failure is logged to
 `$SWITCHBOARD_HOME/agent.log`, the hook prints nothing and exits 0 (fail open), and after a failure
 later hooks skip the hub for a short while (`config.Breaker`) instead of each paying the timeout.
 """
@@ -48,6 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from switchboard_agent.client import HubClient, HubError, HubUnreachable
@@ -74,6 +76,9 @@ log = logging.getLogger("switchboard.hook")
 T = TypeVar("T")
 # One hook call, start to answer, whatever the hub does (Claude Code waits for it between tool calls).
 HOOK_DEADLINE = 3.0
+# Of it, at most this much goes to the process's own start (Python and the imports, before
+# `run_hook`): the rest is always left for the hub.
+STARTUP_SHARE = 1.0
 HOOK_TIMEOUT = Timeout(read=HOOK_DEADLINE, connect=1.0)
 MAX_FINAL_ANSWER = 20_000
 LOG_MAX_BYTES = 1_000_000  # agent.log, before it is moved to agent.log.1
@@ -464,6 +469,18 @@ def watchdog(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def process_age() -> float:
+    """Seconds since this process started, as far as `/proc/self/stat` tells (0 without it): the
+    client times a hook from its start, and Python's own start takes a few hundred ms of that."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, starttime since boot
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+    return max(0.0, age)
+
+
 def run_hook(
     stdin: IO[str] | None,
     stdout: IO[str],
@@ -472,11 +489,14 @@ def run_hook(
     client_name: str = "claude",
     payload: str | None = None,
     guard: bool = False,
+    spent: float = 0.0,
 ) -> int:
     """Read one event (`payload`, else stdin), handle it, print the answer. Never raises, always
-    returns 0. `guard`: also arm the SIGALRM watchdog (the `switchboard hook` process does)."""
+    returns 0. `guard`: also arm the SIGALRM watchdog (the `switchboard hook` process does).
+    `spent`: seconds of the deadline gone before this call (the process's start; at most
+    STARTUP_SHARE counts)."""
     started = time.perf_counter()
-    deadline = time.monotonic() + HOOK_DEADLINE
+    deadline = time.monotonic() + HOOK_DEADLINE - min(max(spent, 0.0), STARTUP_SHARE)
     hook: Hook | None = None
     breaker: Breaker | None = None
     try:
@@ -491,7 +511,7 @@ def run_hook(
         if until is not None:
             status = f"skipped: the hub failed recently; next try in {until - time.time():.0f} s"
         else:
-            with watchdog(HOOK_DEADLINE + 0.5) if guard else nullcontext():
+            with watchdog(max(deadline - time.monotonic(), 0.0) + 0.5) if guard else nullcontext():
                 answer = hook.run()
             if answer is not None:
                 stdout.write(json.dumps(answer))
@@ -519,4 +539,6 @@ def run_hook(
 
 def main(*, client_name: str = "claude", payload: str | None = None) -> int:
     stdin = None if payload is not None else sys.stdin
-    return run_hook(stdin, sys.stdout, client_name=client_name, payload=payload, guard=True)
+    return run_hook(
+        stdin, sys.stdout, client_name=client_name, payload=payload, guard=True, spent=process_age()
+    )
