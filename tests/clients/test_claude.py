@@ -34,6 +34,9 @@ MODEL_PORT = 8766
 TOOL = "mcp__switchboard__send_message"
 STAND_IN = Path(__file__).resolve().parent / "model_anthropic.py"
 RUN_TIMEOUT = 60
+HOOK_TIMED = re.compile(
+    r"Hooks: (\w+)\S* \[[^\]]*switchboard hook[^\]]*\] finished with status 0 \((\d+)ms\)"
+)
 HOOK_LINE = re.compile(r" (INFO|WARNING) hook (\w+): (.*); (\d+) request\(s\), ([\d.]+) ms$")
 
 
@@ -274,12 +277,17 @@ def test_claude_code_finishes_its_turn_promptly_without_a_hub(tmp_path: Path, hu
         took = time.monotonic() - started
 
     assert result["result"] == "done" and not result["is_error"], result
+    # As Claude Code timed each hook (its debug log), and as each hook logged itself.
+    timed = HOOK_TIMED.findall((tmp_path / "claude-debug.log").read_text())
     calls = hook_calls(tmp_path)
-    print(f"\nhub {hub_state}: claude -p took {took:.1f} s; hooks:", *calls, sep="\n  ")
-    assert {event for _, event, _, _ in calls} >= {
+    print(f"\nhub {hub_state}: claude -p took {took:.1f} s; hooks:", *timed, *calls, sep="\n  ")
+    assert [event for event, _ in timed] == ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"], timed
+    assert all(int(ms) < 3300 for _, ms in timed), timed
+    assert [event for _, event, _, _ in calls] == [
         "SessionStart",
         "UserPromptSubmit",
         "PostToolUse",
         "Stop",
-    }, calls
-    assert all(ms < 3500 for _, _, _, ms in calls), calls
+        "SessionEnd",
+    ], calls
+    assert all(ms < 3000 for _, _, _, ms in calls), calls
