@@ -2,9 +2,11 @@
 event's JSON on stdin and read its answer (JSON on stdout, or nothing); Codex CLI runs it as its
 `notify` program with the event's JSON as the last argument. It always exits 0.
 
-Claude Code (hooks reference, checked 2026-12): every event carries `session_id`, `transcript_path`,
-`cwd`, `permission_mode` and `hook_event_name`; hooks get `CLAUDE_CODE_SESSION_ID` too.
-- SessionStart (`source`: startup | resume | clear | compact): register this session, or carry on
+Claude Code (2.1.332, run for real in tests/clients/test_claude.py): every event carries
+`session_id`, `transcript_path`, `cwd` and `hook_event_name`, all but SessionStart and SessionEnd
+`permission_mode` too; hooks also get `CLAUDE_CODE_SESSION_ID` in their environment.
+- SessionStart (`source`: startup | resume | clear | compact): register this session (in the
+  permission mode Claude Code was started with, `claude_launch_mode`), or carry on
   the hub session its Claude Code process already has (after /clear or /resume the session id
   changes, the hub session and its ref do not); `hookSpecificOutput.additionalContext` tells the
   model who it is on the hub.
@@ -173,6 +175,15 @@ class Hook:
             self._anchor = client_anchor()
         return self._anchor
 
+    def permission_mode(self) -> str | None:
+        """The client's permission mode. Claude Code's SessionStart carries none (2.1.332 passes
+        `permission_mode` from UserPromptSubmit on), yet it registers the session: then the mode
+        its process was started with (`claude_launch_mode`)."""
+        mode = self.event.get("permission_mode")
+        if mode is None and self.client_name == "claude" and self.anchor:
+            return claude_launch_mode(self.anchor.partition(":")[0], self.cwd)
+        return str(mode) if mode is not None else None
+
     def client(self, token: str | None) -> HubClient:
         client = self._make_client(self.url, token)
         client.deadline = self.deadline
@@ -226,7 +237,7 @@ class Hook:
                 name=session_name(self.cwd),
                 cwd=self.cwd,
                 kind=KINDS.get(self.client_name, "claude-code"),
-                permission_mode="bypass" if self.event.get("permission_mode") in BYPASS_MODES else "default",
+                permission_mode="bypass" if self.permission_mode() in BYPASS_MODES else "default",
                 anchor=self.anchor,
                 alive=anchor_alive,
                 deadline=self.deadline,
@@ -376,6 +387,33 @@ class Hook:
         if step == "turn-complete":
             self.on_turn_complete()
         return None
+
+
+def claude_launch_mode(pid: str, cwd: str) -> str | None:
+    """The permission mode Claude Code process `pid` started in: its `--permission-mode`
+    (`--dangerously-skip-permissions` is bypassPermissions), else `permissions.defaultMode` of
+    its local, project and user settings, the first that sets one. None when nothing says."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        argv = []
+    for at, arg in enumerate(argv):
+        if arg == "--dangerously-skip-permissions":
+            return "bypassPermissions"
+        if arg == "--permission-mode" and at + 1 < len(argv):
+            return argv[at + 1]
+        if arg.startswith("--permission-mode="):
+            return arg.partition("=")[2]
+    project = Path(os.environ.get("CLAUDE_PROJECT_DIR") or cwd) / ".claude"
+    user = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+    for path in (project / "settings.local.json", project / "settings.json", user / "settings.json"):
+        try:
+            mode = json.loads(path.read_text(encoding="utf-8")).get("permissions", {}).get("defaultMode")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(mode, str):
+            return mode
+    return None
 
 
 def _context(event_name: str, text: str) -> dict[str, Any]:
