@@ -82,7 +82,9 @@ def model_in(
     return requests, gate
 
 
-def claude(space: Netns, home: Path, project: Path, prompt: str, *extra: str) -> subprocess.Popen[str]:
+def claude(
+    space: Netns, home: Path, project: Path, prompt: str, *extra: str, **env_extra: str
+) -> subprocess.Popen[str]:
     """`claude -p` in `space`, its model the stand-in, its outside traffic turned off."""
     env = clean_env(
         home,
@@ -92,6 +94,7 @@ def claude(space: Netns, home: Path, project: Path, prompt: str, *extra: str) ->
         DISABLE_AUTOUPDATER="1",
         DISABLE_TELEMETRY="1",
         DISABLE_ERROR_REPORTING="1",
+        **env_extra,
     )
     argv = [
         client_bin("claude"),
@@ -161,7 +164,7 @@ def hub_sessions(home: Path) -> list[sqlite3.Row]:
     with sqlite3.connect(f"file:{home / '.switchboard' / 'switchboard.sqlite3'}?mode=ro", uri=True) as db:
         db.row_factory = sqlite3.Row
         return db.execute(
-            "SELECT name, ref, kind, status, final_answer FROM messaging_agentsession"
+            "SELECT name, ref, kind, status, final_answer, permission_mode FROM messaging_agentsession"
         ).fetchall()
 
 
@@ -291,3 +294,30 @@ def test_claude_code_finishes_its_turn_promptly_without_a_hub(tmp_path: Path, hu
         "SessionEnd",
     ], calls
     assert all(ms < 3000 for _, _, _, ms in calls), calls
+
+
+def test_claude_code_started_without_permission_prompts_registers_as_bypass(tmp_path: Path) -> None:
+    """Its SessionStart says nothing of the mode, yet the hub must know it: it holds messages from
+    peers that ask for permission to a session that never asks."""
+    with netns() as space:
+        hub_in(space, tmp_path)
+        project = project_in(tmp_path)
+        (project / "notes.txt").write_text("nothing to see\n")
+        _, gate = model_in(space, tmp_path, tool="Read", args={"file_path": str(project / "notes.txt")})
+        gate.touch()
+        # IS_SANDBOX: Claude Code's own switch that lets root (the namespace needs root) skip prompts.
+        result, _ = finish(
+            claude(
+                space,
+                tmp_path,
+                project,
+                "Read notes.txt.",
+                "--permission-mode",
+                "bypassPermissions",
+                IS_SANDBOX="1",
+            )
+        )
+
+    assert result["result"] == "done", result
+    [session] = [s for s in hub_sessions(tmp_path) if s["kind"] == "claude-code"]
+    assert session["permission_mode"] == "bypass"
