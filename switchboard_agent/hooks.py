@@ -2,9 +2,11 @@
 event's JSON on stdin and read its answer (JSON on stdout, or nothing); Codex CLI runs it as its
 `notify` program with the event's JSON as the last argument. It always exits 0.
 
-Claude Code (hooks reference, checked 2026-12): every event carries `session_id`, `transcript_path`,
-`cwd`, `permission_mode` and `hook_event_name`; hooks get `CLAUDE_CODE_SESSION_ID` too.
-- SessionStart (`source`: startup | resume | clear | compact): register this session, or carry on
+Claude Code (2.1.332, run for real in tests/clients/test_claude.py): every event carries
+`session_id`, `transcript_path`, `cwd` and `hook_event_name`, all but SessionStart and SessionEnd
+`permission_mode` too; hooks also get `CLAUDE_CODE_SESSION_ID` in their environment.
+- SessionStart (`source`: startup | resume | clear | compact): register this session (in the
+  permission mode Claude Code was started with, `claude_launch_mode`), or carry on
   the hub session its Claude Code process already has (after /clear or /resume the session id
   changes, the hub session and its ref do not); `hookSpecificOutput.additionalContext` tells the
   model who it is on the hub.
@@ -32,7 +34,8 @@ program instead (`{"type": "agent-turn-complete", ..., "last-assistant-message"}
 argument): that reports the session idle with the final answer (Codex reads nothing back).
 
 A hub that is down, slow or misconfigured must never break the agent: each call has one deadline
-(`HOOK_DEADLINE` seconds in all, whatever the hub does), every failure is logged to
+(`HOOK_DEADLINE` seconds in all, whatever the hub does, counted from the process's start as the
+client counts it), every failure is logged to
 `$SWITCHBOARD_HOME/agent.log`, the hook prints nothing and exits 0 (fail open), and after a failure
 later hooks skip the hub for a short while (`config.Breaker`) instead of each paying the timeout.
 """
@@ -48,6 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from switchboard_agent.client import HubClient, HubError, HubUnreachable
@@ -74,6 +78,9 @@ log = logging.getLogger("switchboard.hook")
 T = TypeVar("T")
 # One hook call, start to answer, whatever the hub does (Claude Code waits for it between tool calls).
 HOOK_DEADLINE = 3.0
+# Of it, at most this much goes to the process's own start (Python and the imports, before
+# `run_hook`): the rest is always left for the hub.
+STARTUP_SHARE = 1.0
 HOOK_TIMEOUT = Timeout(read=HOOK_DEADLINE, connect=1.0)
 MAX_FINAL_ANSWER = 20_000
 LOG_MAX_BYTES = 1_000_000  # agent.log, before it is moved to agent.log.1
@@ -168,6 +175,15 @@ class Hook:
             self._anchor = client_anchor()
         return self._anchor
 
+    def permission_mode(self) -> str | None:
+        """The client's permission mode. Claude Code's SessionStart carries none (2.1.332 passes
+        `permission_mode` from UserPromptSubmit on), yet it registers the session: then the mode
+        its process was started with (`claude_launch_mode`)."""
+        mode = self.event.get("permission_mode")
+        if mode is None and self.client_name == "claude" and self.anchor:
+            return claude_launch_mode(self.anchor.partition(":")[0], self.cwd)
+        return str(mode) if mode is not None else None
+
     def client(self, token: str | None) -> HubClient:
         client = self._make_client(self.url, token)
         client.deadline = self.deadline
@@ -221,7 +237,7 @@ class Hook:
                 name=session_name(self.cwd),
                 cwd=self.cwd,
                 kind=KINDS.get(self.client_name, "claude-code"),
-                permission_mode="bypass" if self.event.get("permission_mode") in BYPASS_MODES else "default",
+                permission_mode="bypass" if self.permission_mode() in BYPASS_MODES else "default",
                 anchor=self.anchor,
                 alive=anchor_alive,
                 deadline=self.deadline,
@@ -373,6 +389,33 @@ class Hook:
         return None
 
 
+def claude_launch_mode(pid: str, cwd: str) -> str | None:
+    """The permission mode Claude Code process `pid` started in: its `--permission-mode`
+    (`--dangerously-skip-permissions` is bypassPermissions), else `permissions.defaultMode` of
+    its local, project and user settings, the first that sets one. None when nothing says."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        argv = []
+    for at, arg in enumerate(argv):
+        if arg == "--dangerously-skip-permissions":
+            return "bypassPermissions"
+        if arg == "--permission-mode" and at + 1 < len(argv):
+            return argv[at + 1]
+        if arg.startswith("--permission-mode="):
+            return arg.partition("=")[2]
+    project = Path(os.environ.get("CLAUDE_PROJECT_DIR") or cwd) / ".claude"
+    user = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+    for path in (project / "settings.local.json", project / "settings.json", user / "settings.json"):
+        try:
+            mode = json.loads(path.read_text(encoding="utf-8")).get("permissions", {}).get("defaultMode")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(mode, str):
+            return mode
+    return None
+
+
 def _context(event_name: str, text: str) -> dict[str, Any]:
     return {"hookSpecificOutput": {"hookEventName": event_name, "additionalContext": text}}
 
@@ -464,6 +507,18 @@ def watchdog(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def process_age() -> float:
+    """Seconds since this process started, as far as `/proc/self/stat` tells (0 without it): the
+    client times a hook from its start, and Python's own start takes a few hundred ms of that."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, starttime since boot
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+    return max(0.0, age)
+
+
 def run_hook(
     stdin: IO[str] | None,
     stdout: IO[str],
@@ -472,11 +527,14 @@ def run_hook(
     client_name: str = "claude",
     payload: str | None = None,
     guard: bool = False,
+    spent: float = 0.0,
 ) -> int:
     """Read one event (`payload`, else stdin), handle it, print the answer. Never raises, always
-    returns 0. `guard`: also arm the SIGALRM watchdog (the `switchboard hook` process does)."""
+    returns 0. `guard`: also arm the SIGALRM watchdog (the `switchboard hook` process does).
+    `spent`: seconds of the deadline gone before this call (the process's start; at most
+    STARTUP_SHARE counts)."""
     started = time.perf_counter()
-    deadline = time.monotonic() + HOOK_DEADLINE
+    deadline = time.monotonic() + HOOK_DEADLINE - min(max(spent, 0.0), STARTUP_SHARE)
     hook: Hook | None = None
     breaker: Breaker | None = None
     try:
@@ -491,7 +549,7 @@ def run_hook(
         if until is not None:
             status = f"skipped: the hub failed recently; next try in {until - time.time():.0f} s"
         else:
-            with watchdog(HOOK_DEADLINE + 0.5) if guard else nullcontext():
+            with watchdog(max(deadline - time.monotonic(), 0.0) + 0.5) if guard else nullcontext():
                 answer = hook.run()
             if answer is not None:
                 stdout.write(json.dumps(answer))
@@ -519,4 +577,6 @@ def run_hook(
 
 def main(*, client_name: str = "claude", payload: str | None = None) -> int:
     stdin = None if payload is not None else sys.stdin
-    return run_hook(stdin, sys.stdout, client_name=client_name, payload=payload, guard=True)
+    return run_hook(
+        stdin, sys.stdout, client_name=client_name, payload=payload, guard=True, spent=process_age()
+    )

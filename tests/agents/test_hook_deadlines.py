@@ -158,3 +158,28 @@ def test_a_hub_that_answers_again_closes_the_breaker(
 
     assert "Refunds API is live." in json.loads(out.getvalue())["hookSpecificOutput"]["additionalContext"]
     assert not breaker.path.exists()
+
+
+def test_the_deadline_counts_the_hook_process_start_up(hung: HungHub, tmp_path: Path, monkeypatch) -> None:
+    """Claude Code times a hook from its start: the second Python took to start is part of the 3 s."""
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path))
+    monkeypatch.setenv("SWITCHBOARD_URL", hung.url)
+    monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", "k" * 32)
+    save_session(tmp_path, hung.url)
+
+    started = time.monotonic()
+    assert run_hook(io.StringIO(payload("PostToolUse")), io.StringIO(), spent=0.8) == 0
+
+    assert time.monotonic() - started < HOOK_DEADLINE - 0.8 + 0.3
+    assert hung.accepted == 1
+
+
+def test_a_hook_process_knows_how_long_ago_it_started() -> None:
+    from switchboard_agent.hooks import process_age
+
+    code = (
+        "import time; time.sleep(0.3); from switchboard_agent.hooks import process_age; print(process_age())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=30)
+    assert 0.3 <= float(done.stdout) < 5.0
+    assert process_age() >= 0.0

@@ -359,3 +359,53 @@ def test_the_log_keeps_one_earlier_file_once_it_is_full(
     assert "hook Notification: ok; 0 request(s)" in last_log_line()
     assert len((tmp_path / "agent.log").read_text().splitlines()) == 1
     assert stat.S_IMODE((tmp_path / "agent.log").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        ["--permission-mode", "bypassPermissions"],
+        ["--permission-mode=bypassPermissions"],
+        ["--dangerously-skip-permissions"],
+    ],
+)
+def test_a_session_started_in_bypass_mode_registers_as_bypass_though_session_start_says_nothing(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch, launch: list[str]
+) -> None:
+    """Claude Code 2.1.332 sends no permission_mode with SessionStart: the hook reads the mode its
+    Claude Code process was started with."""
+    import subprocess
+    import sys
+
+    from switchboard_agent import hooks
+    from switchboard_agent.identity import _process
+
+    claude = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", *launch])
+    try:
+        monkeypatch.setattr(hooks, "client_anchor", lambda: f"{claude.pid}:{_process(claude.pid)[1]}")
+        start = event("SessionStart", source="startup")
+        del start["permission_mode"]
+        hook(start)
+    finally:
+        claude.kill()
+        claude.wait()
+
+    assert AgentSession.objects.get(name="billing").permission_mode == "bypass"
+
+
+def test_a_session_start_without_a_mode_takes_the_settings_default_mode(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from switchboard_agent import hooks
+
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(
+        '{"permissions": {"defaultMode": "bypassPermissions"}}'
+    )
+    monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(tmp_path))
+    monkeypatch.setattr(hooks, "client_anchor", lambda: f"{os.getpid()}:0")  # started with pytest's argv
+    start = event("SessionStart", source="startup")
+    del start["permission_mode"]
+    hook(start)
+
+    assert AgentSession.objects.get(name="billing").permission_mode == "bypass"

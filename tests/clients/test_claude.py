@@ -1,0 +1,323 @@
+"""Claude Code (the real CLI, `claude -p`) against a real hub, set up by `switchboard install-hooks`.
+
+Everything runs in a network namespace with only loopback: the hub, a stand-in for the Anthropic
+Messages API (`model_anthropic.py`, playing a scripted model) and Claude Code. The scripted model
+loads the Switchboard MCP tool `send_message` (Claude Code offers MCP tools deferred, by name, so
+a model calls ToolSearch first), sends "hello from the model" to `peer`, and once the tool answered
+says "done". It holds the send until `peer` has sent the client's session a message, so the
+PostToolUse hook after the send has that message to inject.
+
+Beyond the one command a user runs, Claude Code in `-p` mode needs the Switchboard tools allowed
+(`--allowedTools mcp__switchboard`: without it the call is refused, "you haven't granted it yet");
+the project's `.mcp.json` server and hooks need no approval there (`-p` skips the trust dialog).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hub_topology import VENV_BIN, wait_until
+from tests.clients.harness import HUB_PORT, Netns, clean_env, client_bin, hub_in, netns
+
+pytestmark = [pytest.mark.e2e, pytest.mark.clients]
+
+MODEL_PORT = 8766
+TOOL = "mcp__switchboard__send_message"
+STAND_IN = Path(__file__).resolve().parent / "model_anthropic.py"
+RUN_TIMEOUT = 60
+HOOK_TIMED = re.compile(
+    r"Hooks: (\w+)\S* \[[^\]]*switchboard hook[^\]]*\] finished with status 0 \((\d+)ms\)"
+)
+HOOK_LINE = re.compile(r" (INFO|WARNING) hook (\w+): (.*); (\d+) request\(s\), ([\d.]+) ms$")
+
+
+def project_in(home: Path) -> Path:
+    """The folder Claude Code works in, set up as docs/agents.md tells a user: one command."""
+    project = home / "proj"
+    project.mkdir()
+    done = subprocess.run(
+        [str(VENV_BIN / "switchboard"), "install-hooks", "--write"],
+        cwd=project,
+        env=clean_env(home),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return project
+
+
+def model_in(
+    space: Netns, home: Path, tool: str = TOOL, args: dict[str, Any] | None = None
+) -> tuple[Path, Path]:
+    """Start the scripted model in `space` (it calls `tool` with `args`, then says "done"): the
+    file it records requests to, and its gate file."""
+    requests, gate = home / "model-requests.jsonl", home / "model-gate"
+    args = args or {"to": "peer", "message": "hello from the model"}
+    proc = space.start(
+        "model",
+        [
+            sys.executable,
+            str(STAND_IN),
+            str(MODEL_PORT),
+            str(requests),
+            str(gate),
+            tool,
+            json.dumps(args),
+            "done",
+        ],
+        clean_env(home),
+        home / "model.log",
+    )
+    wait_until(lambda: "listening" in proc.log(), timeout=10, what="the model stand-in")
+    return requests, gate
+
+
+def claude(
+    space: Netns, home: Path, project: Path, prompt: str, *extra: str, **env_extra: str
+) -> subprocess.Popen[str]:
+    """`claude -p` in `space`, its model the stand-in, its outside traffic turned off."""
+    env = clean_env(
+        home,
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{MODEL_PORT}",
+        ANTHROPIC_API_KEY="sk-ant-stand-in",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_TELEMETRY="1",
+        DISABLE_ERROR_REPORTING="1",
+        **env_extra,
+    )
+    argv = [
+        client_bin("claude"),
+        "-p",
+        prompt,
+        "--output-format",
+        "json",
+        "--allowedTools",
+        "mcp__switchboard",
+        *extra,
+    ]
+    return subprocess.Popen(
+        space.argv(*argv), cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def finish(run: subprocess.Popen[str]) -> tuple[dict[str, Any], float]:
+    """Claude Code's JSON result once it exited, and how long it took from now."""
+    started = time.monotonic()
+    try:
+        out, err = run.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        out, err = run.communicate()
+        raise AssertionError(f"claude -p did not finish in {RUN_TIMEOUT} s: {err[-2000:]}") from None
+    assert run.returncode == 0, (out[-2000:], err[-2000:])
+    return json.loads(out), time.monotonic() - started
+
+
+def recorded(requests: Path) -> list[dict[str, Any]]:
+    if not requests.exists():
+        return []
+    return [json.loads(line) for line in requests.read_text().splitlines() if line.strip()]
+
+
+def conversation(requests: Path) -> list[dict[str, Any]]:
+    """The request bodies of Claude Code's main loop (those offering tools), in order."""
+    return [
+        r["body"]
+        for r in recorded(requests)
+        if r["path"].startswith("/v1/messages") and r["body"].get("tools")
+    ]
+
+
+def offers(body: dict[str, Any], tool: str) -> bool:
+    return any(t.get("name") == tool for t in body.get("tools") or [])
+
+
+def answered(body: dict[str, Any], tool_use_id: str) -> bool:
+    return any(
+        block.get("type") == "tool_result" and block.get("tool_use_id") == tool_use_id
+        for turn in body["messages"]
+        if isinstance(turn["content"], list)
+        for block in turn["content"]
+    )
+
+
+def hook_calls(home: Path) -> list[tuple[str, str, str, float]]:
+    """Each logged hook call in agent.log: (level, event, outcome, milliseconds)."""
+    text = (home / ".switchboard" / "agent.log").read_text()
+    calls = [HOOK_LINE.search(line) for line in text.splitlines()]
+    return [(m[1], m[2], m[3], float(m[5])) for m in calls if m]
+
+
+def hub_sessions(home: Path) -> list[sqlite3.Row]:
+    """Every session the hub ever registered, straight from its SQLite file."""
+    with sqlite3.connect(f"file:{home / '.switchboard' / 'switchboard.sqlite3'}?mode=ro", uri=True) as db:
+        db.row_factory = sqlite3.Row
+        return db.execute(
+            "SELECT name, ref, kind, status, final_answer, permission_mode FROM messaging_agentsession"
+        ).fetchall()
+
+
+def mcp_server_env(home: Path) -> dict[str, str]:
+    """The environment of the running `switchboard mcp` that Claude Code started for this test."""
+    ours = f"SWITCHBOARD_HOME={home / '.switchboard'}".encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mcp" in cmdline and any(part.endswith(b"switchboard") for part in cmdline) and ours in environ:
+            return dict(entry.decode().partition("=")[::2] for entry in environ if b"=" in entry)
+    raise LookupError("no switchboard mcp process of this test")
+
+
+def test_claude_code_sends_receives_and_reports_through_one_hub_session(tmp_path: Path) -> None:
+    with netns() as space:
+        hub = hub_in(space, tmp_path)
+        peer = hub.register("peer")
+        project = project_in(tmp_path)
+        requests, gate = model_in(space, tmp_path)
+        run = claude(space, tmp_path, project, "Say hello to the agent called peer.")
+
+        # The model holds the send: by now SessionStart registered the session and
+        # UserPromptSubmit ran; the peer's message can only come in by a later hook.
+        wait_until(
+            lambda: any(offers(body, TOOL) for body in conversation(requests)),
+            timeout=RUN_TIMEOUT,
+            what="the model asked to send",
+        )
+        [mine] = [
+            a for a in hub.call("GET", "agents", peer["token"])["body"]["agents"] if a["name"] == "proj"
+        ]
+        sent = hub.call("POST", "messages", peer["token"], {"to": mine["ref"], "message": "a note from peer"})
+        assert sent["status"] == 201, sent
+        server_env = mcp_server_env(tmp_path)
+        gate.touch()
+        result, _ = finish(run)
+        inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
+
+    assert result["result"] == "done" and not result["is_error"], result
+    # Claude Code passed its session id to the MCP server, which acted as the hooks' session.
+    assert server_env["CLAUDE_CODE_SESSION_ID"] == result["session_id"]
+    assert server_env["SWITCHBOARD_ATTACH"] == "hooks"
+    [session] = [s for s in hub_sessions(tmp_path) if s["kind"] == "claude-code"]
+    assert session["ref"] == mine["ref"]
+
+    assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", mine["ref"])], inbox
+
+    bodies = conversation(requests)
+    everything = json.dumps(bodies[0])
+    assert f"You are registered on the Switchboard hub as proj [{mine['ref']}]" in everything
+    assert "a note from peer" not in everything
+    # The PostToolUse hook after the send injected the peer's message, behind its marker.
+    [last] = [b for b in bodies if answered(b, "toolu_stand_in_call")]
+    marker = re.search(
+        r'\[SWITCHBOARD FROM=\\"peer\\" FROM_REF=(\w+)[^\]]*\][^=]*a note from peer', json.dumps(last)
+    )
+    assert marker and marker[1] == peer["ref"], json.dumps(last)[-3000:]
+
+    # Idle with the final answer, then ended as Claude Code exited.
+    assert (session["status"], session["final_answer"]) == ("exited", "done")
+    calls = hook_calls(tmp_path)
+    assert [event for _, event, _, _ in calls] == [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PostToolUse",  # after ToolSearch
+        "PostToolUse",  # after send_message
+        "Stop",
+        "SessionEnd",
+    ], calls
+    assert all(level == "INFO" and outcome == "ok" for level, _, outcome, _ in calls), calls
+
+
+# A hub that takes connections and never answers: the kernel completes each handshake into the
+# listen backlog, nothing ever accepts or reads.
+HUNG_HUB = (
+    "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(64); time.sleep(600)"
+)
+
+
+@pytest.mark.parametrize("hub_state", ["down", "hung"])
+def test_claude_code_finishes_its_turn_promptly_without_a_hub(tmp_path: Path, hub_state: str) -> None:
+    (tmp_path / ".switchboard").mkdir(mode=0o700)
+    (tmp_path / ".switchboard" / "enroll.key").write_text("sbe_left-by-a-hub-that-is-gone\n")
+    with netns() as space:
+        if hub_state == "hung":
+            space.start(
+                "hung hub",
+                [sys.executable, "-c", HUNG_HUB.format(port=HUB_PORT)],
+                clean_env(tmp_path),
+                tmp_path / "hung.log",
+            )
+        project = project_in(tmp_path)
+        (project / "notes.txt").write_text("nothing to see\n")
+        requests, gate = model_in(
+            space, tmp_path, tool="Read", args={"file_path": str(project / "notes.txt")}
+        )
+        gate.touch()
+        started = time.monotonic()
+        result, _ = finish(
+            claude(
+                space,
+                tmp_path,
+                project,
+                "Read notes.txt.",
+                "--debug-file",
+                str(tmp_path / "claude-debug.log"),
+            )
+        )
+        took = time.monotonic() - started
+
+    assert result["result"] == "done" and not result["is_error"], result
+    # As Claude Code timed each hook (its debug log), and as each hook logged itself.
+    timed = HOOK_TIMED.findall((tmp_path / "claude-debug.log").read_text())
+    calls = hook_calls(tmp_path)
+    print(f"\nhub {hub_state}: claude -p took {took:.1f} s; hooks:", *timed, *calls, sep="\n  ")
+    assert [event for event, _ in timed] == ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"], timed
+    assert all(int(ms) < 3300 for _, ms in timed), timed
+    assert [event for _, event, _, _ in calls] == [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PostToolUse",
+        "Stop",
+        "SessionEnd",
+    ], calls
+    assert all(ms < 3000 for _, _, _, ms in calls), calls
+
+
+def test_claude_code_started_without_permission_prompts_registers_as_bypass(tmp_path: Path) -> None:
+    """Its SessionStart says nothing of the mode, yet the hub must know it: it holds messages from
+    peers that ask for permission to a session that never asks."""
+    with netns() as space:
+        hub_in(space, tmp_path)
+        project = project_in(tmp_path)
+        (project / "notes.txt").write_text("nothing to see\n")
+        _, gate = model_in(space, tmp_path, tool="Read", args={"file_path": str(project / "notes.txt")})
+        gate.touch()
+        # IS_SANDBOX: Claude Code's own switch that lets root (the namespace needs root) skip prompts.
+        result, _ = finish(
+            claude(
+                space,
+                tmp_path,
+                project,
+                "Read notes.txt.",
+                "--permission-mode",
+                "bypassPermissions",
+                IS_SANDBOX="1",
+            )
+        )
+
+    assert result["result"] == "done", result
+    [session] = [s for s in hub_sessions(tmp_path) if s["kind"] == "claude-code"]
+    assert session["permission_mode"] == "bypass"
