@@ -161,7 +161,8 @@ class Hook:
                     "so not which hub session is its MCP server's; nothing done"
                 )
             return process_session_key("codex", self.anchor)
-        return str(self.event.get("session_id") or os.environ.get(SESSION_ENV) or "")
+        inherited = os.environ.get(SESSION_ENV) if self.client_name == "claude" else None
+        return str(self.event.get("session_id") or inherited or "")
 
     @property
     def step(self) -> str | None:

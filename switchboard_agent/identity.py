@@ -6,10 +6,12 @@ the session its own client's hooks registered; otherwise a session of its own, r
 and deregistered on exit. Only a session it registered itself is deregistered.
 
 How an attached MCP server knows its own client's session (never "the newest in this folder"):
-1. `CLAUDE_CODE_SESSION_ID` in its environment (Claude Code passes it to stdio MCP servers, and to
-   hooks as `session_id`): the saved session that serves (or, after /clear, served) that id. If the
-   hooks have not registered it yet, the server registers it under the same lock and key, so the
-   hooks then find it.
+1. Claude Code's own server (`SWITCHBOARD_CLIENT` `claude`, or unset): `CLAUDE_CODE_SESSION_ID`
+   in its environment (Claude Code passes it to stdio MCP servers, and to hooks as `session_id`):
+   the saved session that serves (or, after /clear, served) that id. If the hooks have not
+   registered it yet, the server registers it under the same lock and key, so the hooks then find
+   it. Another client's server ignores the variable: Claude Code passes it to every command its
+   Bash tool runs as well, so a client started there inherits the id of the Claude Code session.
 2. Otherwise the client process: hooks and MCP servers are both children of the agent client
    (hooks through a shell), so the saved session whose `anchor` is this server's own client process
    (pid and start time) is its session.
@@ -158,7 +160,11 @@ class Identity:
         return cls(
             token=os.environ.get("SWITCHBOARD_TOKEN", "").strip() or None,
             attach_to_hooks=os.environ.get("SWITCHBOARD_ATTACH", "").strip().lower() == "hooks",
-            client_key=os.environ.get(SESSION_ENV, "").strip() or None,
+            # Claude Code's id is its own servers' only: it passes the variable to every command
+            # its Bash tool runs too, so another client started there inherits it.
+            client_key=(os.environ.get(SESSION_ENV, "").strip() or None)
+            if client in ("", "claude")
+            else None,
             owns_client_session=client == "codex",
             kind="codex" if client == "codex" else "mcp",
             **kwargs,

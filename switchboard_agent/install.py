@@ -94,9 +94,7 @@ def mcp_config(
     config). With the hooks installed, the server acts as the session its own client's hooks
     registered (SWITCHBOARD_ATTACH=hooks); for Codex it registers that session itself."""
     parts = command or switchboard_command()
-    env = {"SWITCHBOARD_URL": url or hub_url(), "SWITCHBOARD_ATTACH": "hooks"}
-    if client == "codex":
-        env["SWITCHBOARD_CLIENT"] = "codex"
+    env = {"SWITCHBOARD_URL": url or hub_url(), "SWITCHBOARD_ATTACH": "hooks", "SWITCHBOARD_CLIENT": client}
     return {"mcpServers": {"switchboard": {"command": parts[0], "args": [*parts[1:], "mcp"], "env": env}}}
 
 

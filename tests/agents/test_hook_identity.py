@@ -597,3 +597,51 @@ def test_a_codex_hook_that_finds_no_client_process_leaves_the_mcp_server_s_sessi
     assert sessions == 1
     log = (Path(os.environ["SWITCHBOARD_HOME"]) / "agent.log").read_text().splitlines()
     assert "cannot tell which Codex process runs this hook" in log[-1]
+
+
+@pytest.mark.parametrize("client", ["gemini", "something-else"])
+def test_an_mcp_server_of_a_client_started_from_claude_code_s_shell_is_not_that_claude_session(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch, client: str
+) -> None:
+    """Claude Code passes CLAUDE_CODE_SESSION_ID to every command its Bash tool runs (2.1.332), so
+    a Gemini CLI (or any client) started there hands it on to its own MCP server: that id names the
+    Claude Code session, never this server's, which is tied to its own client process."""
+    from switchboard_agent import identity as identity_module
+    from switchboard_agent.config import SavedSession, session_save
+    from switchboard_agent.identity import Identity
+
+    claude_sid = "c1a0de00-1111-4b8a-9c3e-5a1b2c3d4e5f"
+    session_save(
+        SavedSession(
+            key=claude_sid, hub=inprocess_hub, token="claude", id="c", name="shop", ref="rc", anchor="1:1"
+        )
+    )
+    own = identity_module.client_anchor()  # this process stands for the Gemini CLI (see conftest)
+    session_save(
+        SavedSession(
+            key="gemini-sid", hub=inprocess_hub, token="own", id="g", name="shop", ref="rg", anchor=own
+        )
+    )
+    monkeypatch.setenv("CLAUDE_CODE_SESSION_ID", claude_sid)
+    monkeypatch.setenv("SWITCHBOARD_ATTACH", "hooks")
+    monkeypatch.setenv("SWITCHBOARD_CLIENT", client)
+
+    identity = Identity.from_env(url=inprocess_hub, cwd="/work/shop")
+
+    assert identity.client().token == "own"
+
+
+def test_the_claude_code_mcp_server_still_finds_its_session_by_id(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from switchboard_agent.config import SavedSession, session_save
+    from switchboard_agent.identity import Identity
+
+    session_save(
+        SavedSession(key=SID_A, hub=inprocess_hub, token="a", id="a", name="shop", ref="ra", anchor="1:1")
+    )
+    monkeypatch.setenv("CLAUDE_CODE_SESSION_ID", SID_A)
+    monkeypatch.setenv("SWITCHBOARD_ATTACH", "hooks")
+    for client in ("claude", ""):  # "": a config written before install-hooks named the client
+        monkeypatch.setenv("SWITCHBOARD_CLIENT", client)
+        assert Identity.from_env(url=inprocess_hub, cwd="/work/shop").client().token == "a"

@@ -131,7 +131,11 @@ def test_gemini_install_merges_settings_json_keeping_the_user_s(tmp_path: Path, 
     assert ours["timeout"] == 10_000  # Gemini's timeouts are in milliseconds
     assert shlex.split(ours["command"])[-4:] == ["--client", "gemini", "--url", "http://127.0.0.1:9123"]
     server = written["mcpServers"]["switchboard"]
-    assert server["env"] == {"SWITCHBOARD_URL": "http://127.0.0.1:9123", "SWITCHBOARD_ATTACH": "hooks"}
+    assert server["env"] == {
+        "SWITCHBOARD_URL": "http://127.0.0.1:9123",
+        "SWITCHBOARD_ATTACH": "hooks",
+        "SWITCHBOARD_CLIENT": "gemini",  # not Claude Code's server, whatever session id it inherits
+    }
     assert stat.S_IMODE(settings.stat().st_mode) == 0o644  # the user's file keeps its mode
 
 
