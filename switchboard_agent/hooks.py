@@ -421,19 +421,23 @@ def _context(event_name: str, text: str) -> dict[str, Any]:
 
 
 def final_answer(event: dict[str, Any]) -> str:
-    """The turn's final answer: `last_assistant_message` (Claude Code) or `prompt_response`
-    (Gemini CLI) when sent, else the last assistant text in a Claude Code transcript."""
-    text = event.get("last_assistant_message") or event.get("prompt_response")
+    """The turn's final answer: `last_assistant_message` (Claude Code, Codex) when sent, else the
+    last assistant text in the transcript. Gemini CLI's `prompt_response` is every text the model
+    wrote since the user's prompt, joined (before each tool call too, and before an AfterAgent
+    "deny" sent it on), so its transcript's last model text comes first, that only as a fallback."""
+    text = event.get("last_assistant_message")
     if isinstance(text, str) and text:
         return text[:MAX_FINAL_ANSWER]
     path = event.get("transcript_path")
-    if isinstance(path, str) and path:
-        return last_assistant_text(path)[:MAX_FINAL_ANSWER]
-    return ""
+    path = path if isinstance(path, str) and path else ""
+    if "prompt_response" in event:
+        text = (last_gemini_text(path) if path else "") or event.get("prompt_response")
+        return text[:MAX_FINAL_ANSWER] if isinstance(text, str) else ""
+    return last_assistant_text(path)[:MAX_FINAL_ANSWER] if path else ""
 
 
-def last_assistant_text(path: str, *, tail_bytes: int = 512 * 1024) -> str:
-    """The text of the last assistant entry in a Claude Code JSONL transcript (reads only its tail)."""
+def _transcript_tail(path: str, tail_bytes: int = 512 * 1024) -> list[Any]:
+    """The JSON entries of a JSONL transcript's tail (only its last `tail_bytes` are read)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -441,14 +445,45 @@ def last_assistant_text(path: str, *, tail_bytes: int = 512 * 1024) -> str:
             handle.seek(max(0, size - tail_bytes))
             lines = handle.read().decode("utf-8", errors="replace").splitlines()
     except OSError:
-        return ""
-    for line in reversed(lines):
+        return []
+    entries = []
+    for line in lines:
         try:
-            entry = json.loads(line)
+            entries.append(json.loads(line))
         except ValueError:
             continue
+    return entries
+
+
+def last_gemini_text(path: str) -> str:
+    """The last model text of the current prompt in a Gemini CLI session file (JSONL: one record
+    per message, `{"type": "gemini", "content": ...}` for the model's, rewritten as a later line
+    with the same id when it changes). Records before the latest user prompt (a `user` record with
+    text, not a tool's result) belong to earlier prompts and are never taken."""
+    for entry in reversed(_transcript_tail(path)):
+        if not isinstance(entry, dict):
+            continue
+        text = _gemini_text(entry.get("content"))
+        if entry.get("type") == "gemini" and text:
+            return text
+        if entry.get("type") == "user" and text:
+            return ""
+    return ""
+
+
+def _gemini_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict) and not p.get("thought"))
+    return ""
+
+
+def last_assistant_text(path: str, *, tail_bytes: int = 512 * 1024) -> str:
+    """The text of the last assistant entry in a Claude Code JSONL transcript (reads only its tail)."""
+    for entry in reversed(_transcript_tail(path, tail_bytes)):
         message = entry.get("message") if isinstance(entry, dict) else None
-        if entry.get("type") != "assistant" or not isinstance(message, dict):
+        if not isinstance(message, dict) or entry.get("type") != "assistant":
             continue
         content = message.get("content")
         if isinstance(content, str):
