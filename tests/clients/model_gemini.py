@@ -10,8 +10,9 @@ with the real Gemini CLI, started inside the test's network namespace:
   request that carries that call's result is answered "done", held until `--release-final`
   exists (when given); any later request of the conversation (a prompt the CLI sends on after its
   AfterAgent hook said "deny") is answered "done" at once.
-- `:generateContent` (the CLI's side requests: routing, next-speaker checks) gets a JSON answer that
-  fits the schema it asks for (`next_speaker` "user", `model_choice` "flash"), or "ok";
+- `:generateContent` (the CLI's side requests: its router's complexity score, next-speaker checks)
+  gets a JSON answer that fits the schema it asks for (`complexity_score` 10, `next_speaker`
+  "user", `model_choice` "flash"), or "ok";
   `:countTokens` a rough count. Anything else is a 404 in the API's error shape.
 
 Each request (path and JSON body) is appended to `--log` as one line, before it is answered.
@@ -94,13 +95,13 @@ def _fill(schema: dict[str, Any]) -> Any:
     if schema.get("enum"):
         return schema["enum"][0]
     if kind == "object":
-        known = {"next_speaker": "user", "model_choice": "flash", "reasoning": "scripted"}
+        known = {"next_speaker": "user", "model_choice": "flash", "complexity_score": 10}
         props = schema.get("properties") or {}
         return {k: known.get(k, _fill(v)) for k, v in props.items()}
     if kind == "array":
         return []
     if kind in ("integer", "number"):
-        return schema.get("minimum", 0)
+        return schema.get("minimum", 1)
     if kind == "boolean":
         return False
     return "ok"
