@@ -19,10 +19,12 @@ Claude Code (2.1.332, run for real in tests/clients/test_claude.py): every event
 - SessionEnd (`reason`): deregister (the session exits on the hub), except for `clear` (and
   `resume`), after which the same process goes on as a new session id.
 
-Gemini CLI (docs/hooks/reference.md, checked 2026-12) sends the same base fields (no
-`permission_mode`); its events map onto the same steps: SessionStart, BeforeAgent (as
-UserPromptSubmit), AfterTool (as PostToolUse), AfterAgent (as Stop: `prompt_response` is the final
-answer; `{"decision": "deny", "reason": ...}` makes the agent go on with the messages), SessionEnd.
+Gemini CLI (checked end to end against 0.61.0, tests/clients/test_gemini.py) runs each hook through
+`bash -c` with the same base fields (no `permission_mode`; `timestamp` besides); its events map onto
+the same steps: SessionStart, BeforeAgent (as UserPromptSubmit), AfterTool (as PostToolUse),
+AfterAgent (as Stop: `{"decision": "deny", "reason": ...}` makes the agent go on with the messages;
+the final answer is the prompt's last model text in its session file, `transcript_path`, since
+`prompt_response` joins every text since the prompt), SessionEnd (`reason` "exit", in `-p` too).
 
 Codex CLI (codex-rs/hooks and its generated schemas, checked 2026-12) runs hooks through `$SHELL -lc`
 with Claude Code's field names and output types: SessionStart (`source`: startup | resume | clear),
