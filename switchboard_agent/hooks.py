@@ -87,8 +87,9 @@ HOOK_TIMEOUT = Timeout(read=HOOK_DEADLINE, connect=1.0)
 MAX_FINAL_ANSWER = 20_000
 LOG_MAX_BYTES = 1_000_000  # agent.log, before it is moved to agent.log.1
 INBOX_LIMIT = 20
-# Claude Code's permission modes; the hub only distinguishes "bypass" from everything else.
-BYPASS_MODES = frozenset({"bypassPermissions", "dontAsk"})
+# Claude Code's permission modes and Gemini CLI's approval mode that run tools without asking; the
+# hub only distinguishes "bypass" from everything else.
+BYPASS_MODES = frozenset({"bypassPermissions", "dontAsk", "yolo"})
 
 # SessionEnd reasons after which the same client process goes on as a new session id.
 HANDOVER_REASONS = frozenset({"clear", "resume"})
@@ -180,10 +181,13 @@ class Hook:
     def permission_mode(self) -> str | None:
         """The client's permission mode. Claude Code's SessionStart carries none (2.1.332 passes
         `permission_mode` from UserPromptSubmit on), yet it registers the session: then the mode
-        its process was started with (`claude_launch_mode`)."""
+        its process was started with (`claude_launch_mode`). Gemini CLI passes hooks none at all:
+        its approval mode from its command line (`gemini_launch_mode`)."""
         mode = self.event.get("permission_mode")
         if mode is None and self.client_name == "claude" and self.anchor:
             return claude_launch_mode(self.anchor.partition(":")[0], self.cwd)
+        if mode is None and self.client_name == "gemini" and self.anchor:
+            return gemini_launch_mode(self.anchor.partition(":")[0])
         return str(mode) if mode is not None else None
 
     def client(self, token: str | None) -> HubClient:
@@ -416,6 +420,30 @@ def claude_launch_mode(pid: str, cwd: str) -> str | None:
         if isinstance(mode, str):
             return mode
     return None
+
+
+def gemini_launch_mode(pid: str) -> str | None:
+    """The approval mode Gemini CLI process `pid` started in: its `--approval-mode`, else "yolo"
+    for `--yolo` (`-y`). Gemini 0.61 takes YOLO from its command line only (its settings'
+    `general.defaultApprovalMode` cannot be "yolo"), and a relaunched Gemini process keeps the
+    arguments. None when it was given neither."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    mode, yolo = None, False
+    for at, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--approval-mode" and at + 1 < len(argv):
+            mode = argv[at + 1]
+        elif arg.startswith("--approval-mode="):
+            mode = arg.partition("=")[2]
+        elif arg in ("--yolo", "-y", "--yolo=true"):
+            yolo = True
+        elif arg in ("--no-yolo", "--yolo=false"):
+            yolo = False
+    return mode or ("yolo" if yolo else None)
 
 
 def _context(event_name: str, text: str) -> dict[str, Any]:

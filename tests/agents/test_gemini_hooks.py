@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from messaging.models import AgentSession
+from switchboard_agent import hooks
 from switchboard_agent.hooks import run_hook
+from switchboard_agent.identity import _process
 
 SESSION_ID = "f5ed9b5b-3378-4166-b5bc-7b1ae9a140d2"
 
@@ -123,3 +129,31 @@ def test_after_agent_without_its_session_file_reports_prompt_response(
     hook(event("AfterAgent", gone, prompt="fix it", prompt_response="Fixed.", stop_hook_active=False))
 
     assert AgentSession.objects.get(name="frontend").final_answer == "Fixed."
+
+
+@pytest.mark.parametrize(
+    ("launch", "mode"),
+    [
+        (["-p", "go", "--yolo"], "bypass"),
+        (["-y", "-p", "go"], "bypass"),
+        (["--approval-mode", "yolo"], "bypass"),
+        (["--approval-mode=yolo"], "bypass"),
+        (["--yolo", "--approval-mode", "auto_edit"], "default"),  # Gemini takes --approval-mode first
+        (["--approval-mode", "auto_edit"], "default"),
+        (["-p", "go"], "default"),
+    ],
+)
+def test_a_gemini_started_in_yolo_mode_registers_as_bypass(
+    inprocess_hub: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launch: list[str], mode: str
+) -> None:
+    """Gemini CLI passes hooks no approval mode; `gemini --yolo` runs every tool without asking, so
+    peers' messages to it must be held as to a Claude Code in bypassPermissions."""
+    gemini = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", *launch])
+    try:
+        monkeypatch.setattr(hooks, "client_anchor", lambda: f"{gemini.pid}:{_process(gemini.pid)[1]}")
+        hook(event("SessionStart", tmp_path / "session.jsonl", source="startup"))
+    finally:
+        gemini.kill()
+        gemini.wait()
+
+    assert AgentSession.objects.get(name="frontend").permission_mode == mode
