@@ -164,7 +164,9 @@ def sessions(tmp_path: Path) -> list[dict[str, Any]]:
     db = sqlite3.connect(f"file:{tmp_path / '.switchboard' / 'switchboard.sqlite3'}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     try:
-        rows = db.execute("SELECT name, ref, kind, status, final_answer FROM messaging_agentsession")
+        rows = db.execute(
+            "SELECT name, ref, kind, permission_mode, status, final_answer FROM messaging_agentsession"
+        )
         return [dict(row) for row in rows]
     finally:
         db.close()
@@ -190,7 +192,10 @@ def timed_by_gemini(telemetry: Path) -> list[tuple[str, int]]:
 def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path: Path) -> None:
     with netns() as space:
         hub: HubInNetns = hub_in(space, tmp_path)
-        peer = hub.register("peer")
+        # `gemini --yolo` runs tools without asking, so its session is "bypass": a peer's messages
+        # reach it only from a peer in bypass too (others are held for an operator).
+        enroll_key = (tmp_path / ".switchboard" / "enroll.key").read_text().strip()
+        peer = hub.call("POST", "sessions", enroll_key, {"name": "peer", "permission_mode": "bypass"})["body"]
         env = gemini_env(tmp_path)
         telemetry = tmp_path / "telemetry.log"
         project = project_with_hooks(tmp_path, env, telemetry=telemetry)
@@ -219,7 +224,7 @@ def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path
 
         mine = [s for s in sessions(tmp_path) if s["name"] == PROJECT]
         assert len(mine) == 1, mine  # the hooks and the MCP server acted as one session
-        assert mine[0]["kind"] == "gemini-cli"
+        assert (mine[0]["kind"], mine[0]["permission_mode"]) == ("gemini-cli", "bypass")
         inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
         assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", to)], inbox
 
