@@ -37,6 +37,13 @@ CLIENTS = ("claude", "codex", "gemini")
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
 GEMINI_EVENTS = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd")
 CODEX_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop")  # Codex has no SessionEnd
+# What a Gemini CLI user still does (checked against 0.61): nothing of it is ours to decide.
+GEMINI_NEXT = (
+    "Gemini CLI runs these only in a trusted folder: trust it when Gemini asks on its first start "
+    "there (gemini -p in a folder not trusted yet exits; --skip-trust runs it once). In -p mode "
+    'Gemini offers the model no tool that asks for approval: give --yolo, or set "trust": true '
+    "on the switchboard server."
+)
 HOOK_TIMEOUT_SECONDS = 10  # the client's own limit; the hook itself ends within hooks.HOOK_DEADLINE
 
 
@@ -276,6 +283,7 @@ def show(report: dict[str, Any], *, written: bool) -> str:
         )
         if report["client"] == "gemini":
             lines.append(f"{verb} this MCP server to it:\n{json.dumps(report['mcp'], indent=2)}")
+            lines.append(GEMINI_NEXT)
         elif "mcp_file" in report:
             lines.append(
                 f"{verb} this MCP server to {report['mcp_file']}:\n{json.dumps(report['mcp'], indent=2)}"

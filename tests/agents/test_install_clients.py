@@ -135,6 +135,18 @@ def test_gemini_install_merges_settings_json_keeping_the_user_s(tmp_path: Path, 
     assert stat.S_IMODE(settings.stat().st_mode) == 0o644  # the user's file keeps its mode
 
 
+def test_gemini_install_tells_what_the_user_still_does_in_gemini(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Gemini CLI 0.61 runs a project's hooks and MCP server only in a trusted folder, and in -p mode
+    hides tools that ask for approval (tests/clients/test_gemini.py): install-hooks says so."""
+    assert install_cli(tmp_path, "--client", "gemini") == 0
+
+    said = " ".join(capsys.readouterr().out.split())
+    assert "only in a trusted folder" in said and "--skip-trust" in said
+    assert "--yolo" in said and '"trust": true' in said
+
+
 @pytest.mark.e2e
 def test_a_gemini_cli_session_through_the_written_hooks_and_mcp_server(
     hub_process: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
