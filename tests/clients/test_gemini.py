@@ -3,6 +3,8 @@ namespace with only loopback: `switchboard install-hooks --client gemini --write
 then `gemini -p` on a scripted model (`model_gemini.py`) that calls the Switchboard MCP tool
 `send_message` and then answers "done".
 
+An interactive `gemini` on a pseudo-terminal checks `/clear` and `/quit`.
+
 Beyond our one command, the user's own Gemini setup here is: the project folder trusted (Gemini
 runs a project's hooks and stdio MCP servers only in a trusted folder) and `--yolo` on the command
 line (in `-p` mode Gemini refuses every tool call that would ask for approval, MCP tools included).
@@ -12,10 +14,16 @@ stand-in.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
 import re
 import sqlite3
+import struct
 import subprocess
+import termios
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -296,3 +304,91 @@ def test_a_gemini_turn_ends_promptly_when_the_hub_is_away(tmp_path: Path, hub_st
         # takes to exit once it has passed (on a loaded machine, a little more).
         assert all(ms < HOOK_DEADLINE_MS + 500 for _, ms in timed), timed
         assert len(model.turns()) == 2  # the turn went on: the tool call, then "done"
+
+
+class Terminal:
+    """Interactive `gemini --yolo` in the project, on a pseudo-terminal of 40x120, inside the
+    namespace: keys typed in, the screen's text (escape sequences dropped) read back."""
+
+    def __init__(self, space: Netns, env: dict[str, str], project: Path) -> None:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        argv = space.argv(client_bin("gemini"), "--yolo")
+        self.proc = subprocess.Popen(
+            argv, env=env | {"TERM": "xterm-256color"}, cwd=project, stdin=slave, stdout=slave, stderr=slave
+        )
+        os.close(slave)
+        self.master, self.out = master, bytearray()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.out.extend(data)
+
+    def screen(self) -> str:
+        return re.sub(r"\x1b\[[0-9;?<>]*[a-zA-Z]", "", bytes(self.out).decode(errors="replace"))
+
+    def type(self, text: str) -> None:
+        for char in text:
+            os.write(self.master, char.encode())
+            time.sleep(0.02)
+        time.sleep(0.3)
+        os.write(self.master, b"\r")
+
+    def until(self, check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert self.proc.poll() is None, f"gemini exited before {what}:\n{self.screen()[-3000:]}"
+            assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{self.screen()[-3000:]}"
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        os.close(self.master)
+
+
+def test_an_interactive_gemini_keeps_its_hub_session_across_clear_and_ends_it_on_quit(tmp_path: Path) -> None:
+    with netns() as space:
+        hub_in(space, tmp_path)
+        env = gemini_env(tmp_path)
+        project = project_with_hooks(tmp_path, env)
+        model = Model(space, tmp_path)
+        model.release.touch()
+        model.release_final.touch()
+
+        def logged(*events: str) -> Callable[[], bool]:
+            return lambda: [event for event, _, _ in hook_calls(tmp_path)] == list(events)
+
+        gemini = Terminal(space, env, project)
+        try:
+            gemini.until(lambda: "Type your message" in gemini.screen(), "the prompt box")
+            gemini.until(logged("SessionStart"), "SessionStart")
+            gemini.type("Say hello to peer.")
+            gemini.until(logged("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent"), "the turn's end")
+            ref = [s["ref"] for s in sessions(tmp_path) if s["name"] == PROJECT]
+            gemini.type("/clear")  # a new Gemini session id in the same process
+            steps = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd", "SessionStart")
+            gemini.until(logged(*steps), "/clear")
+            gemini.type("/quit")
+            gemini.proc.wait(timeout=30)
+        finally:
+            gemini.close()
+
+        # Interactive Gemini puts SessionStart's context into the conversation, before the prompt.
+        assert any(
+            "You are registered on the Switchboard hub as gemproj" in t for t in texts(model.turns()[0])
+        )
+        calls = hook_calls(tmp_path)
+        assert all(outcome == "ok" for _, outcome, _ in calls), calls
+        assert [e for e, _, _ in calls][len(steps) :] in (["SessionEnd"], ["SessionEnd", "SessionEnd"]), calls
+        mine = [s for s in sessions(tmp_path) if s["name"] == PROJECT]
+        assert [s["ref"] for s in mine] == ref and len(ref) == 1, mine  # the same one after /clear
+        assert (mine[0]["status"], mine[0]["final_answer"]) == ("exited", "done"), mine
