@@ -84,11 +84,16 @@ def hooks_settings(
 
 
 def gemini_hooks(command: list[str] | None = None, url: str | None = None) -> dict[str, Any]:
-    """The `hooks` block for Gemini CLI's settings.json (no matcher: every tool, every source)."""
+    """The `hooks` block for Gemini CLI's settings.json (no matcher: every tool, every source).
+
+    Gemini runs the line through `bash -c` and takes any exit code but 0 and 1 as the hook blocking
+    the agent: bash's 127 for a `switchboard` that is gone (a moved venv) blocked every prompt
+    ("Agent execution blocked: bash: ...: No such file or directory"). `|| true` makes that a
+    warning Gemini shows its user; the hook itself always exits 0."""
     entry = {
         "name": "switchboard",
         "type": "command",
-        "command": hook_line("gemini", command, url),
+        "command": f"{hook_line('gemini', command, url)} || true",
         "timeout": HOOK_TIMEOUT_SECONDS * 1000,
     }
     return {"hooks": {event: [{"hooks": [entry]}] for event in GEMINI_EVENTS}}
