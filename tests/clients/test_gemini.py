@@ -14,11 +14,13 @@ stand-in.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import pty
 import re
+import signal
 import sqlite3
 import struct
 import subprocess
@@ -315,7 +317,13 @@ class Terminal:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         argv = space.argv(client_bin("gemini"), "--yolo")
         self.proc = subprocess.Popen(
-            argv, env=env | {"TERM": "xterm-256color"}, cwd=project, stdin=slave, stdout=slave, stderr=slave
+            argv,
+            env=env | {"TERM": "xterm-256color"},
+            cwd=project,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,  # Gemini relaunches itself as a child: close() ends both
         )
         os.close(slave)
         self.master, self.out = master, bytearray()
@@ -349,8 +357,8 @@ class Terminal:
             time.sleep(0.1)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
         os.close(self.master)
 
@@ -365,7 +373,8 @@ def test_an_interactive_gemini_keeps_its_hub_session_across_clear_and_ends_it_on
         model.release_final.touch()
 
         def logged(*events: str) -> Callable[[], bool]:
-            return lambda: [event for event, _, _ in hook_calls(tmp_path)] == list(events)
+            """Whether the hooks ran these events first, in this order."""
+            return lambda: [event for event, _, _ in hook_calls(tmp_path)][: len(events)] == list(events)
 
         gemini = Terminal(space, env, project)
         try:
@@ -378,7 +387,12 @@ def test_an_interactive_gemini_keeps_its_hub_session_across_clear_and_ends_it_on
             steps = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd", "SessionStart")
             gemini.until(logged(*steps), "/clear")
             gemini.type("/quit")
-            gemini.proc.wait(timeout=30)
+            gemini.until(logged(*steps, "SessionEnd"), "SessionEnd after /quit")
+            # Gemini 0.61 itself now and then stays up after /quit, its SessionEnd hooks all done
+            # (about one run in three here when the machine is busy, whatever the hook line is):
+            # not ours to wait for; close() ends it.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                gemini.proc.wait(timeout=10)
         finally:
             gemini.close()
 
@@ -388,7 +402,8 @@ def test_an_interactive_gemini_keeps_its_hub_session_across_clear_and_ends_it_on
         )
         calls = hook_calls(tmp_path)
         assert all(outcome == "ok" for _, outcome, _ in calls), calls
-        assert [e for e, _, _ in calls][len(steps) :] in (["SessionEnd"], ["SessionEnd", "SessionEnd"]), calls
+        # Gemini runs SessionEnd hooks up to three times on /quit: the later ones find nothing to end.
+        assert {e for e, _, _ in calls[len(steps) :]} == {"SessionEnd"}, calls
         mine = [s for s in sessions(tmp_path) if s["name"] == PROJECT]
         assert [s["ref"] for s in mine] == ref and len(ref) == 1, mine  # the same one after /clear
         assert (mine[0]["status"], mine[0]["final_answer"]) == ("exited", "done"), mine
