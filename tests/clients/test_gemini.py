@@ -343,7 +343,18 @@ class Terminal:
     def screen(self) -> str:
         return re.sub(r"\x1b\[[0-9;?<>]*[a-zA-Z]", "", bytes(self.out).decode(errors="replace"))
 
+    def settle(self, quiet: float = 1.0, timeout: float = 10) -> None:
+        """Wait until the screen has not changed for `quiet` seconds: keys typed while Gemini is
+        still redrawing (just after /clear) can be lost."""
+        deadline = time.monotonic() + timeout
+        seen, since = len(self.out), time.monotonic()
+        while time.monotonic() - since < quiet and time.monotonic() < deadline:
+            time.sleep(0.1)
+            if len(self.out) != seen:
+                seen, since = len(self.out), time.monotonic()
+
     def type(self, text: str) -> None:
+        self.settle()
         for char in text:
             os.write(self.master, char.encode())
             time.sleep(0.02)
