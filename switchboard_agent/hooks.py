@@ -19,10 +19,12 @@ Claude Code (2.1.332, run for real in tests/clients/test_claude.py): every event
 - SessionEnd (`reason`): deregister (the session exits on the hub), except for `clear` (and
   `resume`), after which the same process goes on as a new session id.
 
-Gemini CLI (docs/hooks/reference.md, checked 2026-12) sends the same base fields (no
-`permission_mode`); its events map onto the same steps: SessionStart, BeforeAgent (as
-UserPromptSubmit), AfterTool (as PostToolUse), AfterAgent (as Stop: `prompt_response` is the final
-answer; `{"decision": "deny", "reason": ...}` makes the agent go on with the messages), SessionEnd.
+Gemini CLI (checked end to end against 0.61.0, tests/clients/test_gemini.py) runs each hook through
+`bash -c` with the same base fields (no `permission_mode`; `timestamp` besides); its events map onto
+the same steps: SessionStart, BeforeAgent (as UserPromptSubmit), AfterTool (as PostToolUse),
+AfterAgent (as Stop: `{"decision": "deny", "reason": ...}` makes the agent go on with the messages;
+the final answer is the prompt's last model text in its session file, `transcript_path`, since
+`prompt_response` joins every text since the prompt), SessionEnd (`reason` "exit", in `-p` too).
 
 Codex CLI (codex-rs/hooks and its generated schemas, checked 2026-12) runs hooks through `$SHELL -lc`
 with Claude Code's field names and output types: SessionStart (`source`: startup | resume | clear),
@@ -85,8 +87,9 @@ HOOK_TIMEOUT = Timeout(read=HOOK_DEADLINE, connect=1.0)
 MAX_FINAL_ANSWER = 20_000
 LOG_MAX_BYTES = 1_000_000  # agent.log, before it is moved to agent.log.1
 INBOX_LIMIT = 20
-# Claude Code's permission modes; the hub only distinguishes "bypass" from everything else.
-BYPASS_MODES = frozenset({"bypassPermissions", "dontAsk"})
+# Claude Code's permission modes and Gemini CLI's approval mode that run tools without asking; the
+# hub only distinguishes "bypass" from everything else.
+BYPASS_MODES = frozenset({"bypassPermissions", "dontAsk", "yolo"})
 
 # SessionEnd reasons after which the same client process goes on as a new session id.
 HANDOVER_REASONS = frozenset({"clear", "resume"})
@@ -179,10 +182,13 @@ class Hook:
     def permission_mode(self) -> str | None:
         """The client's permission mode. Claude Code's SessionStart carries none (2.1.332 passes
         `permission_mode` from UserPromptSubmit on), yet it registers the session: then the mode
-        its process was started with (`claude_launch_mode`)."""
+        its process was started with (`claude_launch_mode`). Gemini CLI passes hooks none at all:
+        its approval mode from its command line (`gemini_launch_mode`)."""
         mode = self.event.get("permission_mode")
         if mode is None and self.client_name == "claude" and self.anchor:
             return claude_launch_mode(self.anchor.partition(":")[0], self.cwd)
+        if mode is None and self.client_name == "gemini" and self.anchor:
+            return gemini_launch_mode(self.anchor.partition(":")[0])
         return str(mode) if mode is not None else None
 
     def client(self, token: str | None) -> HubClient:
@@ -417,24 +423,52 @@ def claude_launch_mode(pid: str, cwd: str) -> str | None:
     return None
 
 
+def gemini_launch_mode(pid: str) -> str | None:
+    """The approval mode Gemini CLI process `pid` started in: its `--approval-mode`, else "yolo"
+    for `--yolo` (`-y`). Gemini 0.61 takes YOLO from its command line only (its settings'
+    `general.defaultApprovalMode` cannot be "yolo"), and a relaunched Gemini process keeps the
+    arguments. None when it was given neither."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    mode, yolo = None, False
+    for at, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--approval-mode" and at + 1 < len(argv):
+            mode = argv[at + 1]
+        elif arg.startswith("--approval-mode="):
+            mode = arg.partition("=")[2]
+        elif arg in ("--yolo", "-y", "--yolo=true"):
+            yolo = True
+        elif arg in ("--no-yolo", "--yolo=false"):
+            yolo = False
+    return mode or ("yolo" if yolo else None)
+
+
 def _context(event_name: str, text: str) -> dict[str, Any]:
     return {"hookSpecificOutput": {"hookEventName": event_name, "additionalContext": text}}
 
 
 def final_answer(event: dict[str, Any]) -> str:
-    """The turn's final answer: `last_assistant_message` (Claude Code) or `prompt_response`
-    (Gemini CLI) when sent, else the last assistant text in a Claude Code transcript."""
-    text = event.get("last_assistant_message") or event.get("prompt_response")
+    """The turn's final answer: `last_assistant_message` (Claude Code, Codex) when sent, else the
+    last assistant text in the transcript. Gemini CLI's `prompt_response` is every text the model
+    wrote since the user's prompt, joined (before each tool call too, and before an AfterAgent
+    "deny" sent it on), so its transcript's last model text comes first, that only as a fallback."""
+    text = event.get("last_assistant_message")
     if isinstance(text, str) and text:
         return text[:MAX_FINAL_ANSWER]
     path = event.get("transcript_path")
-    if isinstance(path, str) and path:
-        return last_assistant_text(path)[:MAX_FINAL_ANSWER]
-    return ""
+    path = path if isinstance(path, str) and path else ""
+    if "prompt_response" in event:
+        text = (last_gemini_text(path) if path else "") or event.get("prompt_response")
+        return text[:MAX_FINAL_ANSWER] if isinstance(text, str) else ""
+    return last_assistant_text(path)[:MAX_FINAL_ANSWER] if path else ""
 
 
-def last_assistant_text(path: str, *, tail_bytes: int = 512 * 1024) -> str:
-    """The text of the last assistant entry in a Claude Code JSONL transcript (reads only its tail)."""
+def _transcript_tail(path: str, tail_bytes: int = 512 * 1024) -> list[Any]:
+    """The JSON entries of a JSONL transcript's tail (only its last `tail_bytes` are read)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -442,14 +476,45 @@ def last_assistant_text(path: str, *, tail_bytes: int = 512 * 1024) -> str:
             handle.seek(max(0, size - tail_bytes))
             lines = handle.read().decode("utf-8", errors="replace").splitlines()
     except OSError:
-        return ""
-    for line in reversed(lines):
+        return []
+    entries = []
+    for line in lines:
         try:
-            entry = json.loads(line)
+            entries.append(json.loads(line))
         except ValueError:
             continue
+    return entries
+
+
+def last_gemini_text(path: str) -> str:
+    """The last model text of the current prompt in a Gemini CLI session file (JSONL: one record
+    per message, `{"type": "gemini", "content": ...}` for the model's, rewritten as a later line
+    with the same id when it changes). Records before the latest user prompt (a `user` record with
+    text, not a tool's result) belong to earlier prompts and are never taken."""
+    for entry in reversed(_transcript_tail(path)):
+        if not isinstance(entry, dict):
+            continue
+        text = _gemini_text(entry.get("content"))
+        if entry.get("type") == "gemini" and text:
+            return text
+        if entry.get("type") == "user" and text:
+            return ""
+    return ""
+
+
+def _gemini_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict) and not p.get("thought"))
+    return ""
+
+
+def last_assistant_text(path: str, *, tail_bytes: int = 512 * 1024) -> str:
+    """The text of the last assistant entry in a Claude Code JSONL transcript (reads only its tail)."""
+    for entry in reversed(_transcript_tail(path, tail_bytes)):
         message = entry.get("message") if isinstance(entry, dict) else None
-        if entry.get("type") != "assistant" or not isinstance(message, dict):
+        if not isinstance(message, dict) or entry.get("type") != "assistant":
             continue
         content = message.get("content")
         if isinstance(content, str):

@@ -37,6 +37,13 @@ CLIENTS = ("claude", "codex", "gemini")
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
 GEMINI_EVENTS = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd")
 CODEX_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop")  # Codex has no SessionEnd
+# What a Gemini CLI user still does (checked against 0.61): nothing of it is ours to decide.
+GEMINI_NEXT = (
+    "Gemini CLI runs these only in a trusted folder: trust it when Gemini asks on its first start "
+    "there (gemini -p in a folder not trusted yet exits; --skip-trust runs it once). In -p mode "
+    'Gemini offers the model no tool that asks for approval: give --yolo, or set "trust": true '
+    "on the switchboard server."
+)
 HOOK_TIMEOUT_SECONDS = 10  # the client's own limit; the hook itself ends within hooks.HOOK_DEADLINE
 
 
@@ -77,11 +84,16 @@ def hooks_settings(
 
 
 def gemini_hooks(command: list[str] | None = None, url: str | None = None) -> dict[str, Any]:
-    """The `hooks` block for Gemini CLI's settings.json (no matcher: every tool, every source)."""
+    """The `hooks` block for Gemini CLI's settings.json (no matcher: every tool, every source).
+
+    Gemini runs the line through `bash -c` and takes any exit code but 0 and 1 as the hook blocking
+    the agent: bash's 127 for a `switchboard` that is gone (a moved venv) blocked every prompt
+    ("Agent execution blocked: bash: ...: No such file or directory"). `|| true` makes that a
+    warning Gemini shows its user; the hook itself always exits 0."""
     entry = {
         "name": "switchboard",
         "type": "command",
-        "command": hook_line("gemini", command, url),
+        "command": f"{hook_line('gemini', command, url)} || true",
         "timeout": HOOK_TIMEOUT_SECONDS * 1000,
     }
     return {"hooks": {event: [{"hooks": [entry]}] for event in GEMINI_EVENTS}}
@@ -274,6 +286,7 @@ def show(report: dict[str, Any], *, written: bool) -> str:
         )
         if report["client"] == "gemini":
             lines.append(f"{verb} this MCP server to it:\n{json.dumps(report['mcp'], indent=2)}")
+            lines.append(GEMINI_NEXT)
         elif "mcp_file" in report:
             lines.append(
                 f"{verb} this MCP server to {report['mcp_file']}:\n{json.dumps(report['mcp'], indent=2)}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 import stat
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,14 @@ def test_gemini_install_merges_settings_json_keeping_the_user_s(tmp_path: Path, 
     assert after_tool[0] == "./lint.sh" and len(after_tool) == 2
     ours = written["hooks"]["AfterAgent"][0]["hooks"][0]
     assert ours["timeout"] == 10_000  # Gemini's timeouts are in milliseconds
-    assert shlex.split(ours["command"])[-4:] == ["--client", "gemini", "--url", "http://127.0.0.1:9123"]
+    assert shlex.split(ours["command"])[-6:] == [
+        "--client",
+        "gemini",
+        "--url",
+        "http://127.0.0.1:9123",
+        "||",
+        "true",
+    ]
     server = written["mcpServers"]["switchboard"]
     assert server["env"] == {
         "SWITCHBOARD_URL": "http://127.0.0.1:9123",
@@ -137,6 +145,36 @@ def test_gemini_install_merges_settings_json_keeping_the_user_s(tmp_path: Path, 
         "SWITCHBOARD_CLIENT": "gemini",  # not Claude Code's server, whatever session id it inherits
     }
     assert stat.S_IMODE(settings.stat().st_mode) == 0o644  # the user's file keeps its mode
+
+
+def test_a_gemini_hook_line_whose_switchboard_is_gone_does_not_block_the_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemini CLI 0.61 takes a hook's exit code 2 or more as blocking: bash's 127 for a command not
+    found stopped every prompt. The written line exits 0 there, its error left on stderr (which
+    Gemini shows its user as a warning)."""
+    monkeypatch.setenv("SWITCHBOARD_URL", "http://127.0.0.1:9123")
+    assert install_cli(tmp_path, "--client", "gemini") == 0
+    written = json.loads((tmp_path / ".gemini" / "settings.json").read_text())
+    line = written["hooks"]["BeforeAgent"][0]["hooks"][0]["command"]
+    gone = line.replace(shlex.split(line)[0], str(tmp_path / "moved-venv" / "switchboard"))
+
+    done = subprocess.run(["bash", "-c", gone], input="{}", capture_output=True, text=True, timeout=30)
+
+    assert done.returncode == 0 and done.stdout == ""
+    assert "No such file or directory" in done.stderr
+
+
+def test_gemini_install_tells_what_the_user_still_does_in_gemini(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Gemini CLI 0.61 runs a project's hooks and MCP server only in a trusted folder, and in -p mode
+    hides tools that ask for approval (tests/clients/test_gemini.py): install-hooks says so."""
+    assert install_cli(tmp_path, "--client", "gemini") == 0
+
+    said = " ".join(capsys.readouterr().out.split())
+    assert "only in a trusted folder" in said and "--skip-trust" in said
+    assert "--yolo" in said and '"trust": true' in said
 
 
 @pytest.mark.e2e
