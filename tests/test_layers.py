@@ -63,7 +63,7 @@ def imports_in(root: Path, packages: dict[str, int]) -> Iterator[Import]:
         _module_name(path, root): path
         for package in packages
         for path in sorted((root / package).rglob("*.py"))
-        if "migrations" not in path.parts
+        if "migrations" not in path.parts and "node_modules" not in path.parts  # npm's, not ours
     }
 
     def names_a_module(value: str) -> bool:  # "hub.event" (an event's type) names none
