@@ -396,21 +396,37 @@ class Hook:
         return None
 
 
+def launch_argv(pid: str) -> list[str]:
+    """The command line agent client process `pid` was started with, up to a `--` (what follows
+    is arguments, not options); [] where it cannot be read (no /proc)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+    return argv[: argv.index("--")] if "--" in argv else argv
+
+
+def option_value(argv: list[str], name: str) -> str | None:
+    """The value of the last `name VALUE` or `name=VALUE` in `argv`, as a command-line parser
+    takes it; None when it is not there."""
+    found = None
+    for at, arg in enumerate(argv):
+        if arg == name and at + 1 < len(argv):
+            found = argv[at + 1]
+        elif arg.startswith(name + "="):
+            found = arg.partition("=")[2]
+    return found
+
+
 def claude_launch_mode(pid: str, cwd: str) -> str | None:
     """The permission mode Claude Code process `pid` started in: its `--permission-mode`
     (`--dangerously-skip-permissions` is bypassPermissions), else `permissions.defaultMode` of
     its local, project and user settings, the first that sets one. None when nothing says."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        argv = []
-    for at, arg in enumerate(argv):
-        if arg == "--dangerously-skip-permissions":
-            return "bypassPermissions"
-        if arg == "--permission-mode" and at + 1 < len(argv):
-            return argv[at + 1]
-        if arg.startswith("--permission-mode="):
-            return arg.partition("=")[2]
+    argv = launch_argv(pid)
+    if "--dangerously-skip-permissions" in argv:
+        return "bypassPermissions"
+    if mode := option_value(argv, "--permission-mode"):
+        return mode
     project = Path(os.environ.get("CLAUDE_PROJECT_DIR") or cwd) / ".claude"
     user = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
     for path in (project / "settings.local.json", project / "settings.json", user / "settings.json"):
@@ -428,23 +444,14 @@ def gemini_launch_mode(pid: str) -> str | None:
     for `--yolo` (`-y`). Gemini 0.61 takes YOLO from its command line only (its settings'
     `general.defaultApprovalMode` cannot be "yolo"), and a relaunched Gemini process keeps the
     arguments. None when it was given neither."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return None
-    mode, yolo = None, False
-    for at, arg in enumerate(argv):
-        if arg == "--":
-            break
-        if arg == "--approval-mode" and at + 1 < len(argv):
-            mode = argv[at + 1]
-        elif arg.startswith("--approval-mode="):
-            mode = arg.partition("=")[2]
-        elif arg in ("--yolo", "-y", "--yolo=true"):
+    argv = launch_argv(pid)
+    yolo = False
+    for arg in argv:
+        if arg in ("--yolo", "-y", "--yolo=true"):
             yolo = True
         elif arg in ("--no-yolo", "--yolo=false"):
             yolo = False
-    return mode or ("yolo" if yolo else None)
+    return option_value(argv, "--approval-mode") or ("yolo" if yolo else None)
 
 
 def _context(event_name: str, text: str) -> dict[str, Any]:
