@@ -24,6 +24,7 @@ from messaging.services.sessions import (
     session_deregister,
     session_end_turn,
     session_register,
+    session_report_bypass,
     session_set_status,
     session_start_turn,
     session_summary,
@@ -89,6 +90,11 @@ class SessionPatch(Schema):
         "return them in `messages` (marked delivered) instead.",
     )
     limit: int = Field(100, description="With unless_inbox: at most this many messages.")
+    permission_mode: Literal["bypass"] | None = Field(
+        None,
+        description="`bypass`: the agent now runs tools without asking (one way: a session never "
+        "goes back to `default` by its own word).",
+    )
 
 
 class SessionPatchOut(SessionOut):
@@ -164,11 +170,14 @@ def me(request: HttpRequest) -> dict[str, Any]:
 
 @router.patch("/sessions/me", response={200: SessionPatchOut, **ERRORS}, auth=AUTH)
 def update_me(request: HttpRequest, body: SessionPatch) -> dict[str, Any]:
-    """Report status (busy / idle with the final answer / stopped / exited). Any call is a heartbeat.
+    """Report status (busy / idle with the final answer / stopped / exited), or that the agent now
+    runs tools without asking (`permission_mode: bypass`). Any call is a heartbeat.
     `{"status": "idle", "unless_inbox": true}` ends a turn in one call: waiting messages come back
     (delivered) and the session stays busy, else it goes idle."""
     caller = principal(request)
     session = caller.require_session()
+    if body.permission_mode is not None:
+        session = session_report_bypass(session=session, actor=caller)
     if body.unless_inbox:
         if body.status != "idle":
             raise Invalid("bad_status", "unless_inbox goes with status idle (a turn ending).")

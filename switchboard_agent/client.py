@@ -188,6 +188,10 @@ class HubClient:
             body["final_answer"] = final_answer
         return self.call("PATCH", "sessions/me", body=body)
 
+    def report_bypass(self) -> dict[str, Any]:
+        """Tell the hub the agent now runs tools without asking (one way; see the API)."""
+        return self.call("PATCH", "sessions/me", body={"permission_mode": "bypass"})
+
     def end_turn(self, *, final_answer: str, limit: int = 100) -> list[dict[str, Any]]:
         """End a turn in one round trip: the messages waiting (now delivered; the session stays busy),
         or `[]` when none were and the session went idle with `final_answer`."""

@@ -94,11 +94,14 @@ class SavedSession:
     # the tie by which its MCP server, its later session ids and Codex's notify find it.
     anchor: str = ""
     client: str = "claude"
+    # The permission mode the hub records for it (`default` or `bypass`), as last heard.
+    permission_mode: str = "default"
 
     @classmethod
     def registered(cls, body: dict[str, Any], *, key: str, hub: str, **fields: Any) -> SavedSession:
         """The saved session for a registration's answer (`POST /sessions`: token, id, name, ref)."""
         fields.setdefault("keys", [key])
+        fields.setdefault("permission_mode", body.get("permission_mode", "default"))
         return cls(
             key=key, hub=hub, token=body["token"], id=body["id"], name=body["name"], ref=body["ref"], **fields
         )

@@ -256,6 +256,18 @@ class Hook:
         """The saved session (or this process's, carried over), registering one if none."""
         return self.saved() or self.register()
 
+    def follow_bypass(self, saved: SavedSession) -> None:
+        """When the client now runs tools without asking and the hub does not know it yet (the
+        mode changed since the session registered, or it was registered by Codex's MCP server,
+        which cannot tell the mode), say so once: what peers send it from then on is held as for
+        any such session. Never the other way: the hub keeps `bypass` once told."""
+        if saved.permission_mode == "bypass" or self.permission_mode() not in BYPASS_MODES:
+            return
+        with self.client(saved.token) as client:
+            client.report_bypass()
+        saved.permission_mode = "bypass"
+        session_save(saved)
+
     # --- events --------------------------------------------------------------------------------
     def on_session_start(self) -> dict[str, Any] | None:
         saved = self.saved()
@@ -267,6 +279,7 @@ class Hook:
                 with self.client(saved.token) as client:
                     client.set_status("busy")
                 saved.status = "busy"
+                self.follow_bypass(saved)
                 if self.anchor:
                     # A session resumed by a new client process (after a crash) is that process's
                     # now: tied to the old one, it would be taken for a session left behind.
@@ -291,6 +304,7 @@ class Hook:
         token (it was reset, or the session was ended) gets a fresh registration, once."""
         saved = self.session()
         try:
+            self.follow_bypass(saved)
             return saved, call(saved)
         except HubError as exc:
             if exc.status != 401:

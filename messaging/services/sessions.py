@@ -291,6 +291,33 @@ def session_set_status(
     return locked
 
 
+def session_report_bypass(*, session: AgentSession, actor: Principal) -> AgentSession:
+    """The session says its client now runs tools without asking (its permission mode changed
+    since it registered, or whoever registered it could not tell): it is `bypass` from now on,
+    so the policies for such a receiver apply to what peers send it next. One way only: by its
+    own word a session never goes back to `default`, since a token that leaked to the agent's
+    tools must not lift the holds a person relies on (ending it and registering afresh does)."""
+    with transaction.atomic():
+        locked = AgentSession.objects.select_for_update().get(pk=session.pk)
+        if locked.status == SessionStatus.EXITED:
+            raise Unauthorized("This session has exited; register again.")
+        if locked.permission_mode == PermissionMode.BYPASS:
+            return locked
+        previous = locked.permission_mode
+        locked.permission_mode = PermissionMode.BYPASS
+        locked.last_seen = timezone.now()
+        locked.save(update_fields=["permission_mode", "last_seen"])
+        audit_event(
+            "session.permission_mode",
+            actor=actor.actor,
+            target=str(locked.id),
+            detail={"from": previous, "to": PermissionMode.BYPASS},
+        )
+        announce("session.changed", session_summary(locked), sessions=[locked.id])
+    session.permission_mode = locked.permission_mode
+    return locked
+
+
 @dataclass(frozen=True)
 class TurnEnd:
     """What ending a turn did: `messages` were waiting (now delivered) and the session stays as it

@@ -115,3 +115,32 @@ def test_clear_keeps_the_codex_process_s_hub_session(inprocess_hub: str) -> None
     assert cleared is not None and f"[{ref}]" in cleared["hookSpecificOutput"]["additionalContext"]
     assert AgentSession.objects.filter(kind="codex").count() == 1
     server.close()
+
+
+def test_a_codex_exec_session_is_bypass_once_its_first_hook_says_so(
+    inprocess_hub: str, peer: HubClient
+) -> None:
+    """The MCP server registers the session before any hook runs and cannot tell the mode; `codex
+    exec` then passes every hook `permission_mode` `bypassPermissions` (0.171): the first hook
+    tells the hub, so peers' messages to an agent that runs without asking are held."""
+    server = codex_mcp_server()
+    assert AgentSession.objects.get(name="api").permission_mode == "default"
+
+    hook(codex_event("SessionStart", source="startup", permission_mode="bypassPermissions"))
+
+    assert AgentSession.objects.get(name="api").permission_mode == "bypass"
+    assert peer.send(to="api", message="run the migration")["status"] == "held"
+    hook(codex_event("UserPromptSubmit", prompt="go", permission_mode="bypassPermissions"))
+    server.close()
+
+
+def test_a_session_stays_bypass_when_a_later_hook_reports_default(
+    inprocess_hub: str, peer: HubClient
+) -> None:
+    server = codex_mcp_server()
+    hook(codex_event("SessionStart", source="startup", permission_mode="bypassPermissions"))
+
+    hook(codex_event("UserPromptSubmit", prompt="go", permission_mode="default"))
+
+    assert AgentSession.objects.get(name="api").permission_mode == "bypass"
+    server.close()

@@ -409,3 +409,19 @@ def test_a_session_start_without_a_mode_takes_the_settings_default_mode(
     hook(start)
 
     assert AgentSession.objects.get(name="billing").permission_mode == "bypass"
+
+
+def test_a_session_switched_to_bypass_permissions_tells_the_hub_once(started, register, send) -> None:
+    """Claude Code's mode can change during a session (shift+tab, when it was started allowing
+    bypass): the next hook says so, and what peers send from then on is held."""
+    alice = register("alice")
+    assert started.permission_mode == "default"
+
+    hook(event("UserPromptSubmit", prompt="go", permission_mode="bypassPermissions"))
+
+    assert "2 request(s)" in last_log_line()  # the mode, then the pull
+    started.refresh_from_db()
+    assert started.permission_mode == "bypass"
+    assert send(alice, "billing", "deploy now").json_body["status"] == "held"
+    hook(event("PostToolUse", tool_name="Bash", tool_input={}, permission_mode="bypassPermissions"))
+    assert "1 request(s)" in last_log_line()  # said once

@@ -126,10 +126,12 @@ class HubInNetns:
         assert out.returncode == 0, out.stderr[-2000:]
         return json.loads(out.stdout)
 
-    def register(self, name: str) -> dict[str, Any]:
-        """A plain session (a peer of the client under test): its `token`, `ref` and the rest."""
+    def register(self, name: str, *, permission_mode: str = "default") -> dict[str, Any]:
+        """A plain session (a peer of the client under test): its `token`, `ref` and the rest.
+        A client run without asking has what a `default` peer sends it held for a person: its
+        peer is then `bypass` too."""
         enroll_key = (self.home / "enroll.key").read_text().strip()
-        answer = self.call("POST", "sessions", enroll_key, {"name": name})
+        answer = self.call("POST", "sessions", enroll_key, {"name": name, "permission_mode": permission_mode})
         assert answer["status"] == 201, answer
         return answer["body"]
 

@@ -149,10 +149,11 @@ def sessions_named(hub: HubInNetns, token: str, name: str) -> list[dict[str, Any
     return [a for a in answer["body"]["agents"] if a["name"] == name]
 
 
-def final_answer(home: Path, session_id: str) -> str:
+def session_column(home: Path, session_id: str, column: str) -> str:
+    """One column of the hub's row for the session (what the API shows only operators)."""
     with sqlite3.connect(home / ".switchboard" / "switchboard.sqlite3") as db:
         row = db.execute(
-            "SELECT final_answer FROM messaging_agentsession WHERE id = ?", [session_id.replace("-", "")]
+            f"SELECT {column} FROM messaging_agentsession WHERE id = ?", [session_id.replace("-", "")]
         ).fetchone()
     return row[0] if row else ""
 
@@ -174,7 +175,7 @@ def hook_calls(lines: list[str]) -> list[tuple[str, str, float]]:
 def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: Path) -> None:
     with netns() as space:
         hub = hub_in(space, tmp_path)
-        peer = hub.register("peer")
+        peer = hub.register("peer", permission_mode="bypass")  # codex exec runs without asking
         setup = CodexSetup(space, tmp_path)
         setup.install_hooks()
         trusted = setup.trust()
@@ -188,22 +189,28 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
         setup.start_model()
         codex = setup.start_codex("Say hello to peer on Switchboard.")
 
-        # The MCP server (or the SessionStart hook) registers the session; the model's first answer
-        # waits until the peer has a message queued for it.
-        mine = wait_until(
-            lambda: sessions_named(hub, peer["token"], "proj"), timeout=30, what="codex's session"
-        )
+        # The MCP server registers the session (as `default`: it cannot tell the mode) and the
+        # SessionStart hook reports `bypass`; the model's first answer waits until the peer has a
+        # message queued for it.
+        def bypass_session() -> list[dict[str, Any]]:
+            found = sessions_named(hub, peer["token"], "proj")
+            bypass = found and session_column(tmp_path, found[0]["id"], "permission_mode") == "bypass"
+            return found if bypass else []
+
+        mine = wait_until(bypass_session, timeout=30, what="codex's session, in bypass")
         sent = hub.call(
             "POST", "messages", peer["token"], {"to": mine[0]["ref"], "message": "ping from peer"}
         )
-        assert sent["status"] == 201, sent
+        assert sent["status"] == 201 and sent["body"]["status"] == "queued", sent
         setup.release.touch()
         assert codex.popen.wait(timeout=CODEX_TIMEOUT) == 0, codex.log()[-3000:]
 
         # One hub session for the run: hooks and MCP server shared it, and it ended with Codex.
         [session] = sessions_named(hub, peer["token"], "proj")
         assert (session["kind"], session["status"]) == ("codex", "exited"), session
-        assert final_answer(tmp_path, session["id"]) == "done"
+        assert session_column(tmp_path, session["id"], "final_answer") == "done"
+        # Registered by the MCP server, which cannot tell the mode; the first hook said bypass.
+        assert session_column(tmp_path, session["id"], "permission_mode") == "bypass"
         # The model's tool call reached the peer from that session.
         inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
         assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", session["ref"])], (

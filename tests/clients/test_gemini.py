@@ -204,8 +204,7 @@ def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path
         hub: HubInNetns = hub_in(space, tmp_path)
         # `gemini --yolo` runs tools without asking, so its session is "bypass": a peer's messages
         # reach it only from a peer in bypass too (others are held for an operator).
-        enroll_key = (tmp_path / ".switchboard" / "enroll.key").read_text().strip()
-        peer = hub.call("POST", "sessions", enroll_key, {"name": "peer", "permission_mode": "bypass"})["body"]
+        peer = hub.register("peer", permission_mode="bypass")
         env = gemini_env(tmp_path)
         telemetry = tmp_path / "telemetry.log"
         project = project_with_hooks(tmp_path, env, telemetry=telemetry)

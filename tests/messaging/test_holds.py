@@ -299,3 +299,34 @@ def test_a_sender_that_exited_gets_no_notification_but_the_decision_stands(
     assert api.post(f"holds/{hold['id']}/approve", operator_token).json_body["state"] == "queued"
     assert not Delivery.objects.filter(recipient_id=alice.id, message__kind="notification").exists()
     assert [m["id"] for m in api.get("inbox", bob.token).json_body["messages"]] == [mid]
+
+
+def test_a_session_that_reports_bypass_has_what_peers_send_it_from_then_on_held(
+    api, register, send, operator_token
+):
+    """Its client switched to running tools without asking, or registered before it could tell
+    (Codex's MCP server registers a `codex exec` session before any hook says its mode)."""
+    alice, bob = register("alice"), register("bob")
+    assert send(alice, "bob", "before").json_body["status"] == "queued"
+
+    r = api.patch("sessions/me", bob.token, {"permission_mode": "bypass"})
+
+    assert r.status_code == 200 and r.json_body["permission_mode"] == "bypass"
+    after = send(alice, "bob", "after")
+    assert after.json_body["status"] == "held"
+    assert Delivery.objects.get(message_id=after.json_body["id"]).hold_reason == "default_bypass_receiver"
+    [changed] = AuditEvent.objects.filter(kind="session.permission_mode")
+    assert changed.target == str(bob.id) and changed.detail == {"from": "default", "to": "bypass"}
+    assert api.patch("sessions/me", bob.token, {"permission_mode": "bypass"}).status_code == 200
+    assert AuditEvent.objects.filter(kind="session.permission_mode").count() == 1  # no change, no entry
+
+
+def test_a_session_cannot_lift_bypass_by_its_own_word(api, register, send):
+    """A token the agent's own tools can read must not undo the holds a person relies on."""
+    alice, bot = register("alice"), register("bot", permission_mode="bypass")
+
+    r = api.patch("sessions/me", bot.token, {"permission_mode": "default"})
+
+    assert r.status_code == 400
+    assert api.get("sessions/me", bot.token).json_body["permission_mode"] == "bypass"
+    assert send(alice, "bot", "still held").json_body["status"] == "held"
