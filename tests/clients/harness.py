@@ -111,6 +111,21 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def install_hooks(project: Path, env: dict[str, str], *args: str) -> str:
+    """`switchboard install-hooks ARGS --write` run in `project`, the one command docs/agents.md
+    gives a user; what it printed."""
+    done = subprocess.run(
+        [str(VENV_BIN / "switchboard"), "install-hooks", *args, "--write"],
+        env=env,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 @dataclass
 class HubInNetns:
     """`switchboard serve` (embedded) on 127.0.0.1:8765 inside the namespace."""

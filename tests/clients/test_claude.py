@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from hub_topology import VENV_BIN, wait_until
-from tests.clients.harness import HUB_PORT, Netns, clean_env, client_bin, hub_in, netns
+from hub_topology import wait_until
+from tests.clients.harness import HUB_PORT, Netns, clean_env, client_bin, hub_in, install_hooks, netns
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
 
@@ -44,15 +44,17 @@ def project_in(home: Path) -> Path:
     """The folder Claude Code works in, set up as docs/agents.md tells a user: one command."""
     project = home / "proj"
     project.mkdir()
-    done = subprocess.run(
-        [str(VENV_BIN / "switchboard"), "install-hooks", "--write"],
-        cwd=project,
-        env=clean_env(home),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 0, done.stderr
+    install_hooks(project, clean_env(home))
+    return project
+
+
+def read_turn_in(space: Netns, home: Path) -> Path:
+    """A project with hooks and a `notes.txt`, and a model that reads that file (ungated), then
+    says "done": a turn that needs no hub. Returns the project."""
+    project = project_in(home)
+    (project / "notes.txt").write_text("nothing to see\n")
+    _, gate = model_in(space, home, tool="Read", args={"file_path": str(project / "notes.txt")})
+    gate.touch()
     return project
 
 
@@ -260,12 +262,7 @@ def test_claude_code_finishes_its_turn_promptly_without_a_hub(tmp_path: Path, hu
                 clean_env(tmp_path),
                 tmp_path / "hung.log",
             )
-        project = project_in(tmp_path)
-        (project / "notes.txt").write_text("nothing to see\n")
-        requests, gate = model_in(
-            space, tmp_path, tool="Read", args={"file_path": str(project / "notes.txt")}
-        )
-        gate.touch()
+        project = read_turn_in(space, tmp_path)
         started = time.monotonic()
         result, _ = finish(
             claude(
@@ -301,10 +298,7 @@ def test_claude_code_started_without_permission_prompts_registers_as_bypass(tmp_
     peers that ask for permission to a session that never asks."""
     with netns() as space:
         hub_in(space, tmp_path)
-        project = project_in(tmp_path)
-        (project / "notes.txt").write_text("nothing to see\n")
-        _, gate = model_in(space, tmp_path, tool="Read", args={"file_path": str(project / "notes.txt")})
-        gate.touch()
+        project = read_turn_in(space, tmp_path)
         # IS_SANDBOX: Claude Code's own switch that lets root (the namespace needs root) skip prompts.
         result, _ = finish(
             claude(

@@ -34,7 +34,16 @@ from typing import Any
 import pytest
 
 from hub_topology import VENV_BIN
-from tests.clients.harness import HUB_PORT, HubInNetns, Netns, clean_env, client_bin, hub_in, netns
+from tests.clients.harness import (
+    HUB_PORT,
+    HubInNetns,
+    Netns,
+    clean_env,
+    client_bin,
+    hub_in,
+    install_hooks,
+    netns,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
 
@@ -90,15 +99,7 @@ def project_with_hooks(tmp_path: Path, env: dict[str, str], *, telemetry: Path |
     docs/agents.md tells a user, and the user's Gemini setup done."""
     project = tmp_path / PROJECT
     project.mkdir()
-    out = subprocess.run(
-        [str(VENV_BIN / "switchboard"), "install-hooks", "--client", "gemini", "--write"],
-        env=env,
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert out.returncode == 0, out.stderr
+    install_hooks(project, env, "--client", "gemini")
     gemini_home(Path(env["HOME"]), project, telemetry=telemetry)
     return project
 
