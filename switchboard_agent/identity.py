@@ -18,9 +18,9 @@ How an attached MCP server knows its own client's session (never "the newest in 
 3. Neither: it refuses (`no_agent_session`) rather than guess. Two candidates: `ambiguous_session`.
 
 With `SWITCHBOARD_CLIENT=codex` the server owns the session of its Codex process (Codex passes its
-MCP servers no session id, and has no end hook): on start it takes the session its Codex process's
-hooks registered, or registers it, both under one lock and one key (`config.process_session_key`);
-the hooks find it the same way; it deregisters on exit.
+MCP servers no session id, and no SessionEnd hook is installed for it): on start it takes the
+session its Codex process's hooks registered, or registers it, both under one lock and one key
+(`config.process_session_key`); the hooks find it the same way; it deregisters on exit.
 """
 
 from __future__ import annotations

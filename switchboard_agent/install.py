@@ -36,7 +36,8 @@ from switchboard_agent.home import write_private
 CLIENTS = ("claude", "codex", "gemini")
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
 GEMINI_EVENTS = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd")
-CODEX_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop")  # Codex has no SessionEnd
+# No SessionEnd for Codex: its MCP server ends the session as Codex stops it.
+CODEX_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop")
 # What a Gemini CLI user still does (checked against 0.61): nothing of it is ours to decide.
 GEMINI_NEXT = (
     "Gemini CLI runs these only in a trusted folder: trust it when Gemini asks on its first start "
