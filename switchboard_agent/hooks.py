@@ -53,6 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -179,8 +180,10 @@ class Hook:
             self._anchor = client_anchor()
         return self._anchor
 
+    @cached_property
     def permission_mode(self) -> str | None:
-        """The client's permission mode. Claude Code's SessionStart carries none (2.1.332 passes
+        """The client's permission mode (read once per hook call: registering and `follow_bypass`
+        both ask). Claude Code's SessionStart carries none (2.1.332 passes
         `permission_mode` from UserPromptSubmit on), yet it registers the session: then the mode
         its process was started with (`claude_launch_mode`). Gemini CLI passes hooks none at all:
         its approval mode from its command line (`gemini_launch_mode`)."""
@@ -244,7 +247,7 @@ class Hook:
                 name=session_name(self.cwd),
                 cwd=self.cwd,
                 kind=KINDS.get(self.client_name, "claude-code"),
-                permission_mode="bypass" if self.permission_mode() in BYPASS_MODES else "default",
+                permission_mode="bypass" if self.permission_mode in BYPASS_MODES else "default",
                 anchor=self.anchor,
                 alive=anchor_alive,
                 deadline=self.deadline,
@@ -261,7 +264,7 @@ class Hook:
         mode changed since the session registered, or it was registered by Codex's MCP server,
         which cannot tell the mode), say so once: what peers send it from then on is held as for
         any such session. Never the other way: the hub keeps `bypass` once told."""
-        if saved.permission_mode == "bypass" or self.permission_mode() not in BYPASS_MODES:
+        if saved.permission_mode == "bypass" or self.permission_mode not in BYPASS_MODES:
             return
         with self.client(saved.token) as client:
             client.report_bypass()
