@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -124,6 +126,30 @@ def install_hooks(project: Path, env: dict[str, str], *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+# A `switchboard hook` call as agent.log records it (switchboard_agent.hooks.run_hook).
+HOOK_CALL = re.compile(r" (INFO|WARNING) hook (\w+): (.*); \d+ request\(s\), ([\d.]+) ms$")
+
+
+def hook_calls(home: Path) -> list[tuple[str, str, float, str]]:
+    """(event, outcome, milliseconds, log level) of each hook call in the agents' agent.log under
+    `home` (the `SWITCHBOARD_HOME` of `clean_env(home)`)."""
+    path = home / ".switchboard" / "agent.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    found = [HOOK_CALL.search(line) for line in lines]
+    return [(m[2], m[3], float(m[4]), m[1]) for m in found if m]
+
+
+def hub_sessions(home: Path) -> list[dict[str, Any]]:
+    """Every session the hub under `home` ever registered, with what its API shows only operators
+    (its SQLite file, read-only; `id` as stored, without dashes)."""
+    with sqlite3.connect(f"file:{home / '.switchboard' / 'switchboard.sqlite3'}?mode=ro", uri=True) as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute(
+            "SELECT id, name, ref, kind, status, permission_mode, final_answer FROM messaging_agentsession"
+        )
+        return [dict(row) for row in rows]
 
 
 @dataclass

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import subprocess
 import sys
 import time
@@ -26,7 +25,17 @@ from typing import Any
 import pytest
 
 from hub_topology import wait_until
-from tests.clients.harness import HUB_PORT, Netns, clean_env, client_bin, hub_in, install_hooks, netns
+from tests.clients.harness import (
+    HUB_PORT,
+    Netns,
+    clean_env,
+    client_bin,
+    hook_calls,
+    hub_in,
+    hub_sessions,
+    install_hooks,
+    netns,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
 
@@ -37,7 +46,6 @@ RUN_TIMEOUT = 60
 HOOK_TIMED = re.compile(
     r"Hooks: (\w+)\S* \[[^\]]*switchboard hook[^\]]*\] finished with status 0 \((\d+)ms\)"
 )
-HOOK_LINE = re.compile(r" (INFO|WARNING) hook (\w+): (.*); (\d+) request\(s\), ([\d.]+) ms$")
 
 
 def project_in(home: Path) -> Path:
@@ -154,22 +162,6 @@ def answered(body: dict[str, Any], tool_use_id: str) -> bool:
     )
 
 
-def hook_calls(home: Path) -> list[tuple[str, str, str, float]]:
-    """Each logged hook call in agent.log: (level, event, outcome, milliseconds)."""
-    text = (home / ".switchboard" / "agent.log").read_text()
-    calls = [HOOK_LINE.search(line) for line in text.splitlines()]
-    return [(m[1], m[2], m[3], float(m[5])) for m in calls if m]
-
-
-def hub_sessions(home: Path) -> list[sqlite3.Row]:
-    """Every session the hub ever registered, straight from its SQLite file."""
-    with sqlite3.connect(f"file:{home / '.switchboard' / 'switchboard.sqlite3'}?mode=ro", uri=True) as db:
-        db.row_factory = sqlite3.Row
-        return db.execute(
-            "SELECT name, ref, kind, status, final_answer, permission_mode FROM messaging_agentsession"
-        ).fetchall()
-
-
 def mcp_server_env(home: Path) -> dict[str, str]:
     """The environment of the running `switchboard mcp` that Claude Code started for this test."""
     ours = f"SWITCHBOARD_HOME={home / '.switchboard'}".encode()
@@ -232,7 +224,7 @@ def test_claude_code_sends_receives_and_reports_through_one_hub_session(tmp_path
     # Idle with the final answer, then ended as Claude Code exited.
     assert (session["status"], session["final_answer"]) == ("exited", "done")
     calls = hook_calls(tmp_path)
-    assert [event for _, event, _, _ in calls] == [
+    assert [event for event, _, _, _ in calls] == [
         "SessionStart",
         "UserPromptSubmit",
         "PostToolUse",  # after ToolSearch
@@ -240,7 +232,7 @@ def test_claude_code_sends_receives_and_reports_through_one_hub_session(tmp_path
         "Stop",
         "SessionEnd",
     ], calls
-    assert all(level == "INFO" and outcome == "ok" for level, _, outcome, _ in calls), calls
+    assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
 
 
 # A hub that takes connections and never answers: the kernel completes each handshake into the
@@ -283,14 +275,14 @@ def test_claude_code_finishes_its_turn_promptly_without_a_hub(tmp_path: Path, hu
     print(f"\nhub {hub_state}: claude -p took {took:.1f} s; hooks:", *timed, *calls, sep="\n  ")
     assert [event for event, _ in timed] == ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"], timed
     assert all(int(ms) < 3300 for _, ms in timed), timed
-    assert [event for _, event, _, _ in calls] == [
+    assert [event for event, _, _, _ in calls] == [
         "SessionStart",
         "UserPromptSubmit",
         "PostToolUse",
         "Stop",
         "SessionEnd",
     ], calls
-    assert all(ms < 3000 for _, _, _, ms in calls), calls
+    assert all(ms < 3000 for _, _, ms, _ in calls), calls
 
 
 def test_claude_code_started_without_permission_prompts_registers_as_bypass(tmp_path: Path) -> None:

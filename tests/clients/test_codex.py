@@ -10,8 +10,6 @@ then trusting the project and the four hooks as Codex's `/hooks` does (`codex ap
 from __future__ import annotations
 
 import json
-import re
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -20,7 +18,16 @@ from typing import Any
 import pytest
 
 from hub_topology import VENV_BIN, Proc, wait_until
-from tests.clients.harness import HubInNetns, Netns, clean_env, client_bin, hub_in, netns
+from tests.clients.harness import (
+    HubInNetns,
+    Netns,
+    clean_env,
+    client_bin,
+    hook_calls,
+    hub_in,
+    hub_sessions,
+    netns,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
 
@@ -149,13 +156,10 @@ def sessions_named(hub: HubInNetns, token: str, name: str) -> list[dict[str, Any
     return [a for a in answer["body"]["agents"] if a["name"] == name]
 
 
-def session_column(home: Path, session_id: str, column: str) -> str:
-    """One column of the hub's row for the session (what the API shows only operators)."""
-    with sqlite3.connect(home / ".switchboard" / "switchboard.sqlite3") as db:
-        row = db.execute(
-            f"SELECT {column} FROM messaging_agentsession WHERE id = ?", [session_id.replace("-", "")]
-        ).fetchone()
-    return row[0] if row else ""
+def row_of(home: Path, session: dict[str, Any]) -> dict[str, Any]:
+    """The hub's row for `session` (as the agents list shows it)."""
+    [row] = [r for r in hub_sessions(home) if r["ref"] == session["ref"]]
+    return row
 
 
 def texts(value: Any) -> list[str]:
@@ -164,12 +168,6 @@ def texts(value: Any) -> list[str]:
         return [value]
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
     return [text for item in items for text in texts(item)]
-
-
-def hook_calls(lines: list[str]) -> list[tuple[str, str, float]]:
-    """(event, outcome, milliseconds) of each `switchboard hook` call in agent.log."""
-    found = re.findall(r"hook (\w+): (.*); \d+ request\(s\), ([\d.]+) ms", "\n".join(lines))
-    return [(event, outcome, float(ms)) for event, outcome, ms in found]
 
 
 def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: Path) -> None:
@@ -194,7 +192,7 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
         # message queued for it.
         def bypass_session() -> list[dict[str, Any]]:
             found = sessions_named(hub, peer["token"], "proj")
-            bypass = found and session_column(tmp_path, found[0]["id"], "permission_mode") == "bypass"
+            bypass = found and row_of(tmp_path, found[0])["permission_mode"] == "bypass"
             return found if bypass else []
 
         mine = wait_until(bypass_session, timeout=30, what="codex's session, in bypass")
@@ -208,9 +206,10 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
         # One hub session for the run: hooks and MCP server shared it, and it ended with Codex.
         [session] = sessions_named(hub, peer["token"], "proj")
         assert (session["kind"], session["status"]) == ("codex", "exited"), session
-        assert session_column(tmp_path, session["id"], "final_answer") == "done"
+        row = row_of(tmp_path, session)
+        assert row["final_answer"] == "done"
         # Registered by the MCP server, which cannot tell the mode; the first hook said bypass.
-        assert session_column(tmp_path, session["id"], "permission_mode") == "bypass"
+        assert row["permission_mode"] == "bypass"
         # The model's tool call reached the peer from that session.
         inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
         assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", session["ref"])], (
@@ -221,8 +220,13 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
         assert any('[SWITCHBOARD FROM="peer"' in b and "ping from peer" in b for b in bodies)
         assert any(f"registered on the Switchboard hub as proj [{session['ref']}]" in b for b in bodies)
         # Every hook ran, and none failed.
-        calls = hook_calls(setup.agent_log())
-        assert {event for event, _, _ in calls} == {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"}
+        calls = hook_calls(tmp_path)
+        assert {event for event, _, _, _ in calls} == {
+            "SessionStart",
+            "UserPromptSubmit",
+            "PostToolUse",
+            "Stop",
+        }
         assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
 
 
@@ -240,9 +244,9 @@ def test_codex_finishes_its_turn_promptly_without_a_hub(tmp_path: Path) -> None:
         assert codex.popen.wait(timeout=CODEX_TIMEOUT) == 0, codex.log()[-3000:]
         took = time.monotonic() - started
 
-        calls = hook_calls(setup.agent_log())
+        calls = hook_calls(tmp_path)
         print(f"codex exec without a hub: {took:.1f} s; hook calls (event, outcome, ms): {calls}")
         # Codex runs no PostToolUse hook after a failed tool call (send_message: the hub is away).
-        assert {event for event, _, _ in calls} == {"SessionStart", "UserPromptSubmit", "Stop"}
-        assert all(ms < HOOK_DEADLINE_MS for _, _, ms in calls), calls
+        assert {event for event, _, _, _ in calls} == {"SessionStart", "UserPromptSubmit", "Stop"}
+        assert all(ms < HOOK_DEADLINE_MS for _, _, ms, _ in calls), calls
         assert '"agent_message","text":"done"' in codex.log()

@@ -21,7 +21,6 @@ import os
 import pty
 import re
 import signal
-import sqlite3
 import struct
 import subprocess
 import termios
@@ -40,7 +39,9 @@ from tests.clients.harness import (
     Netns,
     clean_env,
     client_bin,
+    hook_calls,
     hub_in,
+    hub_sessions,
     install_hooks,
     netns,
 )
@@ -170,27 +171,6 @@ def texts(body: dict[str, Any]) -> list[str]:
     return found
 
 
-def sessions(tmp_path: Path) -> list[dict[str, Any]]:
-    """Every session the hub has (its SQLite database, read-only)."""
-    db = sqlite3.connect(f"file:{tmp_path / '.switchboard' / 'switchboard.sqlite3'}?mode=ro", uri=True)
-    db.row_factory = sqlite3.Row
-    try:
-        rows = db.execute(
-            "SELECT name, ref, kind, permission_mode, status, final_answer FROM messaging_agentsession"
-        )
-        return [dict(row) for row in rows]
-    finally:
-        db.close()
-
-
-def hook_calls(tmp_path: Path) -> list[tuple[str, str, float]]:
-    """(event, outcome, milliseconds) of each hook call in $SWITCHBOARD_HOME/agent.log."""
-    path = tmp_path / ".switchboard" / "agent.log"
-    lines = path.read_text().splitlines() if path.exists() else []
-    found = [re.search(r" hook (\w+): (.*); \d+ request\(s\), ([\d.]+) ms$", line) for line in lines]
-    return [(m[1], m[2], float(m[3])) for m in found if m]
-
-
 def timed_by_gemini(telemetry: Path) -> list[tuple[str, int]]:
     """(event, milliseconds) of each hook call, as Gemini CLI timed it (its telemetry file)."""
     text = telemetry.read_text() if telemetry.exists() else ""
@@ -232,7 +212,7 @@ def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path
         model.release_final.touch()
         run.finish()
 
-        mine = [s for s in sessions(tmp_path) if s["ref"] != peer["ref"]]
+        mine = [s for s in hub_sessions(tmp_path) if s["ref"] != peer["ref"]]
         assert len(mine) == 1, mine  # the hooks and the MCP server acted as one session
         assert mine[0]["name"] == PROJECT
         assert (mine[0]["kind"], mine[0]["permission_mode"]) == ("gemini-cli", "bypass")
@@ -250,7 +230,7 @@ def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path
         assert mine[0]["final_answer"] == "done", mine
         assert mine[0]["status"] == "exited", mine  # SessionEnd, in -p mode too
         calls = hook_calls(tmp_path)
-        assert [event for event, _, _ in calls] == [
+        assert [event for event, _, _, _ in calls] == [
             "SessionStart",
             "BeforeAgent",
             "AfterTool",
@@ -259,7 +239,7 @@ def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path
             "AfterAgent",
             "SessionEnd",
         ], calls
-        assert all(outcome == "ok" for _, outcome, _ in calls), calls
+        assert all(outcome == "ok" for _, outcome, _, _ in calls), calls
         print(f"hub up: Gemini timed its hooks (ms): {timed_by_gemini(telemetry)}")
 
 
@@ -299,9 +279,9 @@ def test_a_gemini_turn_ends_promptly_when_the_hub_is_away(tmp_path: Path, hub_st
         timed = timed_by_gemini(telemetry)
         print(f"hub {hub_state}: gemini -p took {elapsed:.1f} s; Gemini timed its hooks (ms): {timed}")
         events = ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd"]
-        assert [event for event, _, _ in calls] == events, calls
+        assert [event for event, _, _, _ in calls] == events, calls
         assert calls[0][1].startswith("hub error unreachable"), calls  # the rest skipped the hub
-        assert all(ms < HOOK_DEADLINE_MS for _, _, ms in calls), calls  # inside each hook
+        assert all(ms < HOOK_DEADLINE_MS for _, _, ms, _ in calls), calls  # inside each hook
         assert [event for event, _ in timed] == events, timed
         # As Gemini timed them, from the start of each command: the deadline, and what the process
         # takes to exit once it has passed (on a loaded machine, a little more).
@@ -386,7 +366,7 @@ def test_an_interactive_gemini_keeps_its_hub_session_across_clear_and_ends_it_on
 
         def logged(*events: str) -> Callable[[], bool]:
             """Whether the hooks ran these events first, in this order."""
-            return lambda: [event for event, _, _ in hook_calls(tmp_path)][: len(events)] == list(events)
+            return lambda: [event for event, _, _, _ in hook_calls(tmp_path)][: len(events)] == list(events)
 
         gemini = Terminal(space, env, project)
         try:
@@ -394,7 +374,7 @@ def test_an_interactive_gemini_keeps_its_hub_session_across_clear_and_ends_it_on
             gemini.until(logged("SessionStart"), "SessionStart")
             gemini.type("Say hello to peer.")
             gemini.until(logged("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent"), "the turn's end")
-            ref = [s["ref"] for s in sessions(tmp_path) if s["name"] == PROJECT]
+            ref = [s["ref"] for s in hub_sessions(tmp_path) if s["name"] == PROJECT]
             gemini.type("/clear")  # a new Gemini session id in the same process
             steps = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd", "SessionStart")
             gemini.until(logged(*steps), "/clear")
@@ -413,9 +393,9 @@ def test_an_interactive_gemini_keeps_its_hub_session_across_clear_and_ends_it_on
             "You are registered on the Switchboard hub as gemproj" in t for t in texts(model.turns()[0])
         )
         calls = hook_calls(tmp_path)
-        assert all(outcome == "ok" for _, outcome, _ in calls), calls
+        assert all(outcome == "ok" for _, outcome, _, _ in calls), calls
         # Gemini runs SessionEnd hooks up to three times on /quit: the later ones find nothing to end.
-        assert {e for e, _, _ in calls[len(steps) :]} == {"SessionEnd"}, calls
-        mine = sessions(tmp_path)  # every session the hub has
+        assert {e for e, _, _, _ in calls[len(steps) :]} == {"SessionEnd"}, calls
+        mine = hub_sessions(tmp_path)  # every session the hub has
         assert [s["ref"] for s in mine] == ref and len(ref) == 1, mine  # the same one after /clear
         assert (mine[0]["status"], mine[0]["final_answer"]) == ("exited", "done"), mine
