@@ -166,7 +166,7 @@ def agents(request: HttpRequest, to: str | None = None) -> dict[str, Any]:
         public_key=hub_key, name=name, url=url, tier=peer_vouched_tier(hub_key) or FederationTier.LAN
     )
     if to:
-        return hosts_answer(target=to)
+        return hosts_answer(target=to, vouched=standing.vouched)
     me = hub_identity()
     return {"hub_key": me.public_key, "hub_name": me.name, "agents": local_agents_public(standing)}
 

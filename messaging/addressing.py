@@ -97,10 +97,15 @@ def _one(matches: list[Candidate], rule: str, what: str, pin_key: str | None) ->
 
 
 def resolve(
-    target: str | ParsedAddress, candidates: Sequence[Candidate], *, lead: Candidate | None = None
+    target: str | ParsedAddress,
+    candidates: Sequence[Candidate],
+    *,
+    lead: Candidate | None = None,
+    prefixes: bool = True,
 ) -> Resolution:
     """Pick exactly one recipient for `target` (an address, or one `parse_address` already split)
-    among `candidates` (the live sessions), or raise."""
+    among `candidates` (the live sessions), or raise. Without `prefixes`, only an address that
+    names a session exactly (rules 1-5) resolves."""
     address = target if isinstance(target, ParsedAddress) else parse_address(target)
     target = address.raw
     if address.key == LEAD_ALIAS:
@@ -141,7 +146,7 @@ def resolve(
     if normalized:
         return normalized
 
-    if len(address.key) >= MIN_PREFIX:
+    if prefixes and len(address.key) >= MIN_PREFIX:
         prefixed = _one(
             [c for c in candidates if c.name_key.startswith(address.key)],
             "prefix",
@@ -151,5 +156,9 @@ def resolve(
         if prefixed:
             return prefixed
 
-    note = "" if len(address.key) >= MIN_PREFIX else f" (prefixes need at least {MIN_PREFIX} characters)"
+    note = (
+        ""
+        if len(address.key) >= MIN_PREFIX or not prefixes
+        else f" (prefixes need at least {MIN_PREFIX} characters)"
+    )
     raise NotFound(f"No live session is called {target!r}{note}.", hint=LIST_AGENTS)

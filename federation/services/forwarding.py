@@ -42,7 +42,7 @@ from federation.services.signatures import MESSAGE_SIGNATURE_VERSION, envelope_s
 from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
-from messaging.errors import Invalid, NotFound, TooLarge, Unavailable
+from messaging.errors import Ambiguous, Invalid, NotFound, TooLarge, Unavailable
 from messaging.hold_reasons import ISOLATION_HOLD, UNKNOWN_PEER_HOLD
 from messaging.jobs import enqueue
 from messaging.liveness import LIVE
@@ -869,6 +869,8 @@ def inbound_accept(
     claimed = envelope.get("priority")
     priority = claimed if vouched and claimed in ("normal", "urgent") else "normal"
     try:
+        if not vouched:
+            local_address(envelope["to"], vouched=False)  # an exact address, or NotFound
         with transaction.atomic():
             outcome = message_send(
                 SendRequest(
@@ -910,6 +912,8 @@ def inbound_accept(
         if earlier is not None:
             return earlier
         raise
+    except Ambiguous as exc:
+        raise ambiguity_for_hub(exc, vouched=vouched) from None
     except NotFound:
         # Not here (any more): pass it on within this machine or LAN, one hop further, never back.
         onward = _forward_onward(envelope=envelope, hops=hops, exclude={origin_hub, caller_key or ""})
@@ -982,18 +986,12 @@ def _inbound_earlier(origin_hub: str, message_id: uuid.UUID) -> InboundResult | 
     )
 
 
-def hosts_answer(*, target: str) -> dict[str, Any]:
-    """Answer another hub's "do you host `target`?" from this hub's live sessions only."""
-    from messaging.services.recipients import find_candidates
-
+def hosts_answer(*, target: str, vouched: bool) -> dict[str, Any]:
+    """Answer another hub's "do you host `target`?" from this hub's live sessions only, as
+    `local_address` lets a hub vouched for (or not) learn it."""
     me = hub_identity()
-    live = [
-        c
-        for c in find_candidates(None, target)  # type: ignore[arg-type]
-        if AgentSession.objects.filter(pk=c.id, status__in=LIVE).exclude(kind=REMOTE_KIND).exists()
-    ]
     try:
-        found = resolve(target, live).candidate
+        found = local_address(target, vouched=vouched)
     except NotFound:
         return {"hosted": False, "hub_key": me.public_key, "hub_name": me.name}
     return {
@@ -1004,6 +1002,40 @@ def hosts_answer(*, target: str) -> dict[str, Any]:
         "name": found.name,
         "ref": found.ref,
     }
+
+
+def local_address(target: str, *, vouched: bool) -> Candidate:
+    """The live local session `target` names, as another hub may learn of it: the one rule for
+    what a hub's address tells it (asking `hosts_answer`, or sending). A hub this hub vouches for
+    reads the directory anyway, so the resolver's full rules answer it, a unique prefix included.
+    Any other key is answered only for an address that names a session exactly (id, ref, name,
+    `name [ref]`), so it cannot list the agents a prefix at a time, and its NotFound names nobody.
+    Raises NotFound, or Ambiguous as `ambiguity_for_hub` words it."""
+    from messaging.services.recipients import find_candidates
+
+    live = [
+        c
+        for c in find_candidates(None, target)  # type: ignore[arg-type]
+        if AgentSession.objects.filter(pk=c.id, status__in=LIVE).exclude(kind=REMOTE_KIND).exists()
+    ]
+    try:
+        return resolve(target, live, prefixes=vouched).candidate
+    except Ambiguous as exc:
+        raise ambiguity_for_hub(exc, vouched=vouched) from None
+    except NotFound as exc:
+        if vouched:
+            raise
+        raise NotFound(f"No live session is called {target!r}.") from exc
+
+
+def ambiguity_for_hub(exc: Ambiguous, *, vouched: bool) -> Ambiguous:
+    """An ambiguous address as another hub is told it: the candidates by name, ref and id to a hub
+    this hub vouches for (what its directory shows), none to any other key; never a session's
+    working folder, which no hub is shown."""
+    if not vouched:
+        return Ambiguous(exc.detail)
+    shown = [{k: c[k] for k in ("name", "ref", "id") if k in c} for c in exc.extra.get("candidates", [])]
+    return Ambiguous(exc.detail, candidates=shown)
 
 
 def local_agents_public(standing: PeerStanding) -> list[dict[str, Any]]:

@@ -141,6 +141,40 @@ def hook_calls(home: Path) -> list[tuple[str, str, float, str]]:
     return [(m[2], m[3], float(m[4]), m[1]) for m in found if m]
 
 
+def strings(value: Any) -> list[str]:
+    """Every string in a JSON value (a model request's body: what the model reads, among the rest)."""
+    if isinstance(value, str):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [text for item in items for text in strings(item)]
+
+
+def from_peer(peer: dict[str, Any], text: str) -> re.Pattern[str]:
+    """`text` sent by `peer` (a session as `HubInNetns.register` returns it) as the hooks hand it
+    to a model: the hub's marker line naming the peer, the label line under it, then the text."""
+    marker = rf'\[SWITCHBOARD FROM="{re.escape(peer["name"])}" FROM_REF={peer["ref"]} [^\]\n]*\]'
+    return re.compile(rf"{marker}\n[^\n]*\n\n{re.escape(text)}")
+
+
+def assert_stop_hook_handed_over(
+    home: Path, bodies: list[Any], peer: dict[str, Any], text: str, answer: str, *, then: tuple[str, ...] = ()
+) -> None:
+    """A turn of the client under `home` whose Stop hook blocked once, with `text` from `peer`:
+    `bodies` (its requests to the model) are two, the first without the message, the second (the
+    client went on) with it, in the same conversation as the model's `answer` to the first. The
+    hooks ran (none failing) from the session's start to the second Stop, which let the turn end,
+    then the events `then`."""
+    first, second = bodies
+    note = from_peer(peer, text)
+    assert not any(note.search(found) for found in strings(first)), strings(first)[-3:]
+    assert any(note.search(found) for found in strings(second)), strings(second)[-3:]
+    assert answer in strings(second), strings(second)[-3:]
+    calls = hook_calls(home)
+    blocked_once = ["SessionStart", "UserPromptSubmit", "Stop", "Stop"]
+    assert [event for event, _, _, _ in calls] == [*blocked_once, *then], calls
+    assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
+
+
 def hub_sessions(home: Path) -> list[dict[str, Any]]:
     """Every session the hub under `home` ever registered, with what its API shows only operators
     (its SQLite file, read-only; `id` as stored, without dashes)."""
@@ -174,6 +208,19 @@ class HubInNetns:
         enroll_key = (self.home / "enroll.key").read_text().strip()
         answer = self.call("POST", "sessions", enroll_key, {"name": name, "permission_mode": permission_mode})
         assert answer["status"] == 201, answer
+        return answer["body"]
+
+    def agent_named(self, token: str, name: str) -> dict[str, Any]:
+        """The one live session named `name`, as the agents list shows it to the holder of `token`."""
+        agents = self.call("GET", f"agents?name={name}", token)["body"]["agents"]
+        [found] = [a for a in agents if a["name"] == name]
+        return found
+
+    def send(self, sender: dict[str, Any], to: str, text: str) -> dict[str, Any]:
+        """`sender` (as `register` returned it) sends `text` to the session whose ref is `to`:
+        the hub's answer (201, its delivery `queued`, so the recipient's next pull gets it)."""
+        answer = self.call("POST", "messages", sender["token"], {"to": to, "message": text})
+        assert answer["status"] == 201 and answer["body"]["status"] == "queued", answer
         return answer["body"]
 
 

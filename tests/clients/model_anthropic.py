@@ -1,11 +1,15 @@
 """A stand-in for the Anthropic Messages API that plays one scripted conversation, for Claude Code
-run inside a test's network namespace (`python model_anthropic.py PORT LOG GATE TOOL ARGS FINAL`).
+run inside a test's network namespace
+(`python model_anthropic.py PORT LOG GATE TOOL ARGS FINAL [FINAL...]`).
 
-The conversation is the requests that offer the tool `TOOL` (Claude Code's main loop; the
-requests it makes besides, a session title or a quota probe, offer no tools and get a short text
-answer). The first of them is answered with a call to `TOOL` with the JSON `ARGS`, but only once
-the file `GATE` exists (the test creates it when it has sent the client a message, so a hook
-after the tool call has something to inject); every later one with the text `FINAL`.
+The conversation is the requests that offer tools (Claude Code's main loop; the requests it makes
+besides, a session title or a quota probe, offer none and get a short text answer). The first of
+them is answered with a call to `TOOL` with the JSON `ARGS`, but only once the file `GATE` exists
+(the test creates it when it has sent the client a message, so a hook after the tool call has
+something to inject); every later one with a final answer: the first `FINAL` while the
+conversation holds no answer of the model's in text, the second once it holds one (the client
+went on after its turn's end, as a Stop hook that blocks makes it), and so on, the last repeated.
+An empty `TOOL` calls no tool: the first final answer is the one held until `GATE` exists.
 
 Every request is appended to the JSONL file `LOG` as `{"path", "body"}` before it is answered.
 `stream: true` gets server-sent events (message_start, content_block_start/delta/stop,
@@ -30,8 +34,8 @@ SEARCH_ID = "toolu_stand_in_search"
 
 
 class Script:
-    def __init__(self, log: Path, gate: Path, tool: str, args: dict[str, Any], final: str) -> None:
-        self.log, self.gate, self.tool, self.args, self.final = log, gate, tool, args, final
+    def __init__(self, log: Path, gate: Path, tool: str, args: dict[str, Any], finals: list[str]) -> None:
+        self.log, self.gate, self.tool, self.args, self.finals = log, gate, tool, args, finals
         self.lock = threading.Lock()
 
     def record(self, path: str, body: Any) -> None:
@@ -48,18 +52,37 @@ class Script:
             for block in turn["content"]
             if isinstance(block, dict) and block.get("type") == "tool_result"
         }
-        if CALL_ID in answered:
-            return [{"type": "text", "text": self.final}], "end_turn"
+        if CALL_ID in answered or (not self.tool and offered):
+            given = final_answers(body)
+            if not self.tool and given == 0:
+                self.wait_for_gate()
+            return [{"type": "text", "text": self.finals[min(given, len(self.finals) - 1)]}], "end_turn"
         if self.tool in offered:
-            deadline = time.monotonic() + GATE_WAIT
-            while not self.gate.exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            self.wait_for_gate()
             return [{"type": "tool_use", "id": CALL_ID, "name": self.tool, "input": self.args}], "tool_use"
         if "ToolSearch" in offered and SEARCH_ID not in answered and self.tool in json.dumps(body):
             # Claude Code offers MCP tools as deferred (name only): the model loads one first.
             search = {"query": f"select:{self.tool}", "max_results": 1}
             return [{"type": "tool_use", "id": SEARCH_ID, "name": "ToolSearch", "input": search}], "tool_use"
         return [{"type": "text", "text": "ok"}], "end_turn"
+
+    def wait_for_gate(self) -> None:
+        deadline = time.monotonic() + GATE_WAIT
+        while not self.gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def final_answers(body: dict[str, Any]) -> int:
+    """How many answers in text the model has given in the conversation `body` carries."""
+    return sum(
+        1
+        for turn in body.get("messages") or []
+        if turn.get("role") == "assistant"
+        and (
+            isinstance(turn.get("content"), str)
+            or any(isinstance(b, dict) and b.get("type") == "text" for b in turn.get("content") or [])
+        )
+    )
 
 
 def message(blocks: list[dict[str, Any]], stop: str) -> dict[str, Any]:
@@ -158,8 +181,8 @@ def handler(script: Script) -> type[BaseHTTPRequestHandler]:
 
 
 def main() -> None:
-    port, log, gate, tool, args, final = sys.argv[1:7]
-    script = Script(Path(log), Path(gate), tool, json.loads(args), final)
+    port, log, gate, tool, args, *finals = sys.argv[1:]
+    script = Script(Path(log), Path(gate), tool, json.loads(args), finals)
     server = ThreadingHTTPServer(("127.0.0.1", int(port)), handler(script))
     server.daemon_threads = True
     print(f"listening on 127.0.0.1:{port}", flush=True)

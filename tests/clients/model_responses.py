@@ -2,14 +2,19 @@
 to play one scripted conversation against it. Standard library only; run inside the test's network
 namespace:
 
-    python tests/clients/model_responses.py --port 8766 --log requests.jsonl --release release.flag
+    python tests/clients/model_responses.py --port 8766 --log requests.jsonl --release release.flag \
+        [--no-tool] [--final TEXT ...]
 
 Each request is appended to `--log` as one JSON line (`{"method", "path", "body"}`). The script:
 
-1. The first request of a turn (no tool result in its input yet) is held until the file `--release`
-   exists (the test creates it once it has queued a message for the agent), then answered with a
-   call to the tool whose name ends in `send_message` (to `peer`, "hello from the model").
-2. Every later request is answered with the text "done".
+1. The first request of a turn (no tool result nor answer of the model's in its input yet) is held
+   until the file `--release` exists (the test creates it once it has queued a message for the
+   agent), then answered with a call to the tool whose name ends in `send_message` (to `peer`,
+   "hello from the model"). With `--no-tool`, it is answered with the first final answer instead.
+2. Every later request is answered with a final answer: the first `--final` ("done" when none is
+   given) while the input holds no answer of the model's in text, the second once it holds one
+   (Codex went on after its turn's end, as a Stop hook that blocks makes it), and so on, the last
+   repeated.
 
 Codex names MCP tools its own way (`mcp__switchboard__send_message` and the like); the stand-in
 takes the name from the request's `tools`, so the request log shows what Codex offered.
@@ -29,10 +34,13 @@ TOOL_SUFFIX = "send_message"
 
 
 class Script:
-    def __init__(self, log: Path, release: Path) -> None:
+    def __init__(
+        self, log: Path, release: Path, *, tool: bool = True, finals: list[str] | None = None
+    ) -> None:
         self.log = log
         self.release = release
-        self.called_tool = False
+        self.tool_call_due = tool
+        self.finals = finals or ["done"]
         self.counter = 0
 
     def record(self, method: str, path: str, body: Any) -> None:
@@ -46,11 +54,14 @@ class Script:
     async def answer(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The output items for one request."""
         tool = tool_name(body.get("tools") or [])
-        if not self.called_tool and tool and not has_tool_result(body.get("input") or []):
+        items = body.get("input") or []
+        opening = tool is not None and not has_tool_result(items) and final_answers(items) == 0
+        if opening:
             deadline = time.monotonic() + HOLD_LIMIT
             while not self.release.exists() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            self.called_tool = True
+        if opening and tool and self.tool_call_due:
+            self.tool_call_due = False
             name, namespace = tool
             call = {
                 "type": "function_call",
@@ -61,13 +72,14 @@ class Script:
                 "status": "completed",
             }
             return [call | ({"namespace": namespace} if namespace else {})]
+        text = self.finals[min(final_answers(items), len(self.finals) - 1)]
         return [
             {
                 "type": "message",
                 "id": self.next_id("msg"),
                 "role": "assistant",
                 "status": "completed",
-                "content": [{"type": "output_text", "text": "done", "annotations": []}],
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
             }
         ]
 
@@ -89,6 +101,19 @@ def tool_name(tools: list[dict[str, Any]]) -> tuple[str, str | None] | None:
 
 def has_tool_result(items: list[Any]) -> bool:
     return any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items)
+
+
+def final_answers(items: list[Any]) -> int:
+    """How many answers in text the model has given in the conversation `items` (a request's
+    `input`) carries."""
+    return sum(
+        1
+        for i in items
+        if isinstance(i, dict)
+        and i.get("type") == "message"
+        and i.get("role") == "assistant"
+        and any(isinstance(c, dict) and c.get("type") == "output_text" for c in i.get("content") or [])
+    )
 
 
 def sse(event: dict[str, Any]) -> bytes:
@@ -194,8 +219,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--release", type=Path, required=True)
+    parser.add_argument("--no-tool", action="store_true", help="call no tool: hold the first final answer")
+    parser.add_argument("--final", action="append", help="the final answers, in order (default: done)")
     args = parser.parse_args()
-    asyncio.run(serve(args.port, Script(args.log, args.release)))
+    script = Script(args.log, args.release, tool=not args.no_tool, finals=args.final)
+    asyncio.run(serve(args.port, script))
 
 
 if __name__ == "__main__":

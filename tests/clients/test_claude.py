@@ -28,13 +28,16 @@ from hub_topology import wait_until
 from tests.clients.harness import (
     HUB_PORT,
     Netns,
+    assert_stop_hook_handed_over,
     clean_env,
     client_bin,
+    from_peer,
     hook_calls,
     hub_in,
     hub_sessions,
     install_hooks,
     netns,
+    strings,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
@@ -67,12 +70,17 @@ def read_turn_in(space: Netns, home: Path) -> Path:
 
 
 def model_in(
-    space: Netns, home: Path, tool: str = TOOL, args: dict[str, Any] | None = None
+    space: Netns,
+    home: Path,
+    tool: str = TOOL,
+    args: dict[str, Any] | None = None,
+    finals: tuple[str, ...] = ("done",),
 ) -> tuple[Path, Path]:
-    """Start the scripted model in `space` (it calls `tool` with `args`, then says "done"): the
-    file it records requests to, and its gate file."""
+    """Start the scripted model in `space` (it calls `tool` with `args`, none when "", then gives
+    `finals`, one final answer each time the client asks on): the file it records requests to,
+    and its gate file."""
     requests, gate = home / "model-requests.jsonl", home / "model-gate"
-    args = args or {"to": "peer", "message": "hello from the model"}
+    args = args if args is not None else {"to": "peer", "message": "hello from the model"}
     proc = space.start(
         "model",
         [
@@ -83,7 +91,7 @@ def model_in(
             str(gate),
             tool,
             json.dumps(args),
-            "done",
+            *finals,
         ],
         clean_env(home),
         home / "model.log",
@@ -191,11 +199,8 @@ def test_claude_code_sends_receives_and_reports_through_one_hub_session(tmp_path
             timeout=RUN_TIMEOUT,
             what="the model asked to send",
         )
-        [mine] = [
-            a for a in hub.call("GET", "agents", peer["token"])["body"]["agents"] if a["name"] == "proj"
-        ]
-        sent = hub.call("POST", "messages", peer["token"], {"to": mine["ref"], "message": "a note from peer"})
-        assert sent["status"] == 201, sent
+        mine = hub.agent_named(peer["token"], "proj")
+        hub.send(peer, mine["ref"], "a note from peer")
         server_env = mcp_server_env(tmp_path)
         gate.touch()
         result, _ = finish(run)
@@ -216,10 +221,8 @@ def test_claude_code_sends_receives_and_reports_through_one_hub_session(tmp_path
     assert "a note from peer" not in everything
     # The PostToolUse hook after the send injected the peer's message, behind its marker.
     [last] = [b for b in bodies if answered(b, "toolu_stand_in_call")]
-    marker = re.search(
-        r'\[SWITCHBOARD FROM=\\"peer\\" FROM_REF=(\w+)[^\]]*\][^=]*a note from peer', json.dumps(last)
-    )
-    assert marker and marker[1] == peer["ref"], json.dumps(last)[-3000:]
+    note = from_peer(peer, "a note from peer")
+    assert any(note.search(text) for text in strings(last)), json.dumps(last)[-3000:]
 
     # Idle with the final answer, then ended as Claude Code exited.
     assert (session["status"], session["final_answer"]) == ("exited", "done")
@@ -233,6 +236,34 @@ def test_claude_code_sends_receives_and_reports_through_one_hub_session(tmp_path
         "SessionEnd",
     ], calls
     assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
+
+
+def test_claude_code_goes_on_with_a_message_its_stop_hook_found_then_ends(tmp_path: Path) -> None:
+    """A message that arrives while the model writes its final answer is in no hook's pull but
+    Stop's: the Stop hook blocks with it, Claude Code asks the model again with it, and the Stop
+    after that answer (the message now delivered, nothing waiting) lets the turn end."""
+    with netns() as space:
+        hub = hub_in(space, tmp_path)
+        peer = hub.register("peer")
+        project = project_in(tmp_path)
+        requests, gate = model_in(space, tmp_path, tool="", args={}, finals=("all done", "done, note read"))
+        run = claude(space, tmp_path, project, "Tell me when you are done.")
+
+        # The model holds its final answer: UserPromptSubmit has pulled (nothing), no tool runs.
+        wait_until(lambda: conversation(requests), timeout=RUN_TIMEOUT, what="the model's first request")
+        mine = hub.agent_named(peer["token"], "proj")
+        hub.send(peer, mine["ref"], "a note from peer")
+        gate.touch()
+        result, _ = finish(run)
+
+    assert (result["result"], result["is_error"]) == ("done, note read", False), result
+    # The prompt, then the Stop hook's reason; SessionEnd as Claude Code exited.
+    bodies = conversation(requests)
+    assert_stop_hook_handed_over(tmp_path, bodies, peer, "a note from peer", "all done", then=("SessionEnd",))
+    [session] = [s for s in hub_sessions(tmp_path) if s["kind"] == "claude-code"]
+    assert session["ref"] == mine["ref"]
+    # The second Stop reported the session idle with the answer after the message, then it ended.
+    assert (session["status"], session["final_answer"]) == ("exited", "done, note read"), session
 
 
 # A hub that takes connections and never answers: the kernel completes each handshake into the

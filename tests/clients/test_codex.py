@@ -21,12 +21,15 @@ from hub_topology import VENV_BIN, Proc, wait_until
 from tests.clients.harness import (
     HubInNetns,
     Netns,
+    assert_stop_hook_handed_over,
     clean_env,
     client_bin,
+    from_peer,
     hook_calls,
     hub_in,
     hub_sessions,
     netns,
+    strings,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
@@ -125,9 +128,10 @@ class CodexSetup:
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    def start_model(self) -> None:
+    def start_model(self, *script: str) -> None:
+        """The stand-in, with `script`'s options (model_responses.py: `--no-tool`, `--final`)."""
         argv = [sys.executable, str(MODEL_SCRIPT), "--port", str(MODEL_PORT)]
-        argv += ["--log", str(self.requests_log), "--release", str(self.release)]
+        argv += ["--log", str(self.requests_log), "--release", str(self.release), *script]
         # Up well before Codex's first request (Codex retries a refused connection anyway).
         self.space.start("model", argv, self.env, self.home / "model.log")
 
@@ -144,6 +148,14 @@ class CodexSetup:
         if not self.requests_log.exists():
             return []
         return [json.loads(line) for line in self.requests_log.read_text().splitlines() if line.strip()]
+
+    def conversation(self) -> list[dict[str, Any]]:
+        """The bodies of the requests that offered the model the Switchboard tools (Codex's turn)."""
+        return [
+            r["body"]
+            for r in self.requests()
+            if r["path"].endswith("/responses") and "mcp__switchboard" in json.dumps(r["body"].get("tools"))
+        ]
 
     def agent_log(self) -> list[str]:
         path = self.home / ".switchboard" / "agent.log"
@@ -162,12 +174,17 @@ def row_of(home: Path, session: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def texts(value: Any) -> list[str]:
-    """Every string in a request body (what the model reads, among the rest)."""
-    if isinstance(value, str):
-        return [value]
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
-    return [text for item in items for text in texts(item)]
+def events(log: str) -> list[dict[str, Any]]:
+    """The JSON events `codex exec --json` printed among the lines of its output `log`."""
+    lines = [line for line in log.splitlines() if line.startswith("{")]
+    return [json.loads(line) for line in lines]
+
+
+def session_in_bypass(hub: HubInNetns, home: Path, token: str) -> list[dict[str, Any]]:
+    """Codex's session (`proj`) once the hub has it in `bypass`, else []: the MCP server registers
+    it as `default` (it cannot tell the mode), the SessionStart hook reports `bypass`."""
+    found = sessions_named(hub, token, "proj")
+    return found if found and row_of(home, found[0])["permission_mode"] == "bypass" else []
 
 
 def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: Path) -> None:
@@ -187,19 +204,13 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
         setup.start_model()
         codex = setup.start_codex("Say hello to peer on Switchboard.")
 
-        # The MCP server registers the session (as `default`: it cannot tell the mode) and the
-        # SessionStart hook reports `bypass`; the model's first answer waits until the peer has a
-        # message queued for it.
-        def bypass_session() -> list[dict[str, Any]]:
-            found = sessions_named(hub, peer["token"], "proj")
-            bypass = found and row_of(tmp_path, found[0])["permission_mode"] == "bypass"
-            return found if bypass else []
-
-        mine = wait_until(bypass_session, timeout=30, what="codex's session, in bypass")
-        sent = hub.call(
-            "POST", "messages", peer["token"], {"to": mine[0]["ref"], "message": "ping from peer"}
+        # The model's first answer waits until the peer has a message queued for it.
+        mine = wait_until(
+            lambda: session_in_bypass(hub, tmp_path, peer["token"]),
+            timeout=30,
+            what="codex's session, in bypass",
         )
-        assert sent["status"] == 201 and sent["body"]["status"] == "queued", sent
+        hub.send(peer, mine[0]["ref"], "ping from peer")
         setup.release.touch()
         assert codex.popen.wait(timeout=CODEX_TIMEOUT) == 0, codex.log()[-3000:]
 
@@ -216,8 +227,8 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
             inbox
         )
         # The peer's message reached the model, behind the hub's marker.
-        bodies = ["\n".join(texts(r["body"])) for r in setup.requests()]
-        assert any('[SWITCHBOARD FROM="peer"' in b and "ping from peer" in b for b in bodies)
+        bodies = ["\n".join(strings(r["body"])) for r in setup.requests()]
+        assert any(from_peer(peer, "ping from peer").search(b) for b in bodies)
         assert any(f"registered on the Switchboard hub as proj [{session['ref']}]" in b for b in bodies)
         # Every hook ran, and none failed.
         calls = hook_calls(tmp_path)
@@ -228,6 +239,39 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
             "Stop",
         }
         assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
+
+
+def test_codex_exec_goes_on_with_a_message_its_stop_hook_found_then_ends(tmp_path: Path) -> None:
+    """A message that arrives while the model writes its final answer is in no hook's pull but
+    Stop's: the Stop hook blocks with it, Codex sends it to the model as its next prompt, and the
+    Stop after that answer (the message now delivered, nothing waiting) lets the turn end."""
+    with netns() as space:
+        hub = hub_in(space, tmp_path)
+        peer = hub.register("peer", permission_mode="bypass")  # codex exec runs without asking
+        setup = CodexSetup(space, tmp_path)
+        setup.install_hooks()
+        setup.trust()
+        setup.start_model("--no-tool", "--final", "all done", "--final", "done, note read")
+        codex = setup.start_codex("Tell me when you are done.")
+
+        # The model holds its final answer: UserPromptSubmit has pulled (nothing), no tool runs.
+        wait_until(setup.conversation, timeout=CODEX_TIMEOUT, what="the model's first request")
+        [mine] = session_in_bypass(hub, tmp_path, peer["token"])
+        hub.send(peer, mine["ref"], "a note from peer")
+        setup.release.touch()
+        assert codex.popen.wait(timeout=CODEX_TIMEOUT) == 0, codex.log()[-3000:]
+
+    # The prompt, then the Stop hook's reason (no SessionEnd hook: Codex's MCP server ends it).
+    assert_stop_hook_handed_over(tmp_path, setup.conversation(), peer, "a note from peer", "all done")
+    # What `codex exec --json` reported the model said: its answer, then its answer after the note.
+    said = [
+        e["item"]["text"] for e in events(codex.log()) if e.get("item", {}).get("type") == "agent_message"
+    ]
+    assert said == ["all done", "done, note read"], codex.log()[-3000:]
+
+    # The second Stop reported the session idle with the answer after the message; it ended with Codex.
+    row = row_of(tmp_path, mine)
+    assert (row["status"], row["final_answer"]) == ("exited", "done, note read"), row
 
 
 def test_codex_finishes_its_turn_promptly_without_a_hub(tmp_path: Path) -> None:

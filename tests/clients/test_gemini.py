@@ -39,6 +39,7 @@ from tests.clients.harness import (
     Netns,
     clean_env,
     client_bin,
+    from_peer,
     hook_calls,
     hub_in,
     hub_sessions,
@@ -53,8 +54,6 @@ PROJECT = "gemproj"  # the project folder, so the client's hub session is named 
 STAND_IN = Path(__file__).with_name("model_gemini.py")
 RUN_TIMEOUT = 45.0
 HOOK_DEADLINE_MS = 3000.0
-# The final answer's marker line as the hooks render a peer's message (delivery_text).
-FROM_PEER = r'\[SWITCHBOARD FROM="peer" [^\]]*\]\n[^\n]*\n\n'
 
 
 def gemini_home(home: Path, project: Path, *, telemetry: Path | None = None) -> None:
@@ -194,21 +193,15 @@ def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path
         run = Run(space, env, project, tmp_path / "gemini.log")
         # The model holds its first answer (the tool call): SessionStart and BeforeAgent have run.
         run.until(lambda: len(model.turns()) >= 1, "the model's first request")
-        agents = hub.call("GET", f"agents?name={PROJECT}", peer["token"])["body"]["agents"]
-        assert [a["kind"] for a in agents] == ["gemini-cli"], agents
-        to = agents[0]["ref"]
-        assert (
-            hub.call("POST", "messages", peer["token"], {"to": to, "message": "first from peer"})["status"]
-            == 201
-        )
+        agent = hub.agent_named(peer["token"], PROJECT)
+        assert agent["kind"] == "gemini-cli", agent
+        to = agent["ref"]
+        hub.send(peer, to, "first from peer")
         model.release.touch()
         # Then it holds "done" while the tool's result is in (AfterTool has run): the next message
         # waits for AfterAgent, which hands it to the agent as its next prompt.
         run.until(lambda: len(model.turns()) >= 2, "the tool result")
-        assert (
-            hub.call("POST", "messages", peer["token"], {"to": to, "message": "second from peer"})["status"]
-            == 201
-        )
+        hub.send(peer, to, "second from peer")
         model.release_final.touch()
         run.finish()
 
@@ -222,10 +215,10 @@ def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path
         turns = model.turns()
         # AfterTool: the first message, appended to the tool's result.
         tool_result = [t for t in texts(turns[1]) if "Queued for peer" in t]
-        assert re.search(FROM_PEER + "first from peer", tool_result[0]), tool_result
+        assert from_peer(peer, "first from peer").search(tool_result[0]), tool_result
         # AfterAgent's "deny": the second message, sent to the model as the next prompt.
         assert len(turns) == 3, [texts(t)[-2:] for t in turns]
-        assert re.search(FROM_PEER + "second from peer", texts(turns[2])[-2]), texts(turns[2])[-2:]
+        assert from_peer(peer, "second from peer").search(texts(turns[2])[-2]), texts(turns[2])[-2:]
 
         assert mine[0]["final_answer"] == "done", mine
         assert mine[0]["status"] == "exited", mine  # SessionEnd, in -p mode too

@@ -200,6 +200,43 @@ def test_an_unknown_or_held_key_cannot_read_the_agent_directory_until_pinned(
     assert attacker.call(client, "GET", directory).json_body["agents"] == []
 
 
+def test_a_key_nobody_vouched_for_cannot_list_the_agents_by_prefix_or_by_ambiguity(
+    client, api, register, attacker, operator_token
+):
+    """Given a hub key nobody vouched for, when it asks about (or sends to) a short prefix, then
+    this hub names no session: a prefix is answered only to a vouched hub, and an ambiguous
+    address lists no candidates, so the directory cannot be read three letters at a time. A
+    vouched hub still resolves prefixes, and no hub is shown a session's working folder."""
+    register("alice-one", cwd="/home/op/secret-project")
+    register("alice-two", cwd="/home/op/other")
+    register("carol", cwd="/home/op/carol-a")
+    register("carol", cwd="/home/op/carol-b")
+    bobby = register("bobby")
+    directory = "/api/v1/federation/agents"
+
+    for prefix in ("ali", "bob"):
+        assert attacker.call(client, "GET", f"{directory}?to={prefix}").json_body["hosted"] is False
+        sent = _forward(client, attacker, attacker.envelope(to=prefix, text="hi"))
+        assert sent.status_code == 404 and "alice" not in str(sent.json_body)
+        assert "bobby" not in str(sent.json_body)
+    assert not Message.objects.filter(deliveries__recipient_id=bobby.id).exists()
+    ambiguous = attacker.call(client, "GET", f"{directory}?to=carol")
+    assert ambiguous.status_code == 409 and "candidates" not in ambiguous.json_body
+    sent = _forward(client, attacker, attacker.envelope(to="carol", text="hi"))
+    assert sent.status_code == 409 and "candidates" not in sent.json_body
+    exact = attacker.call(client, "GET", f"{directory}?to=bobby").json_body
+    assert exact["hosted"] is True and exact["ref"] == bobby.ref
+
+    pinned = api.post(
+        "federation/peers", operator_token, {"public_key": attacker.public_key, "name": "known"}
+    )
+    assert pinned.status_code == 201, pinned.json_body
+    assert attacker.call(client, "GET", f"{directory}?to=bob").json_body["name"] == "bobby"
+    ambiguous = attacker.call(client, "GET", f"{directory}?to=ali").json_body
+    assert {c["name"] for c in ambiguous["candidates"]} == {"alice-one", "alice-two"}
+    assert "/home/op" not in str(ambiguous)
+
+
 def _file(data: bytes, name: str = "payload.sh") -> dict[str, Any]:
     """A file as a hub carries it in an envelope."""
     return {
