@@ -3,7 +3,9 @@ isolation. The other hubs are stood in for by replacing `hub_call` (the HTTP tra
 
 from __future__ import annotations
 
+import base64
 import json
+from contextlib import contextmanager
 
 import pytest
 from django.utils import timezone
@@ -15,7 +17,7 @@ from federation.errors import PermanentError, TransientError, Unreachable
 from federation.models import FileUpload, RemoteDelivery
 from federation.services.forwarding import MAX_FORWARD_ATTEMPTS, RemoteRoute, forward_attempt
 from federation.services.receipts import receipts_from_hub
-from messaging.models import Delivery
+from messaging.models import AuditEvent, Delivery
 
 # Transactional: background jobs run after a real commit (and may close the connection, as they do
 # in a hub), which a wrapping test transaction on PostgreSQL would not survive.
@@ -352,3 +354,101 @@ def test_a_batch_sends_to_a_remote_agent_with_its_local_messages(
     assert body["envelope"]["text"] == "over there"
     rd = RemoteDelivery.objects.get()
     assert rd.remote_state == "queued" and str(rd.message_id) == sent.json_body["results"][1]["id"]
+
+
+# --- receipts through the relay ----------------------------------------------------------------------
+
+
+@contextmanager
+def _acting_as(settings, tmp_path, key: SigningKey):
+    """Run this hub's code as the hub holding `key` (its home, its identity) for the block."""
+    home = tmp_path / f"home-{key.verify_key.encode(Base64Encoder).decode()[:8].replace('/', '_')}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    (home / "hub.key").write_text(base64.b64encode(bytes(key)).decode() + "\n")
+    before = settings.SWITCHBOARD_HOME
+    settings.SWITCHBOARD_HOME = home
+    try:
+        yield
+    finally:
+        settings.SWITCHBOARD_HOME = before
+
+
+@pytest.fixture
+def relayed_to_b(api, register, routes, hubs, django_capture_on_commit_callbacks) -> str:
+    """alice's message to bob@B, handed to the relay (its id: no secret, bob's frame carries it)."""
+    alice = register("alice")
+    routes.append(_route(tier="relay", hub=HUB_B))
+    hubs.answers = [{"id": "stored"}]
+    sent = _send(api, alice, "bob", "through the relay", django_capture_on_commit_callbacks)
+    assert sent.json_body["status"] == "relayed", sent.json_body
+    return sent.json_body["id"]
+
+
+def _opened_here(sealed: bytes) -> int:
+    """What this hub's relay pull does with a receipt batch sealed to it."""
+    from federation.services.forwarding import unseal
+    from federation.services.receipts import receipts_open_relayed
+
+    return receipts_open_relayed(payload=unseal(sealed))
+
+
+def test_a_receipt_batch_b_signed_for_another_hub_is_not_believed_here(relayed_to_b, settings, tmp_path):
+    """Given alice's message went to bob@B through the relay, and Mallory sent bob@B a message of
+    her own under the same id (B keeps it apart, under her key), when B reports to Mallory that her
+    copy was read (a batch B signs and seals to her) and Mallory seals B's batch to this hub and
+    stores it at the relay for it, then this hub does not believe it: alice's delivery stays
+    relayed and the refusal is audited. (The relay, holding a batch it could open, could do the
+    same.)"""
+    from federation.services.forwarding import seal_for_hub
+    from federation.services.identity import hub_identity
+    from federation.services.receipts import receipts_sealed_for_relay
+
+    mallory = SigningKey.generate()
+    mallory_key = mallory.verify_key.encode(Base64Encoder).decode()
+    with _acting_as(settings, tmp_path, _KEYS[HUB_B]):
+        for_mallory = receipts_sealed_for_relay(
+            origin_hub=mallory_key, receipts=[{"message_id": relayed_to_b, "state": "read"}]
+        )
+    signed_by_b = SealedBox(mallory.to_curve25519_private_key()).decrypt(for_mallory)
+
+    assert _opened_here(seal_for_hub(hub_key=hub_identity().public_key, payload=signed_by_b)) == 0
+
+    assert Delivery.objects.get(message_id=relayed_to_b).state == "relayed"
+    assert RemoteDelivery.objects.get().remote_state == "at_relay"
+    [rejected] = AuditEvent.objects.filter(kind="federation.receipt_rejected")
+    assert rejected.target == HUB_B and "another hub" in rejected.detail["why"]
+
+
+def test_a_receipt_batch_b_signed_for_this_hub_moves_the_senders_delivery(relayed_to_b, settings, tmp_path):
+    """Given alice's message went to bob@B through the relay, when B reports it read in a batch it
+    signs for this hub, then alice's delivery is read."""
+    from federation.services.identity import hub_identity
+    from federation.services.receipts import receipts_sealed_for_relay
+
+    here = hub_identity().public_key
+    with _acting_as(settings, tmp_path, _KEYS[HUB_B]):
+        for_here = receipts_sealed_for_relay(
+            origin_hub=here, receipts=[{"message_id": relayed_to_b, "state": "read"}]
+        )
+    assert _opened_here(for_here) == 1
+    assert Delivery.objects.get(message_id=relayed_to_b).state == "read"
+
+
+def test_a_receipt_batch_that_names_no_destination_is_refused_and_audited(relayed_to_b):
+    """Given a batch in the format hubs used before batches named their destination (B's
+    signature over the receipts alone, which any hub that opened it could pass on), when it
+    reaches this hub, then it is refused and the refusal says why."""
+    from federation.services.forwarding import seal_for_hub
+    from federation.services.identity import hub_identity
+    from federation.services.signatures import sign_bytes
+
+    receipts = [{"message_id": relayed_to_b, "state": "read"}]
+    signed = json.dumps({"receipts": receipts}, separators=(",", ":")).encode()
+    old = {"hub": HUB_B, "receipts": receipts, "signature": sign_bytes(signed, key=_KEYS[HUB_B])}
+    sealed = seal_for_hub(hub_key=hub_identity().public_key, payload=json.dumps(old).encode())
+
+    assert _opened_here(sealed) == 0
+
+    assert Delivery.objects.get(message_id=relayed_to_b).state == "relayed"
+    [rejected] = AuditEvent.objects.filter(kind="federation.receipt_rejected")
+    assert "destination" in rejected.detail["why"]
