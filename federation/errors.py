@@ -40,7 +40,13 @@ class NotRelay(SwitchboardError):
 
 
 class TransientError(Exception):
-    """A hub could not be reached or answered 5xx/429: try again later."""
+    """A hub could not be reached or answered 5xx/429: try again later. When it answered,
+    `status` and `body` say how (the caller may know a 429 that waiting will not cure)."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: object = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
 
 
 class Unreachable(TransientError):

@@ -146,6 +146,17 @@ class RelayMessage(models.Model):
         return f"relay {self.kind} {self.message_id}"
 
 
+class RelayStorer(models.Model):
+    """A hub key that keeps items at this relay. Each store of the key locks its row from counting
+    what the key keeps (its quota) to writing the new item, so concurrent stores of one key run one
+    after another and never pass the quota together. Dropped once the key keeps nothing here."""
+
+    hub_key = models.CharField(max_length=64, unique=True)
+
+    def __str__(self) -> str:
+        return f"relay storer {self.hub_key[:12]}"
+
+
 class RelayLease(models.Model):
     """Which hub may pull an agent's messages from this relay, until when."""
 

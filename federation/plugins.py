@@ -45,6 +45,11 @@ class OtherHubsFederated:
     def forward(self, *, delivery_id: int) -> None:
         enqueue("federation.tasks.forward_delivery", delivery_id)
 
+    def hand_over(self, *, delivery_ids: list[int]) -> None:
+        from federation.services.forwarding import forwards_hand_over
+
+        forwards_hand_over(delivery_ids=delivery_ids)
+
 
 class StoredFiles:
     """Files uploaded to this hub, attached to messages by SHA-256 (federation.services.files)."""

@@ -65,7 +65,9 @@ def hub_call(
     except ValueError:
         answer = {"error": "bad_json", "detail": response.text[:200]}
     if response.status_code >= 500 or response.status_code == 429:
-        raise TransientError(f"HTTP {response.status_code}: {answer!r}"[:300])
+        raise TransientError(
+            f"HTTP {response.status_code}: {answer!r}"[:300], status=response.status_code, body=answer
+        )
     if response.status_code >= 400:
         raise PermanentError(response.status_code, answer)
     return answer

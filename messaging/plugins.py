@@ -65,6 +65,12 @@ class OtherHubs(Protocol):
         transaction commits (a remote stand-in session's delivery: a released hold)."""
         ...
 
+    def hand_over(self, *, delivery_ids: list[int]) -> None:
+        """Hand deliveries a send just relayed (and committed) over where the send's answer
+        depends on it, before the sender is answered: afterwards each one's state says what became
+        of it (still `relayed`, or `failed` with its reason). Called on the sender's own thread."""
+        ...
+
 
 class ThisHubOnly:
     """No other hub: nothing is routed away, nothing is hosted elsewhere."""
@@ -85,6 +91,9 @@ class ThisHubOnly:
         return None
 
     def forward(self, *, delivery_id: int) -> None:
+        return None
+
+    def hand_over(self, *, delivery_ids: list[int]) -> None:
         return None
 
 

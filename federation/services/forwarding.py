@@ -3,9 +3,11 @@
 Sending side: when no local session takes an address, `route_for_send` tries the channel tier
 (this machine's registry), then LAN peers (asked "do you host X?", answers cached), then the relay
 (which knows only which hub holds a lease on a name). The delivery is written `relayed` (or held,
-when the hub or the sender is isolated) and `forward_attempt` carries it over in the background:
-retried with backoff on transient errors, re-routed to the next tier when a hub says it no longer
-hosts the agent, failed when nothing takes it.
+when the hub or the sender is isolated) and `forward_attempt` carries it over: to the relay on the
+sender's own thread before the send is answered (`forwards_hand_over`), so the answer says whether
+the relay took it or refused it; to a channel or LAN hub in the background. It is retried with
+backoff on transient errors, re-routed to the next tier when a hub says it no longer hosts the
+agent, and failed, with the reason, when the relay or the hub refuses it or nothing takes it.
 
 Receiving side: `inbound_accept` checks the hop count and the origin hub's signature (made for
 this hub, or for the hub that carried it onward), records the peer, and runs the ordinary send
@@ -31,7 +33,7 @@ from django.utils import timezone
 from nacl.exceptions import CryptoError
 from nacl.public import PublicKey, SealedBox
 
-from federation.errors import HopLimit, PermanentError, TransientError, Unreachable
+from federation.errors import HopLimit, PermanentError, RelayQuotaFull, TransientError, Unreachable
 from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
 from federation.services.files import envelope_file_heads, files_for_envelope, files_limits_check
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
@@ -58,6 +60,11 @@ REMOTE_KIND = "remote"
 TIER_ORDER = (FederationTier.CHANNEL, FederationTier.LAN, FederationTier.RELAY)
 MAX_FORWARD_ATTEMPTS = 8
 MAX_REROUTES = 4
+# Relay deliveries one send hands over before it is answered; the rest go to the background job.
+HAND_OVER_AT_ONCE = 20
+# A delivery accepted for another hub is carried at once (hand-over or job); one still pending this
+# long after (its process stopped before carrying it) is the forward sweeper's (`forwards_due`).
+CARRY_GRACE = timedelta(seconds=60)
 _hosts_cache: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
 
 
@@ -105,7 +112,10 @@ class SendRoute:
         return Decision(state=S.RELAYED, tier=tier)
 
     def attach(self, delivery: Delivery) -> None:
-        """Record where the delivery goes; start forwarding once the transaction commits."""
+        """Record where the delivery goes. A relayed one is carried once the transaction commits:
+        to the relay by the send's hand-over (`forwards_hand_over`), to a channel or LAN hub by the
+        background job started here; past CARRY_GRACE, by the forward sweeper."""
+        relayed = delivery.state == S.RELAYED
         RemoteDelivery.objects.create(
             delivery_id=delivery.pk,
             message_id=delivery.message_id,
@@ -114,8 +124,9 @@ class SendRoute:
             hub_key=self.route.hub_key,
             url=self.route.url,
             remote_state="pending",
+            next_attempt_at=timezone.now() + CARRY_GRACE if relayed else None,
         )
-        if delivery.state == S.RELAYED:
+        if relayed and self.route.tier != FederationTier.RELAY:
             enqueue("federation.tasks.forward_delivery", delivery.pk)
 
 
@@ -602,6 +613,7 @@ def forward_attempt(*, delivery_id: int) -> str:
         .first()
     )
     if delivery is None or delivery.state not in (S.RELAYED, S.QUEUED):
+        RemoteDelivery.objects.filter(pk=rd.pk).update(next_attempt_at=None)  # the sweeper lets it be
         return "not-forwardable"
     if rd.remote_state not in ("pending", "retry"):
         return "already-forwarded"
@@ -626,6 +638,11 @@ def forward_attempt(*, delivery_id: int) -> str:
             _unverified_key(rd, delivery, reason=str(exc))
             return "failed"
         except TransientError as exc:
+            if rd.tier == FederationTier.RELAY and _error_code(exc.body) == RelayQuotaFull.code:
+                # The relay's answer that this hub keeps all it may there: waiting out the backoff
+                # rarely frees it, and the sender is told now, in the relay's words.
+                _fail(rd, delivery, reason=f"the relay refused it: {_detail(exc.body)}")
+                return "failed"
             if rd.tier == FederationTier.CHANNEL and isinstance(exc, Unreachable):
                 registry_drop_hub(hub_key=rd.hub_key)  # its entry said live; nothing answers there
                 if _reroute(rd, delivery, reason=str(exc)):
@@ -634,7 +651,7 @@ def forward_attempt(*, delivery_id: int) -> str:
         except PermanentError as exc:
             if exc.status in (403, 404) and _reroute(rd, delivery, reason=str(exc)):
                 continue
-            _fail(rd, delivery, reason=f"the other hub refused it: {_detail(exc.body)}")
+            _fail(rd, delivery, reason=f"{_carrier(rd)} refused it: {_detail(exc.body)}")
             return "failed"
         remote_state = str((answer or {}).get("status", "accepted"))
         RemoteDelivery.objects.filter(pk=rd.pk).update(
@@ -674,6 +691,15 @@ def _detail(body: Any) -> str:
     return str(body)[:300]
 
 
+def _error_code(body: Any) -> str:
+    return str(body.get("error", "")) if isinstance(body, dict) else ""
+
+
+def _carrier(rd: RemoteDelivery) -> str:
+    """Who a forward was handed to, in a failure's reason: the relay, or the other hub."""
+    return "the relay" if rd.tier == FederationTier.RELAY else "the other hub"
+
+
 def _json_bytes(data: Any) -> bytes:
     import json
 
@@ -709,7 +735,7 @@ def _reroute(rd: RemoteDelivery, delivery: Delivery, *, reason: str) -> bool:
 def _retry_later(rd: RemoteDelivery, delivery: Delivery, *, error: str) -> str:
     attempts = rd.attempts + 1
     if attempts >= MAX_FORWARD_ATTEMPTS:
-        _fail(rd, delivery, reason=f"the other hub stayed unreachable ({error[:200]})")
+        _fail(rd, delivery, reason=f"{_carrier(rd)} stayed unreachable ({error[:200]})")
         return "failed"
     RemoteDelivery.objects.filter(pk=rd.pk).update(
         remote_state="retry",
@@ -721,10 +747,17 @@ def _retry_later(rd: RemoteDelivery, delivery: Delivery, *, error: str) -> str:
 
 
 def _fail(rd: RemoteDelivery, delivery: Delivery, *, reason: str) -> None:
+    """Fail the delivery for good, its reason kept where the sender reads it (`decision_reason`)."""
     with transaction.atomic():
-        RemoteDelivery.objects.filter(pk=rd.pk).update(remote_state="failed", last_error=reason[:500])
+        RemoteDelivery.objects.filter(pk=rd.pk).update(
+            remote_state="failed", last_error=reason[:500], next_attempt_at=None
+        )
         delivery_transition(
-            Delivery.objects.filter(pk=delivery.pk), to=S.FAILED, actor=HUB, reason=reason[:300]
+            Delivery.objects.filter(pk=delivery.pk),
+            to=S.FAILED,
+            actor=HUB,
+            reason=reason[:300],
+            updates={"decision_reason": reason[:500]},
         )
 
 
@@ -745,11 +778,37 @@ def forwards_expire_unclaimed(*, now: Any = None) -> int:
     return len(stale)
 
 
+def forwards_hand_over(*, delivery_ids: list[int]) -> None:
+    """Carry the relay deliveries a send just committed to the relay now, on the sender's thread
+    before it is answered: its answer then says whether the relay took the message (`relayed`),
+    refused it (`failed`, with the relay's reason) or could not be reached (`relayed`, retried with
+    backoff). At most HAND_OVER_AT_ONCE per send; the rest, and those of a send whose transaction
+    has not committed yet, go to the background job. Channel and LAN deliveries went there at
+    the commit (`SendRoute.attach`)."""
+    due = list(
+        RemoteDelivery.objects.filter(
+            delivery_id__in=delivery_ids, tier=FederationTier.RELAY, remote_state="pending"
+        )
+        .order_by("id")
+        .values_list("delivery_id", flat=True)
+    )
+    at_once = [] if transaction.get_connection().in_atomic_block else due[:HAND_OVER_AT_ONCE]
+    for delivery_id in at_once:
+        try:
+            forward_attempt(delivery_id=delivery_id)
+        except Exception:
+            # The message is committed; the sweeper carries it once CARRY_GRACE has passed.
+            log.exception("relay delivery %s not handed over; the forward sweeper will", delivery_id)
+    for delivery_id in due[len(at_once) :]:
+        enqueue("federation.tasks.forward_delivery", delivery_id)
+
+
 def forwards_due(*, now: Any = None, batch: int = 100) -> list[int]:
-    """Remote deliveries whose retry time has come."""
+    """Remote deliveries whose retry time has come, and relayed ones nothing carried within
+    CARRY_GRACE of their acceptance (still `pending`)."""
     now = now or timezone.now()
     return list(
-        RemoteDelivery.objects.filter(remote_state="retry", next_attempt_at__lte=now)
+        RemoteDelivery.objects.filter(remote_state__in=("retry", "pending"), next_attempt_at__lte=now)
         .order_by("next_attempt_at")
         .values_list("delivery_id", flat=True)[:batch]
     )

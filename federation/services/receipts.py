@@ -2,8 +2,9 @@
 sender sees delivered / read (or refused, expired) across hubs.
 
 The receiving hub compares each inbound message's delivery state with the state it last reported
-and sends the changes: straight back to the origin hub's URL (channel, LAN), or through the relay,
-sealed to the origin hub and signed. The sending hub moves its own `relayed` delivery accordingly.
+and sends the changes: straight back to the origin hub's URL (channel, LAN; the request's signature
+names both hubs), or through the relay, signed for the origin hub and sealed to it. The sending hub
+moves its own `relayed` delivery accordingly, for messages it forwarded to the reporting hub only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from django.utils import timezone
 from federation.errors import PermanentError, TransientError
 from federation.models import FederationTier, InboundMessage, RemoteDelivery
 from federation.services.keys import relay_key
-from federation.services.signatures import sign_bytes, verify_bytes
+from federation.services.signatures import receipt_batch_problem, receipt_batch_sign
 from federation.transport import hub_call
 from messaging.models import Delivery
 from messaging.principals import HUB
@@ -180,38 +181,35 @@ def receipts_flush() -> int:
 
 
 def receipts_sealed_for_relay(*, origin_hub: str, receipts: list[dict[str, Any]]) -> bytes:
-    """One receipt batch as it travels through the relay: signed by this hub over the receipts,
-    sealed to the origin hub (`receipts_open_relayed` opens it there)."""
+    """One receipt batch as it travels through the relay: signed by this hub for the origin hub
+    (`receipt_batch_sign`: who reports, to whom, on what), sealed to that hub
+    (`receipts_open_relayed` opens it there)."""
     from federation.services.forwarding import seal_for_hub
 
-    signed = json.dumps({"receipts": receipts}, separators=(",", ":")).encode("utf-8")
-    payload = json.dumps(
-        {"hub": _me(), "receipts": receipts, "signature": sign_bytes(signed)}, separators=(",", ":")
-    ).encode("utf-8")
-    return seal_for_hub(hub_key=origin_hub, payload=payload)
-
-
-def _me() -> str:
-    from federation.services.identity import hub_identity
-
-    return hub_identity().public_key
+    batch = receipt_batch_sign(receipts=receipts, dest_key=origin_hub)
+    return seal_for_hub(hub_key=origin_hub, payload=json.dumps(batch, separators=(",", ":")).encode("utf-8"))
 
 
 def receipts_open_relayed(*, payload: bytes) -> int:
-    """Apply a receipt batch pulled from the relay (after unsealing): check who signed it first."""
+    """Apply a receipt batch pulled from the relay (after unsealing) when the hub it names signed
+    it for this hub (`receipt_batch_problem`). Anything else is refused and audited: a batch made
+    for another hub (passed on by the hub it was for, or by a relay that could open it) would
+    otherwise move this hub's deliveries for messages that share its ids."""
+    from federation.services.identity import hub_identity
+
     try:
         data = json.loads(payload)
-        hub_key = str(data["hub"])
-        receipts = data["receipts"]
-        signed = json.dumps({"receipts": receipts}, separators=(",", ":")).encode("utf-8")
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
         return 0
-    if not verify_bytes(public_key=hub_key, data=signed, signature=str(data.get("signature", ""))):
-        audit_event(
-            "federation.receipt_rejected", actor="hub", target=hub_key, detail={"why": "bad signature"}
-        )
+    if not isinstance(data, dict):
         return 0
-    return receipts_from_hub(hub_key=hub_key, receipts=receipts)
+    hub_key = str(data.get("hub", ""))[:64]
+    problem = receipt_batch_problem(data, dest_key=hub_identity().public_key)
+    if problem is not None:
+        audit_event("federation.receipt_rejected", actor="hub", target=hub_key, detail={"why": problem})
+        return 0
+    receipts = data.get("receipts")
+    return receipts_from_hub(hub_key=hub_key, receipts=receipts if isinstance(receipts, list) else [])
 
 
 def remote_progress(*, delivery_ids: list[int]) -> dict[int, dict[str, Any]]:

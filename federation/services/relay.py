@@ -30,7 +30,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from federation.errors import LeaseHeld, NotRelay, PermanentError, RelayQuotaFull, TransientError
-from federation.models import FederationTier, RelayLease, RelayMessage
+from federation.models import FederationTier, RelayLease, RelayMessage, RelayStorer
 from federation.services.keys import relay_key
 from federation.transport import hub_call
 from messaging.errors import Invalid, NotFound, SwitchboardError, TooLarge
@@ -135,7 +135,9 @@ def relay_store(
     too (`from_hub`, the key that signed the request): the same key storing the same id twice is a
     no-op (returns created=False), except that a receipt batch replaces that key's earlier one.
     Another key storing under the same id gets a row of its own and never touches this one, so an
-    id read off a frame lets nobody overwrite, wipe or squat another hub's message or receipts."""
+    id read off a frame lets nobody overwrite, wipe or squat another hub's message or receipts.
+    What one key keeps waiting is bounded (`_pending_check`, RelayQuotaFull): the check and the
+    write run under that key's lock, one store of the key at a time."""
     require_relay()
     if kind not in ("message", "receipt"):
         raise Invalid("bad_kind", "kind is `message` or `receipt`.")
@@ -159,7 +161,6 @@ def relay_store(
             f"No hub has registered {agent!r} with this relay; nothing is queued for a name nobody hosts."
         )
     now = timezone.now()
-    _pending_check(from_hub=from_hub, size=len(blob), now=now)
     fields = {
         "agent_key": normalize_name(agent) if kind == "message" else "",
         "from_hub": from_hub,
@@ -167,27 +168,38 @@ def relay_store(
         "size": len(blob),
         "expires_at": now + timedelta(seconds=settings.SWITCHBOARD_RELAY_EXPIRY_SECONDS),
     }
-    try:
-        with transaction.atomic():
-            row = RelayMessage.objects.create(kind=kind, message_id=mid, dest_hub=dest_hub, **fields)
-        return row, True
-    except IntegrityError:
-        # The row this same key stored earlier (the constraint includes `from_hub`).
-        row = RelayMessage.objects.get(kind=kind, message_id=mid, dest_hub=dest_hub, from_hub=from_hub)
+    with transaction.atomic():
+        _storer_locked(from_hub)
+        row = RelayMessage.objects.filter(
+            kind=kind, message_id=mid, dest_hub=dest_hub, from_hub=from_hub
+        ).first()
+        if row is None:
+            _pending_check(from_hub=from_hub, size=len(blob), now=now)
+            return RelayMessage.objects.create(kind=kind, message_id=mid, dest_hub=dest_hub, **fields), True
         if replace and kind == "receipt":
-            RelayMessage.objects.filter(pk=row.pk, from_hub=from_hub).update(
+            _pending_check(from_hub=from_hub, size=len(blob), now=now, replacing=row.pk)
+            RelayMessage.objects.filter(pk=row.pk).update(
                 done=False, claimed_by="", claimed_until=None, **fields
             )
         return row, False
 
 
-def _pending_check(*, from_hub: str, size: int, now: Any) -> None:
+def _storer_locked(hub_key: str) -> None:
+    """Lock `hub_key`'s storer row (made on its first store) until the transaction ends: a
+    concurrent store of the same key waits here, so it counts what this one writes. SQLite has no
+    row locks; its IMMEDIATE transaction already runs one writer at a time."""
+    RelayStorer.objects.select_for_update().get_or_create(hub_key=hub_key)
+
+
+def _pending_check(*, from_hub: str, size: int, now: Any, replacing: Any = None) -> None:
     """Refuse (RelayQuotaFull, 429) a new item from `from_hub` when the key already keeps as many
-    items, or with `size` more bytes than, one key may keep waiting here. Pending is what is not
-    done and not expired, claimed or not. Checked before the write without a lock, so requests
-    of one key in flight together may pass it by as many items as they are."""
-    pending = RelayMessage.objects.filter(from_hub=from_hub, done=False, expires_at__gt=now).aggregate(
-        count=Count("id"), size=Sum("size")
+    items, or with `size` more bytes than, one key may keep waiting here (`replacing`: the row the
+    new item takes the place of, not counted). Pending is what is not done and not expired, claimed
+    or not. Run under the key's lock (`_storer_locked`), with the write that follows it."""
+    pending = (
+        RelayMessage.objects.filter(from_hub=from_hub, done=False, expires_at__gt=now)
+        .exclude(pk=replacing)
+        .aggregate(count=Count("id"), size=Sum("size"))
     )
     count, kept = pending["count"], pending["size"] or 0
     if count >= settings.SWITCHBOARD_RELAY_PENDING_PER_HUB:
@@ -353,10 +365,12 @@ def relay_claims_finish(*, hub_key: str, done: list[str], release: list[str]) ->
 
 
 def relay_expire(*, now: Any = None) -> int:
-    """Drop expired messages and delivered ones, and lapsed leases."""
+    """Drop expired messages and delivered ones, lapsed leases, and the storer rows of keys that
+    keep nothing here any more."""
     now = now or timezone.now()
     deleted, _ = RelayMessage.objects.filter(Q(expires_at__lte=now) | Q(done=True)).delete()
     RelayLease.objects.filter(expires_at__lte=now - timedelta(hours=1)).delete()
+    RelayStorer.objects.exclude(hub_key__in=RelayMessage.objects.values("from_hub")).delete()
     return deleted
 
 

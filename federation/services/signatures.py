@@ -11,6 +11,12 @@ hub's request signature (over the whole body) and bounded by SWITCHBOARD_MAX_HOP
 is accepted once per origin hub, so a carrying hub that lowers it gains no second delivery. An
 envelope of an older version (no `dest`) never verifies.
 
+A receipt batch signature (version 2) covers the reporting hub's key, the key of the hub the
+batch is for (`dest`: the origin of every message it reports on) and the receipts (each message
+id, its state and any reason). With `dest` signed, a hub that was sent a batch, or a relay that
+could open one, cannot pass it to another hub, which checks it names its own key. A batch of the
+older format (no version, no `dest`) never verifies.
+
 A request signature covers method, path (with query), time, a random nonce, the destination hub's
 public key, the caller's name and URL headers and the body's SHA-256. The receiver checks the
 headers before it reads the body (`request_precheck`): well-formed key, fresh time, addressed to
@@ -41,6 +47,7 @@ from federation.errors import BadRequestSignature, ReplayedRequest
 from federation.services.identity import hub_identity, verify_key_from
 
 MESSAGE_SIGNATURE_VERSION = 3
+RECEIPT_SIGNATURE_VERSION = 2
 REQUEST_SIGNATURE_VERSION = "switchboard-request-2"
 REQUEST_SKEW_SECONDS = 300
 HUB_HEADER = "X-Switchboard-Hub"
@@ -144,6 +151,51 @@ def envelope_verify(envelope: Mapping[str, Any], *, dest_key: str) -> bool:
     if not dest_key or envelope.get("dest") != dest_key:
         return False
     return verify_bytes(public_key=hub_key, data=envelope_signed_fields(envelope), signature=signature)
+
+
+# --- receipt batches ------------------------------------------------------------------------------
+
+
+def receipt_batch_digest_input(*, hub: str, dest: str, receipts: Any) -> bytes:
+    """The exact bytes a receipt batch signature covers (canonical JSON, version 2)."""
+    return _canonical(
+        {"v": RECEIPT_SIGNATURE_VERSION, "of": "receipts", "hub": hub, "dest": dest, "receipts": receipts}
+    )
+
+
+def receipt_batch_sign(
+    *, receipts: list[dict[str, Any]], dest_key: str, key: SigningKey | None = None
+) -> dict[str, Any]:
+    """A receipt batch signed by this hub (or `key`) for the hub holding `dest_key`, the origin of
+    the messages it reports on: what travels (sealed to that hub) through the relay."""
+    signer = key or hub_identity().signing_key
+    hub = signer.verify_key.encode(Base64Encoder).decode("ascii")
+    batch: dict[str, Any] = {
+        "v": RECEIPT_SIGNATURE_VERSION,
+        "hub": hub,
+        "dest": dest_key,
+        "receipts": receipts,
+    }
+    batch["signature"] = sign_bytes(
+        receipt_batch_digest_input(hub=hub, dest=dest_key, receipts=receipts), key=signer
+    )
+    return batch
+
+
+def receipt_batch_problem(batch: Mapping[str, Any], *, dest_key: str) -> str | None:
+    """Why a receipt batch is not to be believed by the hub holding `dest_key`, or None when it
+    carries a valid version-2 signature by the hub it names (`hub`), made for `dest_key`."""
+    if batch.get("v") != RECEIPT_SIGNATURE_VERSION:
+        return "an older format that signs no destination (every hub must send version 2)"
+    if not dest_key or batch.get("dest") != dest_key:
+        return "signed for another hub"
+    hub, signature = batch.get("hub"), batch.get("signature")
+    if not isinstance(hub, str) or not isinstance(signature, str):
+        return "unsigned"
+    digest = receipt_batch_digest_input(hub=hub, dest=dest_key, receipts=batch.get("receipts"))
+    if not verify_bytes(public_key=hub, data=digest, signature=signature):
+        return "bad signature"
+    return None
 
 
 # --- requests -------------------------------------------------------------------------------------

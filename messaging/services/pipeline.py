@@ -14,7 +14,10 @@ Every send is a `SendRequest` and goes through the same steps, in this order:
 5. write: messages, deliveries and audit events (one statement per table, `sending.messages_write`),
    pins, attached files and routes, then the recipients' pushes and the senders' notices after
    the commit;
-6. outcome: a `SendOutcome`, or the error a send raises, in the request's place.
+6. outcome: a `SendOutcome`, or the error a send raises, in the request's place;
+7. hand over: after the commit, on the sender's own thread, what went to other hubs is handed over
+   where the answer depends on it (`outcomes_handed_over`: the relay), so the sender is answered
+   what became of it (`failed` with the relay's reason when the relay refused it).
 
 `message_send` is a batch of one; `messages_send_batch` is one sender's many; `messages_send` is any
 senders' (the hub's group commit, `together`). The database is asked each question once for all the
@@ -98,7 +101,8 @@ _NOT_READ = object()  # a pin the batch has not read: written whatever it points
 
 def message_send(request: SendRequest) -> SendOutcome:
     """Send one request through the pipeline (a batch of one); raise the error it meets. Answers
-    only after the message and its delivery are committed. See the module docstring for the steps:
+    only after the message and its delivery are committed (and, for the relay, handed to it: step
+    7). See the module docstring for the steps:
     uploaded files are scanned by their first bytes with the text and the summary
     (`messaging.sensitivity.FILE_SCAN_BYTES`); an address no local session (live or stopped) takes
     is tried on the other hubs (channel → LAN → relay) before it is `not_found`, unless the message
@@ -106,6 +110,7 @@ def message_send(request: SendRequest) -> SendOutcome:
     [outcome] = messages_send([request])
     if isinstance(outcome, SwitchboardError):
         raise outcome
+    outcomes_handed_over([outcome])
     return outcome
 
 
@@ -120,7 +125,9 @@ def messages_send_batch(
         raise Invalid("empty_batch", "A batch needs at least one message.")
     if len(items) > BATCH_MAX:
         raise Invalid("batch_too_large", f"A batch takes at most {BATCH_MAX} messages; split it.")
-    return messages_send([SendRequest(sender=sender, actor=actor, **fields) for fields in items])
+    outcomes = messages_send([SendRequest(sender=sender, actor=actor, **fields) for fields in items])
+    outcomes_handed_over(outcomes)
+    return outcomes
 
 
 def messages_send(requests: list[SendRequest]) -> list[SendOutcome | SwitchboardError]:
@@ -154,6 +161,25 @@ def messages_send(requests: list[SendRequest]) -> list[SendOutcome | Switchboard
         writes.write()
     assert all(result is not None for result in results)
     return results  # type: ignore[return-value]
+
+
+def outcomes_handed_over(outcomes: list[SendOutcome | SwitchboardError]) -> None:
+    """Step 7: hand the deliveries these sends relayed to other hubs over now
+    (`OtherHubs.hand_over`), then take each one's state as it is afterwards, so the answer never
+    names a state the delivery already left. Only after the send's commit, on the sender's own
+    thread: never inside `messages_send`, whose group of sends would wait on another hub."""
+    relayed = {
+        outcome.delivery.pk: outcome.delivery
+        for outcome in outcomes
+        if isinstance(outcome, SendOutcome) and not outcome.duplicate and outcome.delivery.state == S.RELAYED
+    }
+    if not relayed:
+        return
+    PLUGINS.other_hubs.hand_over(delivery_ids=list(relayed))
+    for pk, state, reason in Delivery.objects.filter(pk__in=list(relayed)).values_list(
+        "id", "state", "decision_reason"
+    ):
+        relayed[pk].state, relayed[pk].decision_reason = state, reason
 
 
 def idempotency_keys_locked(keys: list[tuple[Any, str]]) -> None:

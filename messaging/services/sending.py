@@ -128,11 +128,15 @@ def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: 
         return f"{again}DENIED by an operator: {delivery.decision_reason or 'no reason given'}. Do not retry."
     if state == S.EXPIRED:
         return f"{again}EXPIRED before it reached {who} ({delivery.decision_reason or 'hold expired'})."
+    if state == S.FAILED:
+        why = (delivery.decision_reason or "delivery failed").rstrip(". ")
+        return f"{again}FAILED: it did not reach {who}: {why}. Nothing more is tried; send it again once that has changed."
     if state == S.RELAYED:
         if delivery.tier == DeliveryTier.RELAY:
             return (
-                f"{again}QUEUED for {who} at the relay: NOT yet delivered; their hub picks it up on its "
-                "next pull. Do not resend."
+                f"{again}QUEUED for {who} through the relay: NOT yet delivered; their hub picks it up "
+                "from the relay on its next pull (while the relay cannot be reached, this hub keeps "
+                "trying). Do not resend."
             )
         return (
             f"{again}Handed to {who}'s hub ({delivery.tier} tier); not yet confirmed delivered. "

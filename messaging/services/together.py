@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 
-from messaging.services.pipeline import message_send, messages_send
+from messaging.services.pipeline import message_send, messages_send, outcomes_handed_over
 from messaging.services.request import SendRequest
 from messaging.services.sending import SendOutcome
 
@@ -139,4 +139,6 @@ def message_send_together(request: SendRequest) -> SendOutcome:
     process when SWITCHBOARD_SEND_TOGETHER is on; otherwise alone."""
     if not settings.SWITCHBOARD_SEND_TOGETHER:
         return message_send(request)
-    return _together.send(request)
+    outcome = _together.send(request)
+    outcomes_handed_over([outcome])  # on this request's thread, once its group is done
+    return outcome

@@ -3,8 +3,11 @@ isolation. The other hubs are stood in for by replacing `hub_call` (the HTTP tra
 
 from __future__ import annotations
 
+import base64
 import json
+from contextlib import contextmanager
 
+import httpx
 import pytest
 from django.utils import timezone
 from nacl.encoding import Base64Encoder
@@ -15,7 +18,7 @@ from federation.errors import PermanentError, TransientError, Unreachable
 from federation.models import FileUpload, RemoteDelivery
 from federation.services.forwarding import MAX_FORWARD_ATTEMPTS, RemoteRoute, forward_attempt
 from federation.services.receipts import receipts_from_hub
-from messaging.models import Delivery
+from messaging.models import AuditEvent, Delivery
 
 # Transactional: background jobs run after a real commit (and may close the connection, as they do
 # in a hub), which a wrapping test transaction on PostgreSQL would not survive.
@@ -297,7 +300,8 @@ def test_re_routing_never_takes_an_unapproved_message_off_the_machine(
     settings.SWITCHBOARD_ISOLATED = True
     hubs.answers = [PermanentError(404, {"error": "not_found"})]
     sent = _send(api, alice, "bob", "stay home", django_capture_on_commit_callbacks)
-    assert sent.json_body["status"] == "relayed"
+    # Jobs run inline here: the channel forward was over before the answer, which says how it ended.
+    assert sent.json_body["status"] == "failed"
     assert [c[1] for c in hubs.calls] == ["http://channel.invalid"]
     assert Delivery.objects.get().state == "failed"
 
@@ -352,3 +356,250 @@ def test_a_batch_sends_to_a_remote_agent_with_its_local_messages(
     assert body["envelope"]["text"] == "over there"
     rd = RemoteDelivery.objects.get()
     assert rd.remote_state == "queued" and str(rd.message_id) == sent.json_body["results"][1]["id"]
+
+
+# --- receipts through the relay ----------------------------------------------------------------------
+
+
+@contextmanager
+def _acting_as(settings, tmp_path, key: SigningKey):
+    """Run this hub's code as the hub holding `key` (its home, its identity) for the block."""
+    home = tmp_path / f"home-{key.verify_key.encode(Base64Encoder).decode()[:8].replace('/', '_')}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    (home / "hub.key").write_text(base64.b64encode(bytes(key)).decode() + "\n")
+    before = settings.SWITCHBOARD_HOME
+    settings.SWITCHBOARD_HOME = home
+    try:
+        yield
+    finally:
+        settings.SWITCHBOARD_HOME = before
+
+
+@pytest.fixture
+def relayed_to_b(api, register, routes, hubs, django_capture_on_commit_callbacks) -> str:
+    """alice's message to bob@B, handed to the relay (its id: no secret, bob's frame carries it)."""
+    alice = register("alice")
+    routes.append(_route(tier="relay", hub=HUB_B))
+    hubs.answers = [{"id": "stored"}]
+    sent = _send(api, alice, "bob", "through the relay", django_capture_on_commit_callbacks)
+    assert sent.json_body["status"] == "relayed", sent.json_body
+    return sent.json_body["id"]
+
+
+def _opened_here(sealed: bytes) -> int:
+    """What this hub's relay pull does with a receipt batch sealed to it."""
+    from federation.services.forwarding import unseal
+    from federation.services.receipts import receipts_open_relayed
+
+    return receipts_open_relayed(payload=unseal(sealed))
+
+
+def test_a_receipt_batch_b_signed_for_another_hub_is_not_believed_here(relayed_to_b, settings, tmp_path):
+    """Given alice's message went to bob@B through the relay, and Mallory sent bob@B a message of
+    her own under the same id (B keeps it apart, under her key), when B reports to Mallory that her
+    copy was read (a batch B signs and seals to her) and Mallory seals B's batch to this hub and
+    stores it at the relay for it, then this hub does not believe it: alice's delivery stays
+    relayed and the refusal is audited. (The relay, holding a batch it could open, could do the
+    same.)"""
+    from federation.services.forwarding import seal_for_hub
+    from federation.services.identity import hub_identity
+    from federation.services.receipts import receipts_sealed_for_relay
+
+    mallory = SigningKey.generate()
+    mallory_key = mallory.verify_key.encode(Base64Encoder).decode()
+    with _acting_as(settings, tmp_path, _KEYS[HUB_B]):
+        for_mallory = receipts_sealed_for_relay(
+            origin_hub=mallory_key, receipts=[{"message_id": relayed_to_b, "state": "read"}]
+        )
+    signed_by_b = SealedBox(mallory.to_curve25519_private_key()).decrypt(for_mallory)
+
+    assert _opened_here(seal_for_hub(hub_key=hub_identity().public_key, payload=signed_by_b)) == 0
+
+    assert Delivery.objects.get(message_id=relayed_to_b).state == "relayed"
+    assert RemoteDelivery.objects.get().remote_state == "at_relay"
+    [rejected] = AuditEvent.objects.filter(kind="federation.receipt_rejected")
+    assert rejected.target == HUB_B and "another hub" in rejected.detail["why"]
+
+
+def test_a_receipt_batch_b_signed_for_this_hub_moves_the_senders_delivery(relayed_to_b, settings, tmp_path):
+    """Given alice's message went to bob@B through the relay, when B reports it read in a batch it
+    signs for this hub, then alice's delivery is read."""
+    from federation.services.identity import hub_identity
+    from federation.services.receipts import receipts_sealed_for_relay
+
+    here = hub_identity().public_key
+    with _acting_as(settings, tmp_path, _KEYS[HUB_B]):
+        for_here = receipts_sealed_for_relay(
+            origin_hub=here, receipts=[{"message_id": relayed_to_b, "state": "read"}]
+        )
+    assert _opened_here(for_here) == 1
+    assert Delivery.objects.get(message_id=relayed_to_b).state == "read"
+
+
+def test_a_receipt_batch_that_names_no_destination_is_refused_and_audited(relayed_to_b):
+    """Given a batch in the format hubs used before batches named their destination (B's
+    signature over the receipts alone, which any hub that opened it could pass on), when it
+    reaches this hub, then it is refused and the refusal says why."""
+    from federation.services.forwarding import seal_for_hub
+    from federation.services.identity import hub_identity
+    from federation.services.signatures import sign_bytes
+
+    receipts = [{"message_id": relayed_to_b, "state": "read"}]
+    signed = json.dumps({"receipts": receipts}, separators=(",", ":")).encode()
+    old = {"hub": HUB_B, "receipts": receipts, "signature": sign_bytes(signed, key=_KEYS[HUB_B])}
+    sealed = seal_for_hub(hub_key=hub_identity().public_key, payload=json.dumps(old).encode())
+
+    assert _opened_here(sealed) == 0
+
+    assert Delivery.objects.get(message_id=relayed_to_b).state == "relayed"
+    [rejected] = AuditEvent.objects.filter(kind="federation.receipt_rejected")
+    assert "destination" in rejected.detail["why"]
+
+
+# --- handing a message to the relay ------------------------------------------------------------------
+
+
+@pytest.fixture
+def relay_http(monkeypatch) -> list[object]:
+    """The relay as the transport meets it: each request gets the next answer, a (status, JSON
+    body) or an httpx exception to raise. Nothing leaves the process."""
+    answers: list[object] = []
+
+    def request(method, url, **kw):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        status, body = answer
+        return httpx.Response(status, json=body, request=httpx.Request(method, url))
+
+    monkeypatch.setattr("federation.transport.httpx.request", request)
+    return answers
+
+
+REFUSALS = {
+    "too_large": (
+        413,
+        {"error": "too_large", "detail": "The sealed message is larger than this relay keeps."},
+    ),
+    "relay_quota": (
+        429,
+        {
+            "error": "relay_quota",
+            "detail": "This hub key already keeps 2000 items waiting at the relay, as many as one key "
+            "may; try again once its destinations have pulled them.",
+        },
+    ),
+    "bad_request_signature": (
+        401,
+        {
+            "error": "bad_request_signature",
+            "detail": "This request was signed for another hub (X-Switchboard-Dest is not this hub's key).",
+        },
+    ),
+    "not_found": (
+        404,
+        {"error": "not_found", "detail": "No hub has registered 'bob' with this relay; nothing is queued."},
+    ),
+    "bad_relay_message": (
+        400,
+        {
+            "error": "invalid",
+            "reason": "bad_relay_message",
+            "detail": "message_id is a UUID and sealed is base64.",
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_message_the_relay_refuses_is_answered_failed_with_the_relays_reason(
+    api, register, routes, relay_http, refusal, django_capture_on_commit_callbacks
+):
+    """Given the relay refuses what this hub hands it (too large, this hub's quota there, a bad
+    request), when alice sends to bob behind the relay, then her answer is `failed`, saying why in
+    the relay's words; the message stays here with that reason, and nothing is retried."""
+    status, body = REFUSALS[refusal]
+    alice = register("alice")
+    routes.append(_route(tier="relay"))
+    relay_http.append((status, body))
+
+    sent = _send(api, alice, "bob", "over the relay", django_capture_on_commit_callbacks)
+
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["status"] == "failed", sent.json_body
+    assert "FAILED" in sent.json_body["result"] and body["detail"].rstrip(".") in sent.json_body["result"]
+    [delivery] = api.get(f"messages/{sent.json_body['id']}", alice.token).json_body["deliveries"]
+    assert delivery["state"] == "failed" and body["detail"].rstrip(".") in delivery["decision_reason"]
+    assert delivery["remote"]["remote_state"] == "failed"
+    assert RemoteDelivery.objects.get().next_attempt_at is None
+
+
+@pytest.mark.parametrize("path", ["batch", "alone"])
+def test_a_batch_or_a_send_outside_a_group_is_answered_what_the_relay_said(
+    api, register, routes, relay_http, settings, path, django_capture_on_commit_callbacks
+):
+    """Given the relay refuses a message as too large, when alice sends it in a batch beside a
+    local message, or alone with sends not grouped (SWITCHBOARD_SEND_TOGETHER=0), then its answer
+    is `failed`; the local message is queued."""
+    register("carol")
+    alice = register("alice")
+    routes.append(_route(tier="relay"))
+    relay_http.append(REFUSALS["too_large"])
+    with django_capture_on_commit_callbacks(execute=True):
+        if path == "batch":
+            body = {"messages": [{"to": "carol", "message": "here"}, {"to": "bob", "message": "there"}]}
+            sent = api.post("messages/batch", alice.token, body)
+            statuses = [r["status"] for r in sent.json_body["results"]]
+        else:
+            settings.SWITCHBOARD_SEND_TOGETHER = False
+            statuses = [
+                api.post("messages", alice.token, {"to": "bob", "message": "there"}).json_body["status"]
+            ]
+    assert statuses == (["queued", "failed"] if path == "batch" else ["failed"])
+
+
+def test_a_relay_out_of_reach_is_retried_and_the_answer_says_it_is_not_delivered(
+    api, register, routes, relay_http, django_capture_on_commit_callbacks
+):
+    """Given the relay cannot be reached, when alice sends to bob behind it, then her answer is
+    `relayed` (not delivered, do not resend), the hand-over is retried with backoff, and the retry
+    that reaches the relay leaves the message there."""
+    alice = register("alice")
+    routes.append(_route(tier="relay"))
+    relay_http.append(httpx.ConnectError("connection refused"))
+
+    sent = _send(api, alice, "bob", "later then", django_capture_on_commit_callbacks)
+
+    assert sent.json_body["status"] == "relayed", sent.json_body
+    assert "NOT yet delivered" in sent.json_body["result"]
+    rd = RemoteDelivery.objects.get()
+    assert (rd.remote_state, rd.attempts) == ("retry", 1) and rd.next_attempt_at is not None
+    relay_http.append((201, {"id": "stored", "created": True}))
+    forward_attempt(delivery_id=rd.delivery_id)
+    assert RemoteDelivery.objects.get().remote_state == "at_relay"
+
+
+def test_a_relayed_message_whose_hand_over_never_ran_is_carried_by_the_sweeper(
+    api, register, routes, relay_http, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Given alice's message to bob behind the relay was committed but never handed over (its
+    process stopped right after the commit), when the forward sweeper runs a minute later, then it
+    carries the message to the relay; before then it leaves it alone."""
+    from datetime import timedelta
+
+    from federation.services.forwarding import forwards_due
+    from messaging.plugins import PLUGINS
+
+    monkeypatch.setattr(PLUGINS.other_hubs, "hand_over", lambda **kw: None)
+    alice = register("alice")
+    routes.append(_route(tier="relay"))
+
+    _send(api, alice, "bob", "still here?", django_capture_on_commit_callbacks)
+
+    rd = RemoteDelivery.objects.get()
+    assert rd.remote_state == "pending"
+    assert forwards_due() == []
+    assert forwards_due(now=timezone.now() + timedelta(minutes=2)) == [rd.delivery_id]
+    relay_http.append((201, {"id": "stored", "created": True}))
+    forward_attempt(delivery_id=rd.delivery_id)
+    assert RemoteDelivery.objects.get().remote_state == "at_relay"

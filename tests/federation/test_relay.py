@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -15,7 +17,7 @@ from django.utils import timezone
 from nacl.signing import SigningKey
 
 from federation.errors import LeaseHeld, NotRelay
-from federation.models import RelayMessage
+from federation.models import RelayMessage, RelayStorer
 from federation.services.relay import (
     relay_claim,
     relay_claim_finish,
@@ -110,6 +112,7 @@ def test_messages_expire(relay, settings):
     later = timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_EXPIRY_SECONDS + 1)
     assert relay_expire(now=later) == 1
     assert not RelayMessage.objects.exists()
+    assert not RelayStorer.objects.exists()  # its key keeps nothing here any more
 
 
 def test_storing_the_same_message_twice_keeps_one(relay):
@@ -386,6 +389,34 @@ def test_what_one_key_keeps_waiting_is_bounded_in_count_too_and_frees_once_pulle
     )
 
 
+def test_a_key_at_its_quota_may_repeat_a_store_and_replace_its_receipt_batch(small_relay: Any) -> None:
+    """Given a key keeps its 5 items, when it stores one of them again (a retry whose answer was
+    lost) or replaces its receipt batch, then the relay answers with the row it keeps, as neither
+    adds an item; a sixth item is refused."""
+    from federation.errors import RelayQuotaFull
+
+    relay_lease_take(hub_key=B, agent="carol")
+    mid = str(uuid.uuid4())
+    first, created = relay_store(
+        from_hub="a", kind="message", message_id=mid, dest_hub=B, agent="carol", sealed=_b64(b"m")
+    )
+    batch, _ = relay_store(
+        from_hub="a", kind="receipt", message_id=mid, dest_hub=B, agent="", sealed=_b64(b"r1")
+    )
+    for _ in range(3):
+        _stored("a", 10)
+    again, repeated = relay_store(
+        from_hub="a", kind="message", message_id=mid, dest_hub=B, agent="carol", sealed=_b64(b"m")
+    )
+    replaced, _ = relay_store(
+        from_hub="a", kind="receipt", message_id=mid, dest_hub=B, agent="", sealed=_b64(b"r2"), replace=True
+    )
+    assert (created, repeated, again.pk, replaced.pk) == (True, False, first.pk, batch.pk)
+    assert bytes(RelayMessage.objects.get(pk=batch.pk).sealed) == b"r2"
+    with pytest.raises(RelayQuotaFull):
+        _stored("a", 10)
+
+
 def test_the_default_limits_keep_one_pull_answer_under_what_a_hub_accepts_as_a_body(settings: Any) -> None:
     """One answer is at most max(budget, the largest message) plus one receipt batch (and a
     count-bounded JSON frame around them): as base64 it stays under the 280 MB cap of a hub body."""
@@ -478,3 +509,92 @@ def test_a_hubs_pull_cycle_is_bounded_whatever_the_relay_says(
     called = _fake_relay(monkeypatch, settings, [_pull_answer(more=True, messages=[broken])])
     counts = relay_pull_once(sessions=[])
     assert (called.count("/relay/pull"), counts["released"]) == (1, 1)
+
+
+# --- the quota under concurrent stores ---------------------------------------------------------------
+
+
+def _stores_at_once(*, stores: int, from_hub: str, dest: str) -> list[str]:
+    """`stores` receipt batches from one key, stored by as many threads released together; each
+    thread's outcome: `kept`, `refused` (429 `relay_quota`) or `error:...`."""
+    from django.db import connection
+
+    from federation.errors import RelayQuotaFull
+
+    barrier = threading.Barrier(stores)
+    outcomes: list[str] = []
+
+    def store() -> None:
+        try:
+            barrier.wait(timeout=30)
+            relay_store(
+                from_hub=from_hub,
+                kind="receipt",
+                message_id=str(uuid.uuid4()),
+                dest_hub=dest,
+                agent="",
+                sealed=_b64(b"r" * 100),
+            )
+            outcomes.append("kept")
+        except RelayQuotaFull:
+            outcomes.append("refused")
+        except Exception as exc:  # counted, never hidden: the test fails on any error
+            outcomes.append(f"error:{type(exc).__name__}:{exc}"[:200])
+        finally:
+            connection.close()  # this thread's own
+
+    threads = [threading.Thread(target=store) for _ in range(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return outcomes
+
+
+def _quota_holds_under_concurrent_stores(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given one key may keep 3 items (and 300 bytes) waiting, when 8 threads store one item each
+    for it at once, with the time between counting what the key keeps and writing the new item
+    stretched (as a loaded database would), then exactly 3 are kept and 5 refused."""
+    from federation.services import relay
+
+    settings.SWITCHBOARD_ROLE = "relay"
+    settings.SWITCHBOARD_RELAY_PENDING_PER_HUB = 3
+    settings.SWITCHBOARD_RELAY_PENDING_BYTES_PER_HUB = 300
+    counted = relay._pending_check
+
+    def slow_count(**kw: Any) -> None:
+        counted(**kw)
+        time.sleep(0.2)
+
+    monkeypatch.setattr(relay, "_pending_check", slow_count)
+
+    outcomes = _stores_at_once(stores=8, from_hub="mallory", dest=A)
+
+    assert sorted(outcomes) == ["kept"] * 3 + ["refused"] * 5, outcomes
+    kept = RelayMessage.objects.filter(from_hub="mallory")
+    assert (kept.count(), sum(kept.values_list("size", flat=True))) == (3, 300)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_stores_of_one_key_never_pass_its_quota_on_postgresql(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """See `_quota_holds_under_concurrent_stores`: each store in a connection of its own."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("runs when DATABASE_URL points at PostgreSQL")
+    _quota_holds_under_concurrent_stores(settings, monkeypatch)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_stores_of_one_key_never_pass_its_quota_on_sqlite(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """See `_quota_holds_under_concurrent_stores`: threads of one process, as in `serve`."""
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the embedded footprint's database")
+    _quota_holds_under_concurrent_stores(settings, monkeypatch)
