@@ -11,7 +11,14 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Router, Schema, Status
 
-from messaging.auth import AUTH, AsyncBearerAuth, EnrollmentKeyAuth, operator, principal
+from messaging.auth import (
+    AUTH,
+    AsyncBearerAuth,
+    EnrollmentKeyAuth,
+    operator,
+    principal,
+    request_from_this_machine,
+)
 from messaging.errors import Invalid, SwitchboardError
 from messaging.framing import frames_for_recipient
 from messaging.models import AgentSession
@@ -158,7 +165,7 @@ ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: Erro
 @router.post("/sessions", response={201: RegisteredOut, **ERRORS}, auth=EnrollmentKeyAuth())
 def register(request: HttpRequest, body: RegisterIn) -> Status:
     """Register an agent session (needs the enrollment key). Returns its token, once."""
-    reg = session_register(**body.dict())
+    reg = session_register(**body.dict(), from_this_machine=request_from_this_machine(request))
     return Status(201, {**session_summary(reg.session), "token": reg.token, "reissued": reg.reissued})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -90,6 +91,36 @@ class EnrollmentKeyAuth(HttpBearer):
 
 AUTH: list[Any] = [BearerAuth(), StaffLogin()]
 
+# A request that names a client it came through a proxy for: its peer address is the proxy's.
+FORWARDING_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
+
+
+def request_from_this_machine(request: HttpRequest) -> bool:
+    """Whether the caller is a process on the hub's own machine, from the connection itself: its
+    peer is a loopback address, or the very address it connected to (a local client that used the
+    machine's LAN address), or there is no peer address (a Unix socket, which only this machine can
+    open). A request that came through a proxy (a forwarding header) is not: behind one, the peer
+    is the proxy, and an address in the header (daphne's `--proxy-headers` puts it in the peer's
+    place) is whatever the client claimed."""
+    meta = request.META
+    if any(meta.get(header) for header in FORWARDING_HEADERS):
+        return False
+    peer = meta.get("REMOTE_ADDR")
+    if not peer:
+        return True
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return True
+    try:
+        return address == ipaddress.ip_address(meta.get("SERVER_NAME", ""))
+    except ValueError:
+        return False
+
 
 def principal(request: HttpRequest) -> Principal:
     found = getattr(request, "auth", None)
@@ -104,4 +135,13 @@ def operator(request: HttpRequest) -> Principal:
     return caller
 
 
-__all__ = ["AUTH", "AsyncBearerAuth", "BearerAuth", "EnrollmentKeyAuth", "Forbidden", "operator", "principal"]
+__all__ = [
+    "AUTH",
+    "AsyncBearerAuth",
+    "BearerAuth",
+    "EnrollmentKeyAuth",
+    "Forbidden",
+    "operator",
+    "principal",
+    "request_from_this_machine",
+]

@@ -111,6 +111,9 @@ def frame_for_recipient(delivery: Delivery, *, has_files: bool = True) -> dict[s
         "files": files,
         "id": str(message.id),
         "delivery_id": delivery.pk,
+        # The session it is for: a socket listener takes only frames naming its own session, so a
+        # session registered on another's socket address cannot have its messages taken there.
+        "recipient_id": str(delivery.recipient_id),
         "kind": message.kind,
         "frame_type": message.frame_type or None,
         "from": sender_facts(sender, vouched=message.trust in VERIFIED_TRUSTS),

@@ -1,14 +1,21 @@
 """The local socket transport: hand one frame to a session listening on a Unix socket.
 
 Wire protocol (one connection per frame):
-  hub → receiver: the frame as one line of JSON (`json.dumps`, UTF-8, ending in "\\n");
-  receiver → hub: one line `{"ack": "<message id>"}` once it has taken the frame.
+  hub → receiver: the frame as one line of JSON (`json.dumps`, UTF-8, ending in "\\n"); its
+    `recipient_id` is the id of the session the message is for;
+  receiver → hub: one line `{"ack": "<message id>"}` once it has taken the frame, or
+    `{"refused": "<message id>", "reason": "<why>"}` when it will not take it.
 
-The hub counts a frame as delivered only when the ack arrives, so a receiver that accepts the
-connection but never reads leaves the message queued (and pullable) instead of lost in a kernel
-buffer. Every step has a bounded timeout. Failures are `TransientSocketError` (worth retrying: no
-listener yet, refused, timed out) or `PermanentSocketError` (retrying cannot help: bad address,
-not a socket, permission denied, a frame too large, a listener of another user). This module
+A receiver takes only frames whose `recipient_id` is the session it listens for, and refuses the
+rest (reason `recipient`): a session's socket address is whatever its registration said, so
+another session may name the same socket, and a frame for it must not pass for this session's
+message. The hub counts a frame as delivered only when the ack arrives, so a receiver that accepts
+the connection but never reads leaves the message queued (and pullable) instead of lost in a
+kernel buffer; a refusal is permanent for that delivery: the message stays queued for its own
+session to pull and is not written to the socket again. Every step has a bounded timeout.
+Failures are `TransientSocketError` (worth retrying: no listener yet, refused connection, timed
+out) or `PermanentSocketError` (retrying cannot help: bad address, not a socket, permission
+denied, a frame too large, a listener of another user, a frame the receiver refused). This module
 knows nothing of the ORM.
 
 Only a listener running as the hub's own user (or root) is handed a frame: a session's socket
@@ -110,6 +117,12 @@ def write_frame(address: str, frame: dict[str, Any], *, timeout: float = 5.0) ->
         parsed = json.loads(ack)
     except ValueError as exc:
         raise TransientSocketError("The receiver answered something that is not a JSON ack.") from exc
+    if isinstance(parsed, dict) and "refused" in parsed:
+        reason = str(parsed.get("reason", ""))[:100]
+        raise PermanentSocketError(
+            f"The receiver refused the frame (reason: {reason or 'none given'}); it is not written "
+            "there again, and the message stays queued for its session to pull."
+        )
     if not isinstance(parsed, dict) or str(parsed.get("ack", "")) != expected:
         raise TransientSocketError("The receiver did not acknowledge this frame.")
 

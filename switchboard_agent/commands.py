@@ -232,6 +232,8 @@ def cmd_deregister(args: argparse.Namespace) -> int:
 def cmd_listen(args: argparse.Namespace) -> int:
     from switchboard_agent.listen import listen
 
+    # The listener takes only frames for its own session: the one it registers, else the one its
+    # token (SWITCHBOARD_TOKEN or --session) stands for, as the hub says.
     client = None
     if args.register:
         client = _client(args, need_token=False)
@@ -246,11 +248,26 @@ def cmd_listen(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    else:
+        try:
+            own = _client(args)
+        except UsageError as exc:
+            raise UsageError(
+                f"{exc} `listen` takes the messages of one session: register it with --register, or "
+                "name the session registered with this socket."
+            ) from exc
+        with own:
+            body = own.me()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop like Ctrl-C: clean up, deregister
     try:
         taken = listen(
-            args.socket, out_file=args.out, as_json=args.json, count=args.count, seconds=args.seconds
+            args.socket,
+            session_id=str(body["id"]),
+            out_file=args.out,
+            as_json=args.json,
+            count=args.count,
+            seconds=args.seconds,
         )
     except KeyboardInterrupt:
         taken = 0
@@ -403,7 +420,11 @@ def add_agent_commands(sub: Any) -> None:
     p = add("listen", cmd_listen, "receive messages on a Unix socket: print them or append them to a file")
     p.add_argument("--socket", required=True, help="the socket path to listen on")
     p.add_argument("--out", help="append each frame as a JSON line to this file instead of printing")
-    p.add_argument("--register", action="store_true", help="register a session whose address is this socket")
+    p.add_argument(
+        "--register",
+        action="store_true",
+        help="register a session whose address is this socket (else: the session of $SWITCHBOARD_TOKEN or --session)",
+    )
     p.add_argument("--name", help="the registered session's name")
     p.add_argument("--count", type=int, help="stop after this many messages")
     p.add_argument("--seconds", type=float, help="stop after this many seconds")

@@ -1,8 +1,12 @@
 """`switchboard listen --socket PATH`: the receiving end of the local socket inbox.
 
-It listens on a Unix socket (mode 0600), reads one JSON frame per connection, prints it (or appends
-it to a file), then answers `{"ack": "<message id>"}` so the hub marks the delivery delivered.
-With `--register` it also registers a session whose peer address is this socket.
+It listens on a Unix socket (mode 0600) for one session: the one it registers (`--register`), else
+the one its token stands for (`SWITCHBOARD_TOKEN` or `--session`). It reads one JSON frame per
+connection; a frame for that session (its `recipient_id`) is printed (or appended to a file) and
+answered `{"ack": "<message id>"}`, so the hub marks the delivery delivered. Any other frame is
+refused with `{"refused": "<message id>", "reason": "recipient"}` and logged to stderr, never shown:
+another session may have registered this socket as its own address, and its messages must not
+pass for this session's. The wire protocol is `messaging.uds`'s.
 """
 
 from __future__ import annotations
@@ -70,11 +74,12 @@ def serve(
     server: socket.socket,
     on_frame: Callable[[dict[str, Any]], None],
     *,
+    session_id: str,
     count: int | None = None,
     seconds: float | None = None,
 ) -> int:
-    """Take frames until `count` frames or `seconds` have passed (forever when both are None).
-    Returns how many frames were taken."""
+    """Take the frames for `session_id` until `count` frames or `seconds` have passed (forever when
+    both are None); refuse the others. Returns how many frames were taken."""
     taken = 0
     deadline = time.monotonic() + seconds if seconds is not None else None
     while count is None or taken < count:
@@ -94,12 +99,28 @@ def serve(
                 frame = read_frame(conn)
                 if frame is None:
                     continue
+                message_id = str(frame.get("id", ""))
+                if frame.get("recipient_id") != session_id:
+                    refuse(conn, message_id, frame.get("recipient_id"))
+                    continue
                 on_frame(frame)
-                conn.sendall(json.dumps({"ack": str(frame.get("id", ""))}).encode("utf-8") + b"\n")
+                conn.sendall(json.dumps({"ack": message_id}).encode("utf-8") + b"\n")
                 taken += 1
             except OSError:
                 continue  # the hub gave up on this connection; it will retry
     return taken
+
+
+def refuse(conn: socket.socket, message_id: str, recipient: object) -> None:
+    """Answer a frame for another session with a refusal (the hub then leaves the message queued
+    for that session to pull) and log it, ids only."""
+    conn.sendall(json.dumps({"refused": message_id, "reason": "recipient"}).encode("utf-8") + b"\n")
+    print(
+        f"switchboard listen: refused message {message_id!r}: it is for session {recipient!r}, not the "
+        "one this socket listens for (another session may have registered this socket as its address).",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def frame_printer(out: IO[str], *, as_json: bool) -> Callable[[dict[str, Any]], None]:
@@ -123,13 +144,20 @@ def frame_appender(path: str) -> Callable[[dict[str, Any]], None]:
 
 
 def listen(
-    path: str, *, out_file: str | None, as_json: bool, count: int | None, seconds: float | None
+    path: str,
+    *,
+    session_id: str,
+    out_file: str | None,
+    as_json: bool,
+    count: int | None,
+    seconds: float | None,
 ) -> int:
-    """Bind, take frames, clean up the socket file. Returns how many frames were taken."""
+    """Bind, take the frames for `session_id`, clean up the socket file. Returns how many frames
+    were taken."""
     server = bind_socket(path)
     handler = frame_appender(out_file) if out_file else frame_printer(sys.stdout, as_json=as_json)
     try:
-        return serve(server, handler, count=count, seconds=seconds)
+        return serve(server, handler, session_id=session_id, count=count, seconds=seconds)
     finally:
         server.close()
         Path(path).unlink(missing_ok=True)

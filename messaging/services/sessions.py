@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from messaging.credentials import SESSION_PREFIX, hash_token, new_token
-from messaging.errors import Conflict, Invalid, Unauthorized
+from messaging.errors import Conflict, Forbidden, Invalid, Unauthorized
 from messaging.liveness import LIVE, liveness_fields
 from messaging.models import (
     AgentSession,
@@ -26,6 +26,7 @@ from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.bulk import models_selected
 from messaging.services.events import announce
+from messaging.uds import UDS_PREFIX
 
 REF_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: refs are read aloud and retyped
 REF_LENGTH = 6
@@ -66,13 +67,19 @@ def session_register(
     status: str = SessionStatus.IDLE,
     headless: bool = False,
     registration_key: str | None = None,
+    from_this_machine: bool = True,
 ) -> Registration:
     """Register a session and return it with its token (the only time the token is seen).
 
     `registration_key` makes a registration safe to retry when its answer was lost: the session
     that registered with the same key, while it is open and has the same name, is handed back
     with a fresh token (its old one revoked) instead of a second session being made. An exited
-    session gives its key up, and the registration makes a new session."""
+    session gives its key up, and the registration makes a new session.
+
+    `from_this_machine` says the caller runs on the hub's machine, as the connection shows it
+    (`messaging.auth.request_from_this_machine`; an in-process caller does). Only such a caller
+    names a `uds:` socket address: the path is on this machine, so a registrant elsewhere naming
+    one can only mean a socket some local listener took for itself."""
     problem = name_problem(name)
     if problem:
         raise Invalid("bad_name", problem)
@@ -89,8 +96,15 @@ def session_register(
     kind_problem = session_kind_problem(kind)
     if kind_problem:
         raise Invalid("bad_kind", kind_problem)
-    if peer_address and not peer_address.startswith(("uds:", "http://", "https://")):
+    if peer_address and not peer_address.startswith((UDS_PREFIX, "http://", "https://")):
         raise Invalid("bad_peer_address", "peer_address starts with `uds:`, `http://` or `https://`.")
+    if peer_address.startswith(UDS_PREFIX) and not from_this_machine:
+        raise Forbidden(
+            "A `uds:` socket address names a path on the hub's machine, so only a client on that "
+            "machine registers one, connected directly (loopback, not through a proxy). Register "
+            "without peer_address and pull the inbox, or hold a WebSocket open.",
+            reason="socket_address_not_local",
+        )
     if registration_key is not None and not REGISTRATION_KEY.match(registration_key):
         raise Invalid(
             "bad_registration_key",

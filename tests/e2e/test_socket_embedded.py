@@ -74,7 +74,7 @@ def test_the_embedded_hub_writes_to_the_socket_and_retries_a_late_listener(
     stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stuck.bind(str(path))
     stuck.listen(8)  # at first a receiver that never reads
-    register(fast_hub, "bob", peer_address=f"uds:{path}")
+    bob = register(fast_hub, "bob", peer_address=f"uds:{path}")
     alice = register(fast_hub, "alice")
     sent = httpx.post(
         f"{fast_hub.url}/api/v1/messages",
@@ -90,7 +90,11 @@ def test_the_embedded_hub_writes_to_the_socket_and_retries_a_late_listener(
     path.unlink()
     frames: list[dict[str, Any]] = []
     server = bind_socket(str(path))
-    taker = threading.Thread(target=serve, args=(server, frames.append), kwargs={"count": 1, "seconds": 30})
+    taker = threading.Thread(
+        target=serve,
+        args=(server, frames.append),
+        kwargs={"session_id": bob["id"], "count": 1, "seconds": 30},
+    )
     taker.start()
 
     assert wait_for_status(fast_hub, alice, message_id, "delivered") == "delivered"  # a scheduled retry

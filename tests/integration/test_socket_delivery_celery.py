@@ -36,15 +36,15 @@ def socket_hub(make_hub: Callable[..., Hub], fresh_database: Callable[[], str], 
 
 
 class Listener:
-    """`switchboard listen` in a thread."""
+    """`switchboard listen` in a thread, for the session `session_id`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, session_id: str) -> None:
         self.frames: list[dict[str, Any]] = []
         self.server = bind_socket(str(path))
         self.thread = threading.Thread(
             target=serve,
             args=(self.server, self.frames.append),
-            kwargs={"count": 1, "seconds": 90},
+            kwargs={"session_id": session_id, "count": 1, "seconds": 90},
             daemon=True,
         )
         self.thread.start()
@@ -72,8 +72,8 @@ def test_a_worker_writes_the_frame_and_the_delivery_becomes_delivered(
     socket_hub: Hub, sock_dir: Path
 ) -> None:
     path = sock_dir / "bob.sock"
-    listener = Listener(path)
-    socket_hub.register("bob", peer_address=f"uds:{path}")
+    bob = socket_hub.register("bob", peer_address=f"uds:{path}")
+    listener = Listener(path, bob.id)
     alice = socket_hub.register("alice")
 
     message_id = send(socket_hub, alice, "bob", "from a real worker")
@@ -129,7 +129,7 @@ def test_a_worker_killed_mid_delivery_still_delivers_exactly_once(socket_hub: Hu
 
     holder = threading.Thread(target=take_but_never_ack, daemon=True)
     holder.start()
-    socket_hub.register("bob", peer_address=f"uds:{path}")
+    bob = socket_hub.register("bob", peer_address=f"uds:{path}")
     message_id = send(socket_hub, socket_hub.register("alice"), "bob", "survive a crash")
     assert got_frame.wait(60), "the worker never wrote the frame"
 
@@ -139,7 +139,7 @@ def test_a_worker_killed_mid_delivery_still_delivers_exactly_once(socket_hub: Hu
     holder.join(timeout=5)
     server.close()
     path.unlink()
-    listener = Listener(path)
+    listener = Listener(path, bob.id)
     socket_hub.start_worker()  # the lease runs out, beat re-enqueues, the new worker takes it over
 
     wait_until(
