@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from federation.models import MessageAttachment
-from messaging.jobs import enqueue
 from messaging.liveness import LIVE
 from messaging.models import AgentSession, SessionStatus
 from messaging.plugins import PLUGINS, RemoteSend, session_registered, session_status_changed
@@ -43,7 +42,9 @@ class OtherHubsFederated:
         return entry.hub_name if entry is not None else None
 
     def forward(self, *, delivery_id: int) -> None:
-        enqueue("federation.tasks.forward_delivery", delivery_id)
+        from federation.services.forwarding import forward_released
+
+        forward_released(delivery_id=delivery_id)
 
     def hand_over(self, *, delivery_ids: list[int]) -> None:
         from federation.services.forwarding import forwards_hand_over

@@ -778,6 +778,16 @@ def forwards_expire_unclaimed(*, now: Any = None) -> int:
     return len(stale)
 
 
+def forward_released(*, delivery_id: int) -> None:
+    """Carry a delivery an operator released for another hub's agent, once the release commits:
+    by the background job, and past CARRY_GRACE by the forward sweeper, which a held delivery's
+    remote part was kept from (a job lost with the broker would otherwise leave it pending)."""
+    RemoteDelivery.objects.filter(delivery_id=delivery_id, remote_state="pending").update(
+        next_attempt_at=timezone.now() + CARRY_GRACE
+    )
+    enqueue("federation.tasks.forward_delivery", delivery_id)
+
+
 def forwards_hand_over(*, delivery_ids: list[int]) -> None:
     """Carry the relay deliveries a send just committed to the relay now, on the sender's thread
     before it is answered: its answer then says whether the relay took the message (`relayed`),

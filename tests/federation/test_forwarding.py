@@ -603,3 +603,35 @@ def test_a_relayed_message_whose_hand_over_never_ran_is_carried_by_the_sweeper(
     relay_http.append((201, {"id": "stored", "created": True}))
     forward_attempt(delivery_id=rd.delivery_id)
     assert RemoteDelivery.objects.get().remote_state == "at_relay"
+
+
+def test_a_released_hold_whose_forward_job_was_lost_is_carried_by_the_sweeper(
+    api, register, routes, hubs, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Given alice's message to bob on another hub held for an operator (isolation), when the
+    operator approves it and the job that would carry it is lost (the broker went away), then the
+    forward sweeper carries it a minute later; before then it leaves it alone."""
+    from datetime import timedelta
+
+    import messaging.jobs
+    from federation.services.forwarding import forwards_due
+    from messaging.principals import operator_principal
+    from messaging.services.holds import holds_decide
+
+    alice = register("alice")
+    routes.append(_route(tier="lan"))
+    settings.SWITCHBOARD_ISOLATED = True
+    sent = _send(api, alice, "bob", "leaving?", django_capture_on_commit_callbacks)
+    delivery = Delivery.objects.get(message_id=sent.json_body["id"])
+    assert delivery.state == "held"
+    monkeypatch.setattr(messaging.jobs, "_submit", lambda *args: None)  # the job never runs
+
+    with django_capture_on_commit_callbacks(execute=True):
+        holds_decide(delivery_ids=[delivery.pk], approve=True, actor=operator_principal("op"))
+
+    assert hubs.calls == [] and RemoteDelivery.objects.get().remote_state == "pending"
+    assert forwards_due() == []
+    assert forwards_due(now=timezone.now() + timedelta(minutes=2)) == [delivery.pk]
+    forward_attempt(delivery_id=delivery.pk)
+    assert len(hubs.calls) == 1
+    assert RemoteDelivery.objects.get().remote_state == "queued"
