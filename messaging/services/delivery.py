@@ -25,6 +25,7 @@ from messaging.services.audit import audit_events_write, audit_rows
 from messaging.services.bulk import as_uuid, joined_models_selected, json_text, select_columns
 from messaging.services.events import Announcement, announce_many
 from messaging.states import STATE_TIMESTAMP, DeliveryState, can_transition, sources_of
+from messaging.uds import UDS_PREFIX
 
 S = DeliveryState
 
@@ -720,7 +721,7 @@ def deliveries_due_for_socket(*, batch: int = 500) -> list[int]:
         Delivery.objects.filter(
             Q(next_attempt_at__lte=now) | never_started,
             state=S.QUEUED,
-            recipient__peer_address__startswith="uds:",
+            recipient__peer_address__startswith=UDS_PREFIX,
         )
         .order_by("next_attempt_at", "id")
         .values_list("id", flat=True)[:batch]

@@ -26,7 +26,7 @@ from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.bulk import models_selected
 from messaging.services.events import announce
-from messaging.uds import UDS_PREFIX
+from messaging.uds import UDS_PREFIX, PermanentSocketError, socket_path
 
 REF_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: refs are read aloud and retyped
 REF_LENGTH = 6
@@ -98,6 +98,11 @@ def session_register(
         raise Invalid("bad_kind", kind_problem)
     if peer_address and not peer_address.startswith((UDS_PREFIX, "http://", "https://")):
         raise Invalid("bad_peer_address", "peer_address starts with `uds:`, `http://` or `https://`.")
+    if peer_address.startswith(UDS_PREFIX):
+        try:
+            socket_path(peer_address)
+        except PermanentSocketError as exc:
+            raise Invalid("bad_peer_address", str(exc)) from None
     if peer_address.startswith(UDS_PREFIX) and not from_this_machine:
         raise Forbidden(
             "A `uds:` socket address names a path on the hub's machine, so only a client on that "

@@ -13,8 +13,7 @@ from messaging.models import REMOTE_KIND, AgentSession
 from messaging.plugins import PLUGINS
 from messaging.services.events import Announcement, announce_many
 from messaging.services.waiting import inbox_wake_up
-
-UDS_PREFIX = "uds:"
+from messaging.uds import UDS_PREFIX
 
 
 def schedule_pushes(

@@ -97,3 +97,20 @@ def test_a_registration_retried_from_this_machine_gets_its_socket_session_back(e
 
     assert (first.status_code, again.status_code) == (201, 201)
     assert again.json()["id"] == first.json()["id"] and again.json()["reissued"] is True
+
+
+@pytest.mark.parametrize(
+    ("peer_address", "says"),
+    [
+        pytest.param("uds:relative/listener.sock", "absolute path", id="relative"),
+        pytest.param("uds:/tmp/" + "x" * 120 + ".sock", "longer than", id="too-long"),
+    ],
+)
+def test_a_socket_address_the_hub_could_never_write_to_is_refused_at_registration(
+    enroll_key: str, peer_address: str, says: str
+) -> None:
+    answer = register(enroll_key, peer_address, REMOTE_ADDR="127.0.0.1", SERVER_NAME="127.0.0.1")
+    assert answer.status_code == 400, answer.content
+    body = answer.json()
+    assert (body["error"], body["reason"]) == ("invalid", "bad_peer_address") and says in body["detail"]
+    assert not AgentSession.objects.filter(name="mallory").exists()
