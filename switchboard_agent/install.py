@@ -209,6 +209,9 @@ def merge_codex(text: str, *, mcp: dict[str, Any], hooks: dict[str, Any]) -> tup
         doc["hooks"] = table
     merged = merge_hooks({"hooks": table.unwrap()}, hooks)["hooks"]
     for event in hooks["hooks"]:
+        current = table.get(event)
+        if current is not None and current.unwrap() == merged[event]:
+            continue  # left as written: a new array would drop the blank line that ends this one
         groups = tomlkit.aot()
         for group in merged[event]:
             groups.append(tomlkit.item(group))

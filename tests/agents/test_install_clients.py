@@ -282,9 +282,11 @@ def test_codex_install_merges_config_toml_keeping_the_user_s(tmp_path: Path, mon
     config.write_text(CODEX_USER_CONFIG)
 
     assert install_cli(tmp_path, "--client", "codex") == 0
-    assert install_cli(tmp_path, "--client", "codex") == 0  # twice: the same file
+    once = config.read_text()
+    assert install_cli(tmp_path, "--client", "codex") == 0
 
     text = config.read_text()
+    assert text == once  # twice: the same file, byte for byte
     parsed = tomllib.loads(text)
     assert "# my Codex settings" in text and "# keeps its comment" in text
     assert parsed["model"] == "gpt-5-codex" and parsed["mcp_servers"]["docs"]["args"] == ["--stdio"]
