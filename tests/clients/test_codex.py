@@ -2,9 +2,10 @@
 
 Everything runs in a network namespace with only loopback (tests/clients/harness.py): the hub, the
 stand-in for the Responses API (tests/clients/model_responses.py) and Codex. The user's steps are
-the ones docs/agents.md gives: `switchboard install-hooks --client codex --write` in the project,
-then trusting the project and the four hooks as Codex's `/hooks` does (`codex app-server`:
-`hooks/list`, then `config/batchWrite` of `[hooks.state]` with each hook's `currentHash`).
+the ones docs/agents.md gives: `switchboard install-hooks --client codex --write` (which also
+approves the Switchboard tools: `codex exec` fails a tool call that needs approval), then trusting
+the four hooks as Codex's `/hooks` does (`codex app-server`: `hooks/list`, then
+`config/batchWrite` of `[hooks.state]` with each hook's `currentHash`), Codex's own gate.
 """
 
 from __future__ import annotations
@@ -84,8 +85,6 @@ call("initialize", {"clientInfo": {"name": "switchboard-tests", "version": "0"}}
 server.stdin.write(json.dumps({"method": "initialized"}) + "\\n")
 hooks = [h for entry in call("hooks/list", {"cwds": [project]})["data"] for h in entry["hooks"]]
 write("hooks.state", {h["key"]: {"trusted_hash": h["currentHash"]} for h in hooks})
-# "Always allow" the Switchboard tools: `codex exec` fails a tool call that needs approval.
-write("mcp_servers.switchboard.default_tools_approval_mode", "approve")
 hooks = [h for entry in call("hooks/list", {"cwds": [project]})["data"] for h in entry["hooks"]]
 print(json.dumps([{"event": h["eventName"], "trust": h["trustStatus"]} for h in hooks]))
 server.stdin.close()
