@@ -312,6 +312,7 @@ def cmd_install_hooks(args: argparse.Namespace) -> int:
         project_dir=Path(args.project_dir).resolve(),
         write=args.write,
         url=args.url,
+        approve_tools=not args.ask_before_tools,
     )
     if args.json:
         print(json.dumps(report, indent=2))
@@ -436,6 +437,12 @@ def add_agent_commands(sub: Any) -> None:
     p.add_argument("--scope", choices=["project", "local", "user"], default="project")
     p.add_argument("--project-dir", default=".")
     p.add_argument("--write", action="store_true", help="merge into the settings files instead of printing")
+    p.add_argument(
+        "--ask-before-tools",
+        action="store_true",
+        help="leave the Switchboard tools' approval to the client, which asks before each call "
+        "(default: approve them, and only them, in the settings file); removes an approval written before",
+    )
 
     p = sub.add_parser("mcp", help="run the MCP server on stdio (for Claude Code or any MCP client)")
     p.set_defaults(func=cmd_mcp)

@@ -18,7 +18,7 @@ import pytest
 from hub_topology import REPO
 from hub_topology.embedded import Hub
 from switchboard_agent.cli import main
-from switchboard_agent.install import hook_argv, mcp_config
+from switchboard_agent.install import CLIENT_NAMES, hook_argv, mcp_config
 from tests.agents.client_stub import Stub
 from tests.agents.codex_payloads import codex_event
 from tests.agents.test_hook_identity import REGISTERED, agent_env, enroll
@@ -168,13 +168,13 @@ def test_a_gemini_hook_line_whose_switchboard_is_gone_does_not_block_the_agent(
 def test_gemini_install_tells_what_the_user_still_does_in_gemini(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Gemini CLI 0.61 runs a project's hooks and MCP server only in a trusted folder, and in -p mode
-    hides tools that ask for approval (tests/clients/test_gemini.py): install-hooks says so."""
+    """Gemini CLI 0.61 runs a project's hooks and MCP server only in a trusted folder
+    (tests/clients/test_gemini.py): install-hooks says so, and that the folder is the user's to trust."""
     assert install_cli(tmp_path, "--client", "gemini") == 0
 
     said = " ".join(capsys.readouterr().out.split())
     assert "only in a trusted folder" in said and "--skip-trust" in said
-    assert "--yolo" in said and '"trust": true' in said
+    assert "--yolo" not in said
 
 
 @pytest.mark.e2e
@@ -282,9 +282,11 @@ def test_codex_install_merges_config_toml_keeping_the_user_s(tmp_path: Path, mon
     config.write_text(CODEX_USER_CONFIG)
 
     assert install_cli(tmp_path, "--client", "codex") == 0
-    assert install_cli(tmp_path, "--client", "codex") == 0  # twice: the same file
+    once = config.read_text()
+    assert install_cli(tmp_path, "--client", "codex") == 0
 
     text = config.read_text()
+    assert text == once  # twice: the same file, byte for byte
     parsed = tomllib.loads(text)
     assert "# my Codex settings" in text and "# keeps its comment" in text
     assert parsed["model"] == "gpt-5-codex" and parsed["mcp_servers"]["docs"]["args"] == ["--stdio"]
@@ -447,3 +449,196 @@ def test_a_notify_program_from_an_earlier_install_still_reports_idle(
         stub.close()
     assert agents(hub, bob["token"])["codex-api"]["status"] == "exited"  # its MCP server ended it
     assert not list((home / "sessions").glob("*.json"))
+
+
+# --- Approving the Switchboard tools ------------------------------------------------------------
+# Each client's settings file as its user had it, approving tools of another server of theirs.
+USER_FILES: dict[str, tuple[str, str]] = {
+    "claude": (
+        ".claude/settings.json",
+        json.dumps(
+            {
+                "model": "opus",
+                "permissions": {
+                    "allow": ["Bash(npm test)", "mcp__github"],
+                    "deny": ["mcp__switchboard__ack"],
+                    "defaultMode": "default",
+                },
+                "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "./notify.sh"}]}]},
+            },
+            indent=2,
+        ),
+    ),
+    "codex": (
+        ".codex/config.toml",
+        CODEX_USER_CONFIG.replace(
+            'args = ["--stdio"]\n', 'args = ["--stdio"]\ndefault_tools_approval_mode = "approve"\n'
+        ),
+    ),
+    "gemini": (
+        ".gemini/settings.json",
+        json.dumps({**GEMINI_USER_SETTINGS, "mcpServers": {"github": {"command": "gh-mcp", "trust": True}}}),
+    ),
+}
+# Every MCP server's approval in each file once installed: the user's, and ours (only ours).
+APPROVED: dict[str, Any] = {
+    "claude": ["Bash(npm test)", "mcp__github", "mcp__switchboard"],
+    "codex": {"docs": "approve", "switchboard": "approve"},
+    "gemini": {"github": True, "switchboard": True},
+}
+
+
+def user_files(project: Path, client: str) -> Path:
+    """The client's settings file in `project`, as its user had it."""
+    name, text = USER_FILES[client]
+    path = project / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def approvals(client: str, path: Path) -> Any:
+    """What `path` approves: Claude Code's allow rules; each server's approval for Codex and Gemini."""
+    if client == "claude":
+        return json.loads(path.read_text()).get("permissions", {}).get("allow")
+    if client == "codex":
+        servers = tomllib.loads(path.read_text())["mcp_servers"]
+        return {name: server.get("default_tools_approval_mode") for name, server in servers.items()}
+    servers = json.loads(path.read_text())["mcpServers"]
+    return {name: server.get("trust") for name, server in servers.items()}
+
+
+@pytest.mark.parametrize("client", ["claude", "codex", "gemini"])
+def test_install_approves_the_switchboard_tools_and_no_others_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str
+) -> None:
+    monkeypatch.setenv("SWITCHBOARD_URL", "http://127.0.0.1:9123")
+    path = user_files(tmp_path, client)
+
+    assert install_cli(tmp_path, "--client", client) == 0
+    once = path.read_text()
+    assert install_cli(tmp_path, "--client", client) == 0
+
+    assert path.read_text() == once  # idempotent
+    assert approvals(client, path) == APPROVED[client]
+    if client == "claude":  # the user's other permissions and hooks, as they were
+        settings = json.loads(once)
+        assert settings["model"] == "opus"
+        assert settings["permissions"]["deny"] == ["mcp__switchboard__ack"]
+        assert settings["permissions"]["defaultMode"] == "default"
+        assert settings["hooks"]["Stop"][0]["hooks"] == [{"type": "command", "command": "./notify.sh"}]
+        # The MCP server's own file approves nothing: Claude Code reads allow rules from settings.
+        assert set(json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["switchboard"]) == {
+            "command",
+            "args",
+            "env",
+        }
+    if client == "codex":
+        assert "# my Codex settings" in once and "# keeps its comment" in once
+
+
+@pytest.mark.parametrize("client", ["claude", "codex", "gemini"])
+def test_ask_before_tools_removes_exactly_the_approval_install_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str
+) -> None:
+    """Installed, then installed again with --ask-before-tools: the file is the one a first
+    install with --ask-before-tools writes, the user's own approvals in it."""
+    monkeypatch.setenv("SWITCHBOARD_URL", "http://127.0.0.1:9123")
+    asked_first, approved_first = tmp_path / "asked", tmp_path / "approved"
+    for project in (asked_first, approved_first):
+        user_files(project, client)
+    assert install_cli(approved_first, "--client", client) == 0
+
+    assert install_cli(approved_first, "--client", client, "--ask-before-tools") == 0
+    assert install_cli(asked_first, "--client", client, "--ask-before-tools") == 0
+
+    name = USER_FILES[client][0]
+    assert (approved_first / name).read_text() == (asked_first / name).read_text()
+    left = approvals(client, approved_first / name)
+    if client == "claude":
+        assert left == ["Bash(npm test)", "mcp__github"]
+    else:
+        assert left == {**APPROVED[client], "switchboard": None}
+
+
+def test_ask_before_tools_leaves_a_claude_settings_file_without_permissions_as_it_found_it(
+    tmp_path: Path,
+) -> None:
+    assert install_cli(tmp_path) == 0
+    assert json.loads((tmp_path / ".claude" / "settings.json").read_text())["permissions"] == {
+        "allow": ["mcp__switchboard"]
+    }
+
+    assert install_cli(tmp_path, "--ask-before-tools") == 0
+
+    assert set(json.loads((tmp_path / ".claude" / "settings.json").read_text())) == {"hooks"}
+
+
+CODEX_SERVER_TUNED = """\
+[mcp_servers.switchboard]
+# the user's note on our server
+command = "/old/venv/bin/switchboard"
+args = ["mcp"]
+startup_timeout_sec = 30
+default_tools_approval_mode = "prompt"
+
+[mcp_servers.switchboard.tools.send_message]
+approval_mode = "prompt"
+"""
+
+
+def test_codex_install_keeps_what_the_user_set_in_the_switchboard_server_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Our keys are set in the table; the user's (a timeout, a per-tool approval, a comment) stay,
+    and with --ask-before-tools an approval mode of theirs that asks stays too."""
+    monkeypatch.setenv("SWITCHBOARD_URL", "http://127.0.0.1:9123")
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(CODEX_SERVER_TUNED)
+
+    assert install_cli(tmp_path, "--client", "codex", "--ask-before-tools") == 0
+    asked = tomllib.loads(config.read_text())["mcp_servers"]["switchboard"]
+    assert install_cli(tmp_path, "--client", "codex") == 0
+    approved = tomllib.loads(config.read_text())["mcp_servers"]["switchboard"]
+
+    assert asked["default_tools_approval_mode"] == "prompt"
+    assert approved["default_tools_approval_mode"] == "approve"
+    for server in (asked, approved):
+        assert server["command"] != "/old/venv/bin/switchboard" and server["required"] is True
+        assert server["startup_timeout_sec"] == 30
+        assert server["tools"] == {"send_message": {"approval_mode": "prompt"}}
+    assert "# the user's note on our server" in config.read_text()
+
+
+@pytest.mark.parametrize(
+    ("client", "entry"),
+    [
+        ("claude", '"mcp__switchboard" in permissions.allow'),
+        ("codex", 'default_tools_approval_mode = "approve" in [mcp_servers.switchboard]'),
+        ("gemini", "trust = true in mcpServers.switchboard"),
+    ],
+)
+def test_install_says_what_it_approved_and_how_to_undo_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    client: str,
+    entry: str,
+) -> None:
+    monkeypatch.setenv("SWITCHBOARD_URL", "http://127.0.0.1:9123")
+    assert install_cli(tmp_path, "--client", client) == 0
+    approved = " ".join(capsys.readouterr().out.split())
+    assert install_cli(tmp_path, "--client", client, "--ask-before-tools") == 0
+    asked = " ".join(capsys.readouterr().out.split())
+
+    assert f"Approved the tools of the switchboard MCP server, and no other server's: {entry}" in approved
+    undo = (
+        f"switchboard install-hooks --client {client} --scope project --project-dir {tmp_path} "
+        "--url http://127.0.0.1:9123"
+    )
+    assert f"{undo} --ask-before-tools --write" in approved
+    assert f"approval to {CLIENT_NAMES[client]}: no {entry}" in asked
+    assert f"To approve them: {undo} --write" in asked
+    # Claude Code 2.1.332 drops a shared .claude/settings.json's allow rules in a folder not trusted.
+    assert ("only in a folder you have trusted" in approved) is (client == "claude")

@@ -7,9 +7,12 @@ a model calls ToolSearch first), sends "hello from the model" to `peer`, and onc
 says "done". It holds the send until `peer` has sent the client's session a message, so the
 PostToolUse hook after the send has that message to inject.
 
-Beyond the one command a user runs, Claude Code in `-p` mode needs the Switchboard tools allowed
-(`--allowedTools mcp__switchboard`: without it the call is refused, "you haven't granted it yet");
-the project's `.mcp.json` server and hooks need no approval there (`-p` skips the trust dialog).
+`claude -p` runs exactly as a user runs it after that one command, with no flag of ours: the
+project's `.mcp.json` server and hooks need no approval in `-p` mode, and the Switchboard tools are
+allowed by the rule `mcp__switchboard` that `install-hooks` wrote into `.claude/settings.json`
+(without it the call is refused, "you haven't granted it yet"). Claude Code applies that shared
+file's allow rules only in a folder its user has trusted, so the user's own setup here is the
+project folder trusted, as Claude Code's trust dialog records it (Claude Code's gate, not ours).
 """
 
 from __future__ import annotations
@@ -52,10 +55,15 @@ HOOK_TIMED = re.compile(
 
 
 def project_in(home: Path) -> Path:
-    """The folder Claude Code works in, set up as docs/agents.md tells a user: one command."""
+    """The folder Claude Code works in, set up as docs/agents.md tells a user: one command; and
+    trusted by its user, as Claude Code's trust dialog records it in `~/.claude.json` (in a folder
+    never trusted, Claude Code 2.1.332 drops the project's allow rules: "workspace not yet
+    trusted")."""
     project = home / "proj"
     project.mkdir()
     install_hooks(project, clean_env(home))
+    trusted = {"projects": {str(project): {"hasTrustDialogAccepted": True}}}
+    (home / ".claude.json").write_text(json.dumps(trusted))
     return project
 
 
@@ -114,16 +122,7 @@ def claude(
         DISABLE_ERROR_REPORTING="1",
         **env_extra,
     )
-    argv = [
-        client_bin("claude"),
-        "-p",
-        prompt,
-        "--output-format",
-        "json",
-        "--allowedTools",
-        "mcp__switchboard",
-        *extra,
-    ]
+    argv = [client_bin("claude"), "-p", prompt, "--output-format", "json", *extra]
     return subprocess.Popen(
         space.argv(*argv), cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

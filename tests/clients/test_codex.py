@@ -2,9 +2,10 @@
 
 Everything runs in a network namespace with only loopback (tests/clients/harness.py): the hub, the
 stand-in for the Responses API (tests/clients/model_responses.py) and Codex. The user's steps are
-the ones docs/agents.md gives: `switchboard install-hooks --client codex --write` in the project,
-then trusting the project and the four hooks as Codex's `/hooks` does (`codex app-server`:
-`hooks/list`, then `config/batchWrite` of `[hooks.state]` with each hook's `currentHash`).
+the ones docs/agents.md gives: `switchboard install-hooks --client codex --write` (which also
+approves the Switchboard tools: `codex exec` fails a tool call that needs approval), then trusting
+the four hooks as Codex's `/hooks` does (`codex app-server`: `hooks/list`, then
+`config/batchWrite` of `[hooks.state]` with each hook's `currentHash`), Codex's own gate.
 """
 
 from __future__ import annotations
@@ -84,8 +85,6 @@ call("initialize", {"clientInfo": {"name": "switchboard-tests", "version": "0"}}
 server.stdin.write(json.dumps({"method": "initialized"}) + "\\n")
 hooks = [h for entry in call("hooks/list", {"cwds": [project]})["data"] for h in entry["hooks"]]
 write("hooks.state", {h["key"]: {"trusted_hash": h["currentHash"]} for h in hooks})
-# "Always allow" the Switchboard tools: `codex exec` fails a tool call that needs approval.
-write("mcp_servers.switchboard.default_tools_approval_mode", "approve")
 hooks = [h for entry in call("hooks/list", {"cwds": [project]})["data"] for h in entry["hooks"]]
 print(json.dumps([{"event": h["eventName"], "trust": h["trustStatus"]} for h in hooks]))
 server.stdin.close()
@@ -204,13 +203,12 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
         setup.start_model()
         codex = setup.start_codex("Say hello to peer on Switchboard.")
 
-        # The model's first answer waits until the peer has a message queued for it.
-        mine = wait_until(
-            lambda: session_in_bypass(hub, tmp_path, peer["token"]),
-            timeout=30,
-            what="codex's session, in bypass",
-        )
-        hub.send(peer, mine[0]["ref"], "ping from peer")
+        # The model holds its first answer (the send): SessionStart and UserPromptSubmit have run,
+        # so the peer's message can only come in by the PostToolUse hook after the send.
+        wait_until(setup.conversation, timeout=CODEX_TIMEOUT, what="the model's first request")
+        assert [event for event, _, _, _ in hook_calls(tmp_path)] == ["SessionStart", "UserPromptSubmit"]
+        [mine] = session_in_bypass(hub, tmp_path, peer["token"])
+        hub.send(peer, mine["ref"], "ping from peer")
         setup.release.touch()
         assert codex.popen.wait(timeout=CODEX_TIMEOUT) == 0, codex.log()[-3000:]
 
@@ -226,18 +224,20 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
         assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", session["ref"])], (
             inbox
         )
-        # The peer's message reached the model, behind the hub's marker.
-        bodies = ["\n".join(strings(r["body"])) for r in setup.requests()]
-        assert any(from_peer(peer, "ping from peer").search(b) for b in bodies)
-        assert any(f"registered on the Switchboard hub as proj [{session['ref']}]" in b for b in bodies)
-        # Every hook ran, and none failed.
+        # The PostToolUse hook after the send injected the peer's message, behind the hub's marker:
+        # the request with the send's result has it, the one before it did not.
+        first, after_send = ["\n".join(strings(body)) for body in setup.conversation()]
+        note = from_peer(peer, "ping from peer")
+        assert f"registered on the Switchboard hub as proj [{session['ref']}]" in first
+        assert not note.search(first) and note.search(after_send), after_send[-3000:]
+        # Every hook ran once, in order, and none failed.
         calls = hook_calls(tmp_path)
-        assert {event for event, _, _, _ in calls} == {
+        assert [event for event, _, _, _ in calls] == [
             "SessionStart",
             "UserPromptSubmit",
             "PostToolUse",
             "Stop",
-        }
+        ]
         assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
 
 

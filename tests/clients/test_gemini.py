@@ -5,11 +5,11 @@ then `gemini -p` on a scripted model (`model_gemini.py`) that calls the Switchbo
 
 An interactive `gemini` on a pseudo-terminal checks `/clear` and `/quit`.
 
-Beyond our one command, the user's own Gemini setup here is: the project folder trusted (Gemini
-runs a project's hooks and stdio MCP servers only in a trusted folder) and `--yolo` on the command
-line (in `-p` mode Gemini refuses every tool call that would ask for approval, MCP tools included).
-The rest of `gemini_home` only keeps a machine without network quiet and points the CLI at the
-stand-in.
+Beyond our one command, the user's own Gemini setup here is the project folder trusted (Gemini
+runs a project's hooks and stdio MCP servers only in a trusted folder; Gemini's gate, not ours).
+No approval flag: in `-p` mode Gemini offers the model no tool that would ask for approval, and the
+Switchboard tools ask for none because `install-hooks` wrote `"trust": true` on their server. The
+rest of `gemini_home` only keeps a machine without network quiet and points the CLI at the stand-in.
 """
 
 from __future__ import annotations
@@ -131,9 +131,7 @@ class Run:
     """`gemini -p` in the project, inside the namespace."""
 
     def __init__(self, space: Netns, env: dict[str, str], project: Path, log: Path) -> None:
-        argv = space.argv(
-            client_bin("gemini"), "-p", "Say hello to peer.", "--yolo", "--output-format", "json"
-        )
+        argv = space.argv(client_bin("gemini"), "-p", "Say hello to peer.", "--output-format", "json")
         self.log = log
         self.started = time.monotonic()
         with log.open("wb") as out:
@@ -182,9 +180,7 @@ def timed_by_gemini(telemetry: Path) -> list[tuple[str, int]]:
 def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path: Path) -> None:
     with netns() as space:
         hub: HubInNetns = hub_in(space, tmp_path)
-        # `gemini --yolo` runs tools without asking, so its session is "bypass": a peer's messages
-        # reach it only from a peer in bypass too (others are held for an operator).
-        peer = hub.register("peer", permission_mode="bypass")
+        peer = hub.register("peer")
         env = gemini_env(tmp_path)
         telemetry = tmp_path / "telemetry.log"
         project = project_with_hooks(tmp_path, env, telemetry=telemetry)
@@ -208,7 +204,8 @@ def test_a_gemini_turn_messages_a_peer_and_hears_back_through_its_hooks(tmp_path
         mine = [s for s in hub_sessions(tmp_path) if s["ref"] != peer["ref"]]
         assert len(mine) == 1, mine  # the hooks and the MCP server acted as one session
         assert mine[0]["name"] == PROJECT
-        assert (mine[0]["kind"], mine[0]["permission_mode"]) == ("gemini-cli", "bypass")
+        # Gemini asks before other tools (no --yolo): the session is not one that never asks.
+        assert (mine[0]["kind"], mine[0]["permission_mode"]) == ("gemini-cli", "default")
         inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
         assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", to)], inbox
 
@@ -283,13 +280,13 @@ def test_a_gemini_turn_ends_promptly_when_the_hub_is_away(tmp_path: Path, hub_st
 
 
 class Terminal:
-    """Interactive `gemini --yolo` in the project, on a pseudo-terminal of 40x120, inside the
+    """Interactive `gemini` in the project, on a pseudo-terminal of 40x120, inside the
     namespace: keys typed in, the screen's text (escape sequences dropped) read back."""
 
     def __init__(self, space: Netns, env: dict[str, str], project: Path) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        argv = space.argv(client_bin("gemini"), "--yolo")
+        argv = space.argv(client_bin("gemini"))
         self.proc = subprocess.Popen(
             argv,
             env=env | {"TERM": "xterm-256color"},
