@@ -551,10 +551,14 @@ def _stores_at_once(*, stores: int, from_hub: str, dest: str) -> list[str]:
     return outcomes
 
 
-def _quota_holds_under_concurrent_stores(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_stores_of_one_key_never_pass_its_quota(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Given one key may keep 3 items (and 300 bytes) waiting, when 8 threads store one item each
-    for it at once, with the time between counting what the key keeps and writing the new item
-    stretched (as a loaded database would), then exactly 3 are kept and 5 refused."""
+    for it at once, each on a connection of its own (PostgreSQL, or SQLite as `serve` runs it),
+    with the time between counting what the key keeps and writing the new item stretched (as a
+    loaded database would), then exactly 3 are kept and 5 refused."""
     from federation.services import relay
 
     settings.SWITCHBOARD_ROLE = "relay"
@@ -573,28 +577,3 @@ def _quota_holds_under_concurrent_stores(settings: Any, monkeypatch: pytest.Monk
     assert sorted(outcomes) == ["kept"] * 3 + ["refused"] * 5, outcomes
     kept = RelayMessage.objects.filter(from_hub="mallory")
     assert (kept.count(), sum(kept.values_list("size", flat=True))) == (3, 300)
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_stores_of_one_key_never_pass_its_quota_on_postgresql(
-    settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """See `_quota_holds_under_concurrent_stores`: each store in a connection of its own."""
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        pytest.skip("runs when DATABASE_URL points at PostgreSQL")
-    _quota_holds_under_concurrent_stores(settings, monkeypatch)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_stores_of_one_key_never_pass_its_quota_on_sqlite(
-    settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """See `_quota_holds_under_concurrent_stores`: threads of one process, as in `serve`."""
-    from django.db import connection
-
-    if connection.vendor != "sqlite":
-        pytest.skip("the embedded footprint's database")
-    _quota_holds_under_concurrent_stores(settings, monkeypatch)
