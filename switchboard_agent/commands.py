@@ -234,15 +234,9 @@ def cmd_listen(args: argparse.Namespace) -> int:
 
     # The listener takes only frames for its own session: the one it registers, else the one its
     # token (SWITCHBOARD_TOKEN or --session) stands for, as the hub says.
-    client = None
+    client, saved_key = None, None
     if args.register:
-        client = _client(args, need_token=False)
-        from switchboard_agent.config import session_name
-
-        address = f"uds:{os.path.abspath(args.socket)}"
-        body = client.register(
-            name=args.name or session_name(), cwd=os.getcwd(), kind="listener", peer_address=address
-        )
+        saved_key, client, body = _listener_registered(args)
         print(
             f"Registered {body['name']} [{body['ref']}] with socket {args.socket}.",
             file=sys.stderr,
@@ -274,7 +268,45 @@ def cmd_listen(args: argparse.Namespace) -> int:
     finally:
         if client is not None:
             _deregister_quietly(client)
+        if saved_key is not None:
+            from switchboard_agent.config import session_forget
+
+            session_forget(saved_key)
     return EXIT_OK if taken or args.count is None else EXIT_NOTHING
+
+
+def _listener_registered(args: argparse.Namespace) -> tuple[str, HubClient, dict[str, Any]]:
+    """Register the session `listen --register` listens for, saved under a key of its socket and
+    this process, and tied to this process: a listener started after one that was killed (and never
+    deregistered) first ends that one's session (`sessions_reap`, those of its name first), so the
+    name has one open session, not two.
+    Returns the saved session's key, a client acting as the session, and its summary."""
+    import hashlib
+
+    from switchboard_agent.config import hub_url, session_lock, session_name
+    from switchboard_agent.identity import anchor_alive, client_anchor
+    from switchboard_agent.registration import session_register_saved
+
+    path = os.path.abspath(args.socket)
+    anchor = client_anchor(os.getpid())
+    # One saved session per listener process: one a killed listener left is another's to end.
+    key = f"listen-{hashlib.sha256(path.encode()).hexdigest()[:12]}-{anchor.replace(':', '-')}"
+    url = (getattr(args, "url", None) or hub_url()).rstrip("/")
+    with session_lock(key):
+        saved = session_register_saved(
+            lambda token: HubClient(url, token),
+            key=key,
+            hub=url,
+            name=args.name or session_name(),
+            cwd=os.getcwd(),
+            kind="listener",
+            anchor=anchor,
+            alive=anchor_alive,
+            status="idle",
+            peer_address=f"uds:{path}",
+        )
+    client = HubClient(url, saved.token)
+    return key, client, {"id": saved.id, "name": saved.name, "ref": saved.ref}
 
 
 def _deregister_quietly(client: HubClient, attempts: int = 3) -> None:

@@ -177,6 +177,7 @@ class PendingRegistration:
     kind: str = "script"
     permission_mode: str = "default"
     anchor: str = ""  # the agent client process it registers for (see identity.client_anchor)
+    peer_address: str = ""  # a listener's socket (`uds:/path`)
     created_at: float = field(default_factory=time.time)
 
 

@@ -59,6 +59,7 @@ def session_register_saved(
     deadline: float | None = None,
     permission_mode: str = "default",
     status: str = "busy",
+    peer_address: str = "",
     **saved_fields: Any,
 ) -> SavedSession:
     """Register the saved session `key` on `hub` and save it. The caller holds `session_lock(key)`.
@@ -82,6 +83,7 @@ def session_register_saved(
             kind=kind,
             permission_mode=permission_mode,
             anchor=anchor,
+            peer_address=peer_address,
         )
         pending_save(pending)  # before the request: its answer may be lost once the hub commits
     with make_client(None) as client:
@@ -170,6 +172,7 @@ def _send(client: HubClient, pending: PendingRegistration, *, status: str = "idl
         cwd=pending.cwd,
         kind=pending.kind,
         permission_mode=pending.permission_mode,
+        peer_address=pending.peer_address,
         status=status,
         registration_key=pending.registration_key,
     )

@@ -164,3 +164,37 @@ def test_a_session_registered_on_a_listeners_socket_cannot_have_its_messages_tak
     assert "refused" in refused.last_error
     assert [m["id"] for m in api.get("inbox", mallory.token).json_body["messages"]] == [planted]
     assert Delivery.objects.get(message_id=meant["id"]).state == "delivered"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_listener_started_again_after_one_was_killed_leaves_its_name_one_open_session(
+    inprocess_hub, sock_dir, monkeypatch
+) -> None:
+    """Given `listen --register` killed on its socket (never deregistered: its session stays open on
+    the hub), when a listener is started again on that socket under the same name, then the killed
+    one's session is ended first: senders find one open session by that name, the new one."""
+    import switchboard_agent.commands as commands
+    import switchboard_agent.config as config
+    import switchboard_agent.identity as identity
+
+    path = sock_dir / "again.sock"
+    argv = ("listen", "--socket", str(path), "--register", "--name", "ci-listener", "--seconds", "0.5")
+    with monkeypatch.context() as killed:  # what a SIGKILL skips, and a process that is gone
+        killed.setattr(commands, "_deregister_quietly", lambda client: None)
+        killed.setattr(config, "session_forget", lambda key: None)
+        killed.setattr(identity, "client_anchor", lambda pid=None: "999999999:1")
+        assert main(list(argv)) == 0
+    first = AgentSession.objects.get(name="ci-listener")
+    assert first.status != "exited"
+
+    thread, codes = run_in_thread(*argv[:-1], "3")
+    deadline = time.monotonic() + 10
+    while AgentSession.objects.filter(name="ci-listener").count() < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    open_now = list(AgentSession.objects.filter(name="ci-listener").exclude(status="exited"))
+    thread.join(timeout=20)
+
+    assert codes == [0]
+    assert len(open_now) == 1 and open_now[0].pk != first.pk
+    first.refresh_from_db()
+    assert first.status == "exited"
