@@ -58,12 +58,14 @@ def receipt_apply_local(*, delivery_id: int, state: str, reason: str = "") -> bo
         target = RECEIPT_MOVES.get(state)
         if target is None:
             return False
+        said = f"the other hub reports {state}" + (f" ({reason})" if reason and target == S.FAILED else "")
         moved = delivery_transition(
             Delivery.objects.filter(pk=delivery_id),
             to=target,
             actor=HUB,
-            reason=f"the other hub reports {state}"
-            + (f" ({reason})" if reason and target == S.FAILED else ""),
+            reason=said,
+            # A failure is the sender's to read in its delivery, as one this hub decided is.
+            updates={"decision_reason": said[:500]} if target == S.FAILED else None,
         )
         if not moved and target == S.READ:
             # relayed → read is legal; delivered → read too; anything else stays as it is.

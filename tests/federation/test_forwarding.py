@@ -635,3 +635,20 @@ def test_a_released_hold_whose_forward_job_was_lost_is_carried_by_the_sweeper(
     forward_attempt(delivery_id=delivery.pk)
     assert len(hubs.calls) == 1
     assert RemoteDelivery.objects.get().remote_state == "queued"
+
+
+def test_a_failure_the_other_hub_reports_is_the_senders_to_read_with_its_reason(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    alice = register("alice")
+    routes.append(_route())
+    sent = _send(api, alice, "bob", "did it arrive?", django_capture_on_commit_callbacks)
+    message_id = sent.json_body["id"]
+    receipt = {"message_id": message_id, "state": "failed", "reason": "bob's socket refused it"}
+
+    assert receipts_from_hub(hub_key=HUB_B, receipts=[receipt]) == 1
+
+    status = api.get(f"messages/{message_id}", alice.token).json_body
+    assert status["status"] == "failed"
+    [delivery] = status["deliveries"]
+    assert "bob's socket refused it" in delivery["decision_reason"]
