@@ -939,7 +939,7 @@ def inbound_accept(
     priority = claimed if vouched and claimed in ("normal", "urgent") else "normal"
     try:
         if not vouched:
-            local_address(envelope["to"], vouched=False)  # an exact address, or NotFound
+            local_address(envelope["to"], vouched=False, stopped=True)  # an exact address, or NotFound
         with transaction.atomic():
             outcome = message_send(
                 SendRequest(
@@ -1073,19 +1073,24 @@ def hosts_answer(*, target: str, vouched: bool) -> dict[str, Any]:
     }
 
 
-def local_address(target: str, *, vouched: bool) -> Candidate:
+def local_address(target: str, *, vouched: bool, stopped: bool = False) -> Candidate:
     """The live local session `target` names, as another hub may learn of it: the one rule for
     what a hub's address tells it (asking `hosts_answer`, or sending). A hub this hub vouches for
     reads the directory anyway, so the resolver's full rules answer it, a unique prefix included.
     Any other key is answered only for an address that names a session exactly (id, ref, name,
     `name [ref]`), so it cannot list the agents a prefix at a time, and its NotFound names nobody.
+    With `stopped` (a message sent here), a stopped session counts too, as for any send (only an
+    exited one does not): the message waits for it, and a name a local session holds is never
+    passed on to another hub.
     Raises NotFound, or Ambiguous as `ambiguity_for_hub` words it."""
     from messaging.services.recipients import find_candidates
 
+    local = AgentSession.objects.exclude(kind=REMOTE_KIND)
+    local = local.exclude(status=SessionStatus.EXITED) if stopped else local.filter(status__in=LIVE)
     live = [
         c
         for c in find_candidates(None, target)  # type: ignore[arg-type]
-        if AgentSession.objects.filter(pk=c.id, status__in=LIVE).exclude(kind=REMOTE_KIND).exists()
+        if local.filter(pk=c.id).exists()
     ]
     try:
         return resolve(target, live, prefixes=vouched).candidate

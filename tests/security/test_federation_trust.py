@@ -126,6 +126,26 @@ def test_a_stopped_local_name_is_never_routed_away_even_to_a_pinned_peer_that_cl
     assert calls == []
 
 
+def test_a_key_nobody_vouched_for_reaches_a_stopped_agent_by_its_exact_name_here_never_elsewhere(
+    client, api, register, attacker, calls
+):
+    """Given bob is stopped here and a pinned LAN hub would take a message for a `bob`, when a hub
+    key nobody vouched for sends to bob by his exact name, then the message waits here for him
+    (held), as any send to a stopped session does: the name a local session holds is not passed on
+    to another hub, nor answered as unknown."""
+    bob = register("bob")
+    api.patch("sessions/me", bob.token, {"status": "stopped"})
+    other = OtherHub(SigningKey.generate(), name="colleague")
+    Peer.objects.create(public_key=other.public_key, name="colleague", url=ATTACKER_URL, pinned=True)
+
+    sent = _forward(client, attacker, attacker.envelope(to="bob", text="hi bob"))
+
+    assert sent.status_code == 201, sent.json_body
+    delivery = Delivery.objects.get(recipient_id=uuid.UUID(bob.id))
+    assert delivery.state == "held"
+    assert [c for c in calls if c[2] == "/federation/messages"] == []
+
+
 # --- 2. claimed tier and trust --------------------------------------------------------------------
 
 
