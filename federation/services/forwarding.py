@@ -792,9 +792,10 @@ def forwards_hand_over(*, delivery_ids: list[int]) -> None:
     """Carry the relay deliveries a send just committed to the relay now, on the sender's thread
     before it is answered: its answer then says whether the relay took the message (`relayed`),
     refused it (`failed`, with the relay's reason) or could not be reached (`relayed`, retried with
-    backoff). At most HAND_OVER_AT_ONCE per send; the rest, and those of a send whose transaction
-    has not committed yet, go to the background job. Channel and LAN deliveries went there at
-    the commit (`SendRoute.attach`)."""
+    backoff). At most HAND_OVER_AT_ONCE per send, and none after one the relay did not answer (a
+    relay out of reach costs the sender one timeout, not one per message); the rest, and those of
+    a send whose transaction has not committed yet, go to the background job. Channel and LAN
+    deliveries went there at the commit (`SendRoute.attach`)."""
     due = list(
         RemoteDelivery.objects.filter(
             delivery_id__in=delivery_ids, tier=FederationTier.RELAY, remote_state="pending"
@@ -803,13 +804,20 @@ def forwards_hand_over(*, delivery_ids: list[int]) -> None:
         .values_list("delivery_id", flat=True)
     )
     at_once = [] if transaction.get_connection().in_atomic_block else due[:HAND_OVER_AT_ONCE]
+    handed = 0
     for delivery_id in at_once:
+        handed += 1
         try:
-            forward_attempt(delivery_id=delivery_id)
+            carried = forward_attempt(delivery_id=delivery_id)
         except Exception:
             # The message is committed; the sweeper carries it once CARRY_GRACE has passed.
             log.exception("relay delivery %s not handed over; the forward sweeper will", delivery_id)
-    for delivery_id in due[len(at_once) :]:
+            continue
+        if carried == "retry":
+            # The relay did not answer: each of the rest would wait as long for it on the sender's
+            # thread. They go to the background job instead.
+            break
+    for delivery_id in due[handed:]:
         enqueue("federation.tasks.forward_delivery", delivery_id)
 
 

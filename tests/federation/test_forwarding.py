@@ -579,6 +579,35 @@ def test_a_relay_out_of_reach_is_retried_and_the_answer_says_it_is_not_delivered
     assert RemoteDelivery.objects.get().remote_state == "at_relay"
 
 
+def test_a_relay_out_of_reach_holds_a_batch_up_for_one_timeout_not_one_per_message(
+    api, register, routes, relay_http, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Given the relay cannot be reached, when alice sends three messages behind it in one batch,
+    then her request tries the relay once: the other two go to the background job rather than
+    each waiting out the same timeout before she is answered."""
+    import messaging.jobs
+
+    jobs: list[tuple[str, tuple]] = []
+    monkeypatch.setattr(messaging.jobs, "_submit", lambda name, args: jobs.append((name, args)))
+    alice = register("alice")
+    names = ["bob", "bobby", "roberta"]
+    routes.extend(
+        RemoteRoute("relay", HUB_B, "hub-b", "http://relay.invalid", f"id-{name}", name, "bobref")
+        for name in names
+    )
+    relay_http.extend(httpx.ConnectError("timed out") for _ in names)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        body = {"messages": [{"to": name, "message": f"over the relay to {name}"} for name in names]}
+        sent = api.post("messages/batch", alice.token, body)
+
+    assert [r["status"] for r in sent.json_body["results"]] == ["relayed"] * 3, sent.json_body
+    assert len(relay_http) == 2  # one request to the relay on alice's thread
+    forwarded = [args[0] for name, args in jobs if name == "federation.tasks.forward_delivery"]
+    waiting = RemoteDelivery.objects.filter(remote_state="pending").values_list("delivery_id", flat=True)
+    assert sorted(forwarded) == sorted(waiting) and len(forwarded) == 2
+
+
 def test_a_relayed_message_whose_hand_over_never_ran_is_carried_by_the_sweeper(
     api, register, routes, relay_http, monkeypatch, django_capture_on_commit_callbacks
 ):
