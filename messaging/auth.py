@@ -108,18 +108,22 @@ def request_from_this_machine(request: HttpRequest) -> bool:
     peer = meta.get("REMOTE_ADDR")
     if not peer:
         return True
-    try:
-        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(peer)
-    except ValueError:
+    address, reached = _ip_address(peer), _ip_address(meta.get("SERVER_NAME", ""))
+    if address is None:
         return False
+    return address.is_loopback or address == reached
+
+
+def _ip_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`text` as an IP address, an IPv4-mapped IPv6 one as the IPv4 address it maps (a dual-stack
+    socket shows IPv4 callers so); None when it is not one."""
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address.is_loopback:
-        return True
-    try:
-        return address == ipaddress.ip_address(meta.get("SERVER_NAME", ""))
-    except ValueError:
-        return False
+        return address.ipv4_mapped
+    return address
 
 
 def principal(request: HttpRequest) -> Principal:

@@ -65,6 +65,11 @@ def test_a_client_elsewhere_still_registers_without_a_socket_address(enroll_key:
         pytest.param({"REMOTE_ADDR": "::ffff:127.0.0.1"}, id="ipv4-mapped-loopback"),
         # A local client that reached the hub at the machine's LAN address comes from that address.
         pytest.param({"REMOTE_ADDR": "192.168.1.5", "SERVER_NAME": "192.168.1.5"}, id="own-lan-address"),
+        # The same on a dual-stack socket (bound to ::), which shows both ends IPv4-mapped.
+        pytest.param(
+            {"REMOTE_ADDR": "::ffff:192.168.1.5", "SERVER_NAME": "::ffff:192.168.1.5"},
+            id="own-lan-address-dual-stack",
+        ),
     ],
 )
 def test_a_socket_address_from_this_machine_is_registered(
