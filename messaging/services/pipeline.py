@@ -169,17 +169,21 @@ def outcomes_handed_over(outcomes: list[SendOutcome | SwitchboardError]) -> None
     names a state the delivery already left. Only after the send's commit, on the sender's own
     thread: never inside `messages_send`, whose group of sends would wait on another hub."""
     relayed = {
-        outcome.delivery.pk: outcome.delivery
+        outcome.delivery.pk: outcome
         for outcome in outcomes
         if isinstance(outcome, SendOutcome) and not outcome.duplicate and outcome.delivery.state == S.RELAYED
     }
     if not relayed:
         return
     PLUGINS.other_hubs.hand_over(delivery_ids=list(relayed))
-    for pk, state, reason in Delivery.objects.filter(pk__in=list(relayed)).values_list(
-        "id", "state", "decision_reason"
-    ):
-        relayed[pk].state, relayed[pk].decision_reason = state, reason
+    # Re-routed to another hub on the way (the relay knew no such agent), a delivery has another
+    # tier and recipient (that hub's stand-in), which the answer names too.
+    for now in Delivery.objects.filter(pk__in=list(relayed)).select_related("recipient"):
+        outcome = relayed[now.pk]
+        outcome.delivery.state, outcome.delivery.decision_reason = now.state, now.decision_reason
+        outcome.delivery.tier = now.tier
+        if now.recipient_id != outcome.recipient.pk:
+            outcome.delivery.recipient = outcome.recipient = now.recipient
 
 
 def idempotency_keys_locked(keys: list[tuple[Any, str]]) -> None:

@@ -681,3 +681,22 @@ def test_a_failure_the_other_hub_reports_is_the_senders_to_read_with_its_reason(
     assert status["status"] == "failed"
     [delivery] = status["deliveries"]
     assert "bob's socket refused it" in delivery["decision_reason"]
+
+
+def test_a_send_the_relay_did_not_know_and_another_hub_took_is_answered_as_that_hub_took_it(
+    api, register, routes, hubs, django_capture_on_commit_callbacks
+):
+    """Given bob leased at the relay and hosted on a LAN hub too, when the relay says it knows no
+    bob while alice's send is handed over, then the send goes to the LAN hub, and her answer names
+    that hub's tier and stand-in, not the relay's."""
+    alice = register("alice")
+    routes.extend([_route("relay", HUB_C), _route("lan", HUB_B)])
+    hubs.answers = [PermanentError(404, {"error": "not_found"}), {"status": "queued"}]
+
+    sent = _send(api, alice, "bob", "which way?", django_capture_on_commit_callbacks)
+
+    assert sent.status_code == 201, sent.json_body
+    delivery = Delivery.objects.select_related("recipient").get(message_id=sent.json_body["id"])
+    assert delivery.tier == "lan"
+    assert sent.json_body["status"] == "relayed"
+    assert "through the relay" not in sent.json_body["result"] and "lan tier" in sent.json_body["result"]
