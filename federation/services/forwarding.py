@@ -1093,13 +1093,11 @@ def local_address(target: str, *, vouched: bool, stopped: bool = False) -> Candi
     Raises NotFound, or Ambiguous as `ambiguity_for_hub` words it."""
     from messaging.services.recipients import find_candidates
 
-    local = AgentSession.objects.exclude(kind=REMOTE_KIND)
+    candidates = find_candidates(None, target)  # type: ignore[arg-type]
+    local = AgentSession.objects.filter(pk__in=[c.id for c in candidates]).exclude(kind=REMOTE_KIND)
     local = local.exclude(status=SessionStatus.EXITED) if stopped else local.filter(status__in=LIVE)
-    live = [
-        c
-        for c in find_candidates(None, target)  # type: ignore[arg-type]
-        if local.filter(pk=c.id).exists()
-    ]
+    ids = {str(pk) for pk in local.values_list("pk", flat=True)}
+    live = [c for c in candidates if c.id in ids]
     try:
         return resolve(target, live, prefixes=vouched).candidate
     except Ambiguous as exc:
