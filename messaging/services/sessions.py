@@ -103,13 +103,13 @@ def session_register(
             socket_path(peer_address)
         except PermanentSocketError as exc:
             raise Invalid("bad_peer_address", str(exc)) from None
-    if peer_address.startswith(UDS_PREFIX) and not from_this_machine:
-        raise Forbidden(
-            "A `uds:` socket address names a path on the hub's machine, so only a client on that "
-            "machine registers one, connected directly (loopback, not through a proxy). Register "
-            "without peer_address and pull the inbox, or hold a WebSocket open.",
-            reason="socket_address_not_local",
-        )
+        if not from_this_machine:
+            raise Forbidden(
+                "A `uds:` socket address names a path on the hub's machine, so only a client on that "
+                "machine registers one, connected directly (loopback, not through a proxy). Register "
+                "without peer_address and pull the inbox, or hold a WebSocket open.",
+                reason="socket_address_not_local",
+            )
     if registration_key is not None and not REGISTRATION_KEY.match(registration_key):
         raise Invalid(
             "bad_registration_key",
