@@ -139,6 +139,10 @@ class InboundContext:
     tier: str
     trust: str
     hold_reason: str = ""  # peer_revoked, unknown_peer: hold for an operator with escalate=required
+    # This hub vouches for every key the message rests on and its signature holds. When not, the
+    # pipeline resolves its address only when it names a session exactly
+    # (`Origin.exact_address_only`): a hub nobody vouched for never reaches an agent by a prefix.
+    vouched: bool = False
 
     def adjust(self, decision: Any, *, recipient: AgentSession, now: Any) -> Any:
         from messaging.services.holds import hold_expiry_for
@@ -946,8 +950,6 @@ def inbound_accept(
     claimed = envelope.get("priority")
     priority = claimed if vouched and claimed in ("normal", "urgent") else "normal"
     try:
-        if not vouched:
-            local_address(envelope["to"], vouched=False, stopped=True)  # an exact address, or NotFound
         with transaction.atomic():
             outcome = message_send(
                 SendRequest(
@@ -959,7 +961,11 @@ def inbound_accept(
                     actor=HUB,
                     origin=Origin.forwarded_by(
                         InboundContext(
-                            message_id=message_id, tier=tier, trust=trust, hold_reason=hold_reason
+                            message_id=message_id,
+                            tier=tier,
+                            trust=trust,
+                            hold_reason=hold_reason,
+                            vouched=vouched,
                         ),
                         signature_failed=not signed_ok,
                         attached=envelope_file_heads(envelope),
@@ -991,11 +997,11 @@ def inbound_accept(
         raise
     except Ambiguous as exc:
         raise ambiguity_for_hub(exc, vouched=vouched) from None
-    except NotFound:
+    except NotFound as exc:
         # Not here (any more): pass it on within this machine or LAN, one hop further, never back.
         onward = _forward_onward(envelope=envelope, hops=hops, exclude={origin_hub, caller_key or ""})
         if onward is None:
-            raise
+            raise not_found_for_hub(exc, target=envelope["to"], vouched=vouched) from None
         return onward
     from messaging.services.sending import outcome_sentence
 
@@ -1081,31 +1087,34 @@ def hosts_answer(*, target: str, vouched: bool) -> dict[str, Any]:
     }
 
 
-def local_address(target: str, *, vouched: bool, stopped: bool = False) -> Candidate:
-    """The live local session `target` names, as another hub may learn of it: the one rule for
-    what a hub's address tells it (asking `hosts_answer`, or sending). A hub this hub vouches for
-    reads the directory anyway, so the resolver's full rules answer it, a unique prefix included.
-    Any other key is answered only for an address that names a session exactly (id, ref, name,
-    `name [ref]`), so it cannot list the agents a prefix at a time, and its NotFound names nobody.
-    With `stopped` (a message sent here), a stopped session counts too, as for any send (only an
-    exited one does not): the message waits for it, and a name a local session holds is never
-    passed on to another hub.
+def local_address(target: str, *, vouched: bool) -> Candidate:
+    """The live local session `target` names, as another hub asking `hosts_answer` may learn of
+    it. A hub this hub vouches for reads the directory anyway, so the resolver's full rules answer
+    it, a unique prefix included. Any other key is answered only for an address that names a
+    session exactly (id, ref, name, `name [ref]`), so it cannot list the agents a prefix at a
+    time, and its NotFound names nobody. (A message such a hub sends is held to the same rule by
+    the send pipeline's own resolution: `InboundContext.vouched`.)
     Raises NotFound, or Ambiguous as `ambiguity_for_hub` words it."""
     from messaging.services.recipients import find_candidates
 
     candidates = find_candidates(None, target)  # type: ignore[arg-type]
     local = AgentSession.objects.filter(pk__in=[c.id for c in candidates]).exclude(kind=REMOTE_KIND)
-    local = local.exclude(status=SessionStatus.EXITED) if stopped else local.filter(status__in=LIVE)
-    ids = {str(pk) for pk in local.values_list("pk", flat=True)}
+    ids = {str(pk) for pk in local.filter(status__in=LIVE).values_list("pk", flat=True)}
     live = [c for c in candidates if c.id in ids]
     try:
         return resolve(target, live, prefixes=vouched).candidate
     except Ambiguous as exc:
         raise ambiguity_for_hub(exc, vouched=vouched) from None
     except NotFound as exc:
-        if vouched:
-            raise
-        raise NotFound(f"No live session is called {target!r}.") from exc
+        raise not_found_for_hub(exc, target=target, vouched=vouched) from None
+
+
+def not_found_for_hub(exc: NotFound, *, target: str, vouched: bool) -> NotFound:
+    """An address no session takes, as another hub is told it: as the resolver words it to a hub
+    this hub vouches for; to any other key, in words that name nobody (no exited session, no hint)."""
+    if vouched:
+        return exc
+    return NotFound(f"No live session is called {target!r}.")
 
 
 def ambiguity_for_hub(exc: Ambiguous, *, vouched: bool) -> Ambiguous:

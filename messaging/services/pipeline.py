@@ -4,9 +4,10 @@ would have had sent on its own.
 Every send is a `SendRequest` and goes through the same steps, in this order:
 
 1. check: the input, with no database (`sending.send_input_checked`);
-2. resolve: whom the address means, against the sender's pin for the name; an address no local
-   session takes is tried on the other hubs (`messaging.plugins.OtherHubs.route`) unless the
-   message was forwarded here;
+2. resolve: whom the address means, against the sender's pin for the name (by a unique prefix
+   too, unless another hub this hub does not vouch for forwarded it: `Origin.exact_address_only`);
+   an address no local session takes is tried on the other hubs
+   (`messaging.plugins.OtherHubs.route`) unless the message was forwarded here;
 3. guard: no self-sends, replies only to the sender's own messages, the observer rule, the dedupe
    window, the rate limits and the recipient's unread cap (a hub-made message skips the last three);
 4. decide: `decision.decide`, a pure function over the pair's facts (or the route's own decision
@@ -136,17 +137,25 @@ def messages_send(requests: list[SendRequest]) -> list[SendOutcome | Switchboard
     theirs), the senders one after another as they first appear, and all their messages are written
     together. More than one request, or one with an idempotency key, share one transaction from the
     first read; the answer comes only after the lot is committed."""
-    by_sender: dict[tuple[Any, str], list[int]] = {}
+    # One batch per sender, actor and address rule (`Origin.exact_address_only`): a batch
+    # resolves every address it holds by one rule.
+    by_sender: dict[tuple[Any, str, bool], list[int]] = {}
     actors = [request.actor or session_principal(request.sender) for request in requests]
     for position, (request, actor) in enumerate(zip(requests, actors, strict=True)):
-        by_sender.setdefault((request.sender.id, actor.actor), []).append(position)
+        key = (request.sender.id, actor.actor, request.origin.exact_address_only)
+        by_sender.setdefault(key, []).append(position)
     results: list[SendOutcome | SwitchboardError | None] = [None] * len(requests)
     with contextlib.ExitStack() as stack:
         writes = _Writes(stack)
         batches = []
         for positions in by_sender.values():
             first = positions[0]
-            batch = _Batch(sender=requests[first].sender, actor=actors[first], writes=writes)
+            batch = _Batch(
+                sender=requests[first].sender,
+                actor=actors[first],
+                writes=writes,
+                prefixes=not requests[first].origin.exact_address_only,
+            )
             batches.append((batch, positions, batch.prepared([requests[p] for p in positions])))
         keys = [(batch.sender.id, item.key) for batch, _p, items in batches for item in items if item.key]
         if len(requests) > 1 or keys:
@@ -216,10 +225,10 @@ def read_ahead(batches: list[tuple[_Batch, list[_Item]]], *, now: Any) -> None:
         batch.read_alone(item)
         return
     recent_texts_read(batches, now=now)
-    wanted = {(batch.sender.id, item.target): (batch, item.target) for batch, item in sending}
+    wanted = {(batch.sender.id, item.target, batch.prefixes): (batch, item.target) for batch, item in sending}
     if not wanted:
         return
-    found = recipients_resolved([(batch.sender, target) for batch, target in wanted.values()])
+    found = recipients_resolved([(batch.sender, target, batch.prefixes) for batch, target in wanted.values()])
     pairs = []
     for key, (batch, target) in wanted.items():
         batch.resolution_kept(target, found[key])
@@ -511,8 +520,11 @@ class _Batch:
     """One sender's requests, item by item, with the database read in bulk and written in bulk
     (with the other senders' batches of its send, `writes`)."""
 
-    def __init__(self, *, sender: AgentSession, actor: Principal, writes: _Writes) -> None:
+    def __init__(self, *, sender: AgentSession, actor: Principal, writes: _Writes, prefixes: bool) -> None:
         self.sender, self.actor = sender, actor
+        # Whether an address may name a session by a unique prefix: False for a message from a
+        # hub this hub does not vouch for (`Origin.exact_address_only`), for every item.
+        self.prefixes = prefixes
         self.writes = writes
         writes.batches.append(self)
         self.now = writes.now
@@ -603,7 +615,7 @@ class _Batch:
         """Read what a lone request needs: whom its address means, then its pair's facts, its pin
         and the earlier copy of its text, in one statement (`pair_facts`)."""
         try:
-            recipient, resolution = resolve_address(self.sender, item.target)
+            recipient, resolution = resolve_address(self.sender, item.target, prefixes=self.prefixes)
         except SwitchboardError as exc:
             self.targets[item.target] = exc
             return
@@ -657,7 +669,9 @@ class _Batch:
             if self.pins:
                 self._write()  # resolution reads the sender's pins: write the batch's first
             try:
-                recipient, resolution, pinned = resolve_recipient_pinned(self.sender, target)
+                recipient, resolution, pinned = resolve_recipient_pinned(
+                    self.sender, target, prefixes=self.prefixes
+                )
             except SwitchboardError as exc:
                 found = exc
             else:

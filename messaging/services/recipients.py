@@ -145,12 +145,13 @@ def resolve_recipient(sender: AgentSession, target: str) -> tuple[AgentSession, 
 
 
 def resolve_recipient_pinned(
-    sender: AgentSession, target: str
+    sender: AgentSession, target: str, *, prefixes: bool = True
 ) -> tuple[AgentSession, Resolution, uuid.UUID | None]:
     """`resolve_recipient`, and the id of whom the sender's pin for the name it used points at
     (None when it has no such pin, or the address is not a name): what a send compares to decide
-    whether the pin must be written."""
-    recipient, resolution = resolve_address(sender, target)
+    whether the pin must be written. Without `prefixes`, only an exact address resolves
+    (`messaging.addressing.resolve`)."""
+    recipient, resolution = resolve_address(sender, target, prefixes=prefixes)
     pinned = pinned_recipient(sender, resolution.pin_key) if resolution.pin_key else None
     if pin_key_checked(resolution):
         pin_check(recipient=recipient, target=target, pinned_to=pinned)
@@ -214,25 +215,30 @@ def pin_check(*, recipient: AgentSession, target: str, pinned_to: Any) -> None:
     )
 
 
-def resolve_address(sender: AgentSession, target: str) -> tuple[AgentSession, Resolution]:
-    """Whom `target` means for `sender`, its pin not checked (`pin_check`). Raises NotFound/Ambiguous."""
+def resolve_address(
+    sender: AgentSession, target: str, *, prefixes: bool = True
+) -> tuple[AgentSession, Resolution]:
+    """Whom `target` means for `sender`, its pin not checked (`pin_check`); without `prefixes`,
+    only an exact address. Raises NotFound/Ambiguous."""
     address = parse_address(target)
-    return _resolved(sender, target, address, _candidate_rows(address))
+    return _resolved(sender, target, address, _candidate_rows(address), prefixes=prefixes)
 
 
 def recipients_resolved(
-    wanted: list[tuple[AgentSession, str]],
-) -> dict[tuple[Any, str], tuple[AgentSession, Resolution, uuid.UUID | None] | SwitchboardError]:
-    """`resolve_recipient_pinned` for each (sender, address), keyed by (sender id, address): the
-    sessions every address could mean read in one statement, the pins in one more."""
-    addresses = {target: parse_address(target) for _sender, target in wanted}
+    wanted: list[tuple[AgentSession, str, bool]],
+) -> dict[tuple[Any, str, bool], tuple[AgentSession, Resolution, uuid.UUID | None] | SwitchboardError]:
+    """`resolve_recipient_pinned` for each (sender, address, prefixes), keyed by the same triple with
+    the sender's id: the sessions every address could mean read in one statement, the pins in one
+    more."""
+    addresses = {target: parse_address(target) for _sender, target, _prefixes in wanted}
     rows = dict(zip(addresses, _candidate_rows_many(list(addresses.values())), strict=True))
-    resolved: dict[tuple[Any, str], tuple[AgentSession, Resolution] | SwitchboardError] = {}
-    for sender, target in wanted:
+    resolved: dict[tuple[Any, str, bool], tuple[AgentSession, Resolution] | SwitchboardError] = {}
+    for sender, target, prefixes in wanted:
+        key = (sender.id, target, prefixes)
         try:
-            resolved[(sender.id, target)] = _resolved(sender, target, addresses[target], rows[target])
+            resolved[key] = _resolved(sender, target, addresses[target], rows[target], prefixes=prefixes)
         except SwitchboardError as exc:
-            resolved[(sender.id, target)] = exc
+            resolved[key] = exc
     pins = pins_read(
         [
             (key[0], found[1].pin_key)
@@ -240,10 +246,12 @@ def recipients_resolved(
             if isinstance(found, tuple) and found[1].pin_key
         ]
     )
-    out: dict[tuple[Any, str], tuple[AgentSession, Resolution, uuid.UUID | None] | SwitchboardError] = {}
-    for (sender_id, target), found in resolved.items():
+    out: dict[
+        tuple[Any, str, bool], tuple[AgentSession, Resolution, uuid.UUID | None] | SwitchboardError
+    ] = {}
+    for (sender_id, target, prefixes), found in resolved.items():
         if isinstance(found, SwitchboardError):
-            out[(sender_id, target)] = found
+            out[(sender_id, target, prefixes)] = found
             continue
         recipient, resolution = found
         pinned = pins.get((sender_id, resolution.pin_key)) if resolution.pin_key else None
@@ -251,9 +259,9 @@ def recipients_resolved(
             if pin_key_checked(resolution):
                 pin_check(recipient=recipient, target=target, pinned_to=pinned)
         except SwitchboardError as exc:
-            out[(sender_id, target)] = exc
+            out[(sender_id, target, prefixes)] = exc
             continue
-        out[(sender_id, target)] = (recipient, resolution, pinned)
+        out[(sender_id, target, prefixes)] = (recipient, resolution, pinned)
     return out
 
 
@@ -279,15 +287,20 @@ def pins_read(wanted: list[tuple[Any, str]]) -> dict[tuple[Any, str], uuid.UUID]
 
 
 def _resolved(
-    sender: AgentSession, target: str, address: ParsedAddress, candidate_rows: list[AgentSession]
+    sender: AgentSession,
+    target: str,
+    address: ParsedAddress,
+    candidate_rows: list[AgentSession],
+    *,
+    prefixes: bool,
 ) -> tuple[AgentSession, Resolution]:
-    """The session `address` means among its candidate rows (`_candidate_rows`); raises NotFound
-    (naming an exited session as such) or Ambiguous."""
+    """The session `address` means among its candidate rows (`_candidate_rows`), by a unique
+    prefix too when `prefixes`; raises NotFound (naming an exited session as such) or Ambiguous."""
     try:
         # Look the team lead up only when the address is the `lead` alias (saves a query per send).
         lead = lead_candidate(sender) if address.key == LEAD_ALIAS else None
         rows = {str(r.id): r for r in candidate_rows}
-        resolution = resolve(address, [_candidate(r) for r in rows.values()], lead=lead)
+        resolution = resolve(address, [_candidate(r) for r in rows.values()], lead=lead, prefixes=prefixes)
     except NotFound:
         gone = AgentSession.objects.filter(status=SessionStatus.EXITED).filter(
             Q(pk=address.uuid) if address.uuid else Q(ref=address.ref or "-")

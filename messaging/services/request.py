@@ -35,6 +35,12 @@ class ForwardedContext(Protocol):
     @property
     def trust(self) -> str: ...
 
+    @property
+    def vouched(self) -> bool:
+        """True when this hub vouches for every hub key the message rests on (and its signature
+        holds): only then may its address be anything but exact."""
+        ...
+
     def adjust(self, decision: Decision, *, recipient: AgentSession, now: datetime) -> Decision:
         """The decision for a forwarded message, after this hub's standing with its origin."""
         ...
@@ -50,7 +56,8 @@ class Origin:
       window, so it is never lost;
     - another hub (FORWARDED): trusted as the federation context says, never routed onward, its
       decision adjusted by the context (`ForwardedContext.adjust`), the files it carried scanned
-      by their first bytes (`attached`)."""
+      by their first bytes (`attached`); from a hub this hub does not vouch for, its address
+      resolved only when it names a session exactly (`exact_address_only`)."""
 
     by: str = AGENT
     forwarded: ForwardedContext | None = None
@@ -65,6 +72,14 @@ class Origin:
     @property
     def hub_made(self) -> bool:
         return self.by == HUB
+
+    @property
+    def exact_address_only(self) -> bool:
+        """True when the address must name a session exactly (id, ref, name, normalized name,
+        `name [ref]`), never by a unique prefix: a message from a hub this hub does not vouch
+        for. Read by the pipeline's one resolution of the address, so a hub nobody vouched for
+        cannot reach (or list) this hub's agents a few letters at a time."""
+        return self.forwarded is not None and not self.forwarded.vouched
 
     @classmethod
     def forwarded_by(

@@ -10,8 +10,8 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from messaging.errors import RateLimited
-from messaging.services.pipeline import message_send
+from messaging.errors import NotFound, RateLimited
+from messaging.services.pipeline import message_send, messages_send
 from messaging.services.request import AGENT_ORIGIN, HUB_MADE, Origin, SendRequest
 from messaging.services.sessions import session_register
 
@@ -21,6 +21,7 @@ class Context:
     message_id: uuid.UUID
     tier: str = "lan"
     trust: str = "lan-verified"
+    vouched: bool = True
 
     def adjust(self, decision: Any, *, recipient: Any, now: Any) -> Any:
         return decision
@@ -60,3 +61,34 @@ def test_a_forwarded_request_takes_its_id_tier_and_trust_from_its_context() -> N
         "lan",
         "lan-verified",
     )
+
+
+def _from_a_stranger() -> Origin:
+    """The origin of a message a hub this hub does not vouch for forwarded here."""
+    context = Context(uuid.uuid4(), trust="unverified", vouched=False)
+    return Origin.forwarded_by(context, signature_failed=False, attached=[])
+
+
+@pytest.mark.django_db
+def test_a_request_forwarded_by_a_hub_nobody_vouched_for_reaches_only_an_exact_address() -> None:
+    """Given bobby here, when a message that a hub this hub does not vouch for forwarded names him
+    by a prefix, then the pipeline's own resolution finds nobody, alone or in a group of sends,
+    and names nobody; by his exact name it reaches him, and a vouched hub's prefix still does."""
+    far, bobby = session_register(name="far").session, session_register(name="bobby").session
+
+    with pytest.raises(NotFound) as alone:
+        message_send(SendRequest(sender=far, to="bob", text="one", origin=_from_a_stranger()))
+    grouped = messages_send(
+        [
+            SendRequest(sender=far, to="bob", text="two", origin=_from_a_stranger()),
+            SendRequest(sender=far, to="bobby", text="three", origin=_from_a_stranger()),
+        ]
+    )
+    exact = message_send(SendRequest(sender=far, to="bobby", text="four", origin=_from_a_stranger()))
+    vouched = Origin.forwarded_by(Context(uuid.uuid4()), signature_failed=False, attached=[])
+    by_prefix = message_send(SendRequest(sender=far, to="bob", text="five", origin=vouched))
+
+    assert "bobby" not in str(alone.value)
+    assert isinstance(grouped[0], NotFound) and "bobby" not in str(grouped[0])
+    assert not isinstance(grouped[1], NotFound) and grouped[1].recipient.id == bobby.id
+    assert exact.recipient.id == bobby.id and by_prefix.recipient.id == bobby.id
