@@ -40,6 +40,22 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 FINAL_STATES = frozenset(state for state, nexts in TRANSITIONS.items() if not nexts)
 
+
+def _reachable(state: str) -> frozenset[str]:
+    found: set[str] = set()
+    todo = list(TRANSITIONS[state])
+    while todo:
+        state = todo.pop()
+        if state not in found:
+            found.add(state)
+            todo += TRANSITIONS[state]
+    return frozenset(found)
+
+
+# Every state a delivery can reach from each state by one move or more: the order of the states,
+# read off the one table above (it has no cycle, so no state comes after itself).
+LATER_STATES: dict[str, frozenset[str]] = {state: _reachable(state) for state in TRANSITIONS}
+
 # The timestamp column that records when a delivery entered each state.
 STATE_TIMESTAMP = {
     S.QUEUED: "queued_at",
@@ -62,3 +78,9 @@ def can_transition(current: str, new: str) -> bool:
 def sources_of(new: str) -> list[str]:
     """Every state from which a delivery may move to `new`."""
     return [state for state, nexts in TRANSITIONS.items() if new in nexts]
+
+
+def states_before(state: str) -> list[str]:
+    """Every state from which a delivery can come to `state` by one move or more: those a report
+    of `state` moves forward (any other state is `state` itself, after it, or on another branch)."""
+    return [earlier for earlier, later in LATER_STATES.items() if state in later]

@@ -28,7 +28,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from nacl.exceptions import CryptoError
 from nacl.public import PublicKey, SealedBox
@@ -659,7 +659,15 @@ def forward_attempt(*, delivery_id: int) -> str:
             return "failed"
         remote_state = str((answer or {}).get("status", "accepted"))
         RemoteDelivery.objects.filter(pk=rd.pk).update(
-            remote_state=remote_state, attempts=rd.attempts + 1, last_error="", next_attempt_at=None
+            # The answer replaces only what this hub wrote while carrying it: a receipt that came
+            # back meanwhile (another attempt got there first) is a later word than this answer.
+            remote_state=Case(
+                When(remote_state__in=("pending", "retry"), then=Value(remote_state)),
+                default=F("remote_state"),
+            ),
+            attempts=rd.attempts + 1,
+            last_error="",
+            next_attempt_at=None,
         )
         audit_event(
             "federation.forwarded",

@@ -4,7 +4,9 @@ sender sees delivered / read (or refused, expired) across hubs.
 The receiving hub compares each inbound message's delivery state with the state it last reported
 and sends the changes: straight back to the origin hub's URL (channel, LAN; the request's signature
 names both hubs), or through the relay, signed for the origin hub and sealed to it. The sending hub
-moves its own `relayed` delivery accordingly, for messages it forwarded to the reporting hub only.
+moves its own `relayed` delivery accordingly, for messages it forwarded to the reporting hub only,
+and shows the far side's state (`remote_state`) only ever moving forward in the delivery state
+order (`messaging.states`): receipts that arrive out of order never take it back.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from federation.errors import PermanentError, TransientError
@@ -29,7 +32,7 @@ from messaging.models import Delivery
 from messaging.principals import HUB
 from messaging.services.audit import audit_event
 from messaging.services.delivery import delivery_transition
-from messaging.states import DeliveryState
+from messaging.states import FINAL_STATES, DeliveryState, states_before
 
 log = logging.getLogger(__name__)
 S = DeliveryState
@@ -42,7 +45,6 @@ RECEIPT_MOVES = {
     S.EXPIRED: S.FAILED,
     S.FAILED: S.FAILED,
 }
-FINAL_REMOTE = frozenset({S.READ, S.REFUSED, S.DENIED, S.EXPIRED, S.FAILED})
 # Receipts in one flush, all origins together: so one batch through the relay carries at most this
 # many, which bounds its sealed size (SWITCHBOARD_RELAY_RECEIPT_MAX_BYTES on the relay).
 RECEIPTS_PER_BATCH = 500
@@ -50,11 +52,19 @@ RECEIPTS_PER_BATCH = 500
 
 def receipt_apply_local(*, delivery_id: int, state: str, reason: str = "") -> bool:
     """Record that the far side reached `state`; move the local delivery when that means something.
-    Returns True when the local delivery moved."""
+    Returns True when the local delivery moved.
+
+    The far side's state is recorded only when it moves forward: `state` must come after the one
+    shown (`messaging.states.states_before`), or the one shown must be this hub's own word for a
+    message still on its way (pending, retry, at_relay: no delivery state, so before them all). So
+    a receipt made before the one already applied (two batches through the relay, pulled in the
+    other order) changes nothing, and neither does a state no delivery has. The local delivery
+    moves by its own conditional update on the same table, which never goes back either."""
     with transaction.atomic():
-        RemoteDelivery.objects.filter(delivery_id=delivery_id).exclude(remote_state__in=FINAL_REMOTE).update(
-            remote_state=state
-        )
+        if state in S.values:
+            RemoteDelivery.objects.filter(delivery_id=delivery_id).filter(
+                Q(remote_state__in=states_before(state)) | ~Q(remote_state__in=S.values)
+            ).update(remote_state=state)
         target = RECEIPT_MOVES.get(state)
         if target is None:
             return False
@@ -117,7 +127,7 @@ def receipts_pending(*, batch: int = RECEIPTS_PER_BATCH) -> dict[tuple[str, str]
     since = timezone.now() - timedelta(days=7)
     rows = list(
         InboundMessage.objects.filter(created_at__gte=since)
-        .exclude(reported_state__in=FINAL_REMOTE)
+        .exclude(reported_state__in=FINAL_STATES)
         .order_by("id")[: batch * 4]
     )
 

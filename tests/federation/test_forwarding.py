@@ -436,6 +436,62 @@ def test_a_receipt_batch_b_signed_for_this_hub_moves_the_senders_delivery(relaye
     assert Delivery.objects.get(message_id=relayed_to_b).state == "read"
 
 
+@pytest.mark.parametrize(
+    ("batches", "shown", "state"),
+    [
+        (["delivered", "queued"], "delivered", "delivered"),
+        (["queued", "held"], "queued", "relayed"),
+        (["read", "delivered"], "read", "read"),
+    ],
+)
+def test_a_stale_receipt_batch_never_moves_the_remote_state_back(
+    relayed_to_b, settings, tmp_path, batches, shown, state
+):
+    """Given alice's message went to bob@B through the relay, when B's receipt batches reach this
+    hub out of order (a later one first, then one B made before it), then the stale one is
+    ignored: the remote state shown for the delivery stays where the later batch put it, as the
+    delivery state order (`messaging.states`) says, and so does the delivery."""
+    from federation.services.identity import hub_identity
+    from federation.services.receipts import receipts_sealed_for_relay
+
+    here = hub_identity().public_key
+    with _acting_as(settings, tmp_path, _KEYS[HUB_B]):
+        sealed = [
+            receipts_sealed_for_relay(
+                origin_hub=here, receipts=[{"message_id": relayed_to_b, "state": state}]
+            )
+            for state in batches
+        ]
+    for batch in sealed:
+        _opened_here(batch)
+
+    assert RemoteDelivery.objects.get().remote_state == shown
+    assert Delivery.objects.get(message_id=relayed_to_b).state == state
+
+
+def test_a_forwards_answer_never_takes_back_a_receipt_that_came_first(
+    api, register, routes, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Given a forward to bob@B whose answer (queued) is slow, when B's receipt that bob read it
+    comes back before this hub records that answer, then the answer does not take the remote
+    state back: it stays read."""
+    from federation.services.receipts import receipts_from_hub
+
+    alice = register("alice")
+    routes.append(_route(tier="lan"))
+
+    def answered_after_the_receipt(method, base_url, path, body=None, **kw):
+        rd = RemoteDelivery.objects.get()
+        receipts_from_hub(hub_key=HUB_B, receipts=[{"message_id": str(rd.message_id), "state": "read"}])
+        return {"status": "queued"}
+
+    monkeypatch.setattr("federation.services.forwarding.hub_call", answered_after_the_receipt)
+    sent = _send(api, alice, "bob", "read before answered", django_capture_on_commit_callbacks)
+
+    assert RemoteDelivery.objects.get().remote_state == "read"
+    assert Delivery.objects.get(message_id=sent.json_body["id"]).state == "read"
+
+
 def test_a_receipt_batch_that_names_no_destination_is_refused_and_audited(relayed_to_b):
     """Given a batch in the format hubs used before batches named their destination (B's
     signature over the receipts alone, which any hub that opened it could pass on), when it

@@ -81,3 +81,15 @@ def test_a_move_happens_only_along_an_edge_and_only_once(delivery, start, target
     assert second == []  # a retry never moves it again
     delivery.refresh_from_db()
     assert delivery.state == (target if moves else start)
+
+
+def test_the_states_before_one_are_read_off_the_table():
+    """The order receipts keep (`states_before`): every state a delivery can come from, by one
+    move or more; none for `accepted`, and a state is never before itself."""
+    from messaging.states import states_before
+
+    assert set(states_before(S.DELIVERED)) == {S.ACCEPTED, S.QUEUED, S.HELD, S.RELAYED}
+    assert set(states_before(S.READ)) == {S.ACCEPTED, S.QUEUED, S.HELD, S.DELIVERED, S.RELAYED}
+    assert set(states_before(S.QUEUED)) == {S.ACCEPTED, S.HELD}
+    assert states_before(S.ACCEPTED) == []
+    assert all(state not in states_before(state) for state in S.values)
