@@ -3,9 +3,9 @@
 Sending side: when no local session takes an address, `route_for_send` tries the channel tier
 (this machine's registry), then LAN peers (asked "do you host X?", answers cached), then the relay
 (which knows only which hub holds a lease on a name). The delivery is written `relayed` (or held,
-when the hub or the sender is isolated) and `forward_attempt` carries it over: to the relay on the
-sender's own thread before the send is answered (`forwards_hand_over`), so the answer says whether
-the relay took it or refused it; to a channel or LAN hub in the background. It is retried with
+when the hub or the sender is isolated) and `forward_attempt` carries it over, to the relay or to
+the channel or LAN hub, on the sender's own thread before the send is answered
+(`forwards_hand_over`), so the answer says whether it was taken or refused. It is retried with
 backoff on transient errors, re-routed to the next tier when a hub says it no longer hosts the
 agent, and failed, with the reason, when the relay or the hub refuses it or nothing takes it.
 
@@ -60,7 +60,8 @@ REMOTE_KIND = "remote"
 TIER_ORDER = (FederationTier.CHANNEL, FederationTier.LAN, FederationTier.RELAY)
 MAX_FORWARD_ATTEMPTS = 8
 MAX_REROUTES = 4
-# Relay deliveries one send hands over before it is answered; the rest go to the background job.
+# Deliveries for other hubs (or the relay) one send hands over before it is answered; the rest go
+# to the background job.
 HAND_OVER_AT_ONCE = 20
 # A delivery accepted for another hub is carried at once (hand-over or job); one still pending this
 # long after (its process stopped before carrying it) is the forward sweeper's (`forwards_due`).
@@ -112,9 +113,9 @@ class SendRoute:
         return Decision(state=S.RELAYED, tier=tier)
 
     def attach(self, delivery: Delivery) -> None:
-        """Record where the delivery goes. A relayed one is carried once the transaction commits:
-        to the relay by the send's hand-over (`forwards_hand_over`), to a channel or LAN hub by the
-        background job started here; past CARRY_GRACE, by the forward sweeper."""
+        """Record where the delivery goes. A relayed one is carried once the transaction commits,
+        on every tier, by the send's hand-over (`forwards_hand_over`: on the sender's thread, or
+        the background job it starts); past CARRY_GRACE, by the forward sweeper."""
         relayed = delivery.state == S.RELAYED
         RemoteDelivery.objects.create(
             delivery_id=delivery.pk,
@@ -126,8 +127,6 @@ class SendRoute:
             remote_state="pending",
             next_attempt_at=timezone.now() + CARRY_GRACE if relayed else None,
         )
-        if relayed and self.route.tier != FederationTier.RELAY:
-            enqueue("federation.tasks.forward_delivery", delivery.pk)
 
 
 @dataclass(frozen=True)
@@ -801,17 +800,15 @@ def forward_released(*, delivery_id: int) -> None:
 
 
 def forwards_hand_over(*, delivery_ids: list[int]) -> None:
-    """Carry the relay deliveries a send just committed to the relay now, on the sender's thread
-    before it is answered: its answer then says whether the relay took the message (`relayed`),
-    refused it (`failed`, with the relay's reason) or could not be reached (`relayed`, retried with
-    backoff). At most HAND_OVER_AT_ONCE per send, and none after one the relay did not answer (a
-    relay out of reach costs the sender one timeout, not one per message); the rest, and those of
-    a send whose transaction has not committed yet, go to the background job. Channel and LAN
-    deliveries went there at the commit (`SendRoute.attach`)."""
+    """Carry the deliveries a send just committed for other hubs now, on the sender's thread
+    before it is answered, whatever the tier: its answer then says whether the relay or the other
+    hub (channel, LAN) took the message (`relayed`), refused it (`failed`, with its reason) or
+    could not be reached (`relayed`, retried with backoff). At most HAND_OVER_AT_ONCE per send, and
+    none after one that was not answered (a hub or relay out of reach costs the sender one
+    timeout, not one per message); the rest, and those of a send whose transaction has not
+    committed yet, go to the background job."""
     due = list(
-        RemoteDelivery.objects.filter(
-            delivery_id__in=delivery_ids, tier=FederationTier.RELAY, remote_state="pending"
-        )
+        RemoteDelivery.objects.filter(delivery_id__in=delivery_ids, remote_state="pending")
         .order_by("id")
         .values_list("delivery_id", flat=True)
     )
@@ -823,10 +820,10 @@ def forwards_hand_over(*, delivery_ids: list[int]) -> None:
             carried = forward_attempt(delivery_id=delivery_id)
         except Exception:
             # The message is committed; the sweeper carries it once CARRY_GRACE has passed.
-            log.exception("relay delivery %s not handed over; the forward sweeper will", delivery_id)
+            log.exception("delivery %s not handed over; the forward sweeper will", delivery_id)
             continue
         if carried == "retry":
-            # The relay did not answer: each of the rest would wait as long for it on the sender's
+            # The relay or hub did not answer: each of the rest could wait as long on the sender's
             # thread. They go to the background job instead.
             break
     for delivery_id in due[handed:]:

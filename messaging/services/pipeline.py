@@ -17,8 +17,8 @@ Every send is a `SendRequest` and goes through the same steps, in this order:
    the commit;
 6. outcome: a `SendOutcome`, or the error a send raises, in the request's place;
 7. hand over: after the commit, on the sender's own thread, what went to other hubs is handed over
-   where the answer depends on it (`outcomes_handed_over`: the relay), so the sender is answered
-   what became of it (`failed` with the relay's reason when the relay refused it).
+   (`outcomes_handed_over`: to the relay, or to a channel or LAN hub), so the sender is answered
+   what became of it (`failed` with the reason when the hub or the relay refused it).
 
 `message_send` is a batch of one; `messages_send_batch` is one sender's many; `messages_send` is any
 senders' (the hub's group commit, `together`). The database is asked each question once for all the
@@ -102,8 +102,8 @@ _NOT_READ = object()  # a pin the batch has not read: written whatever it points
 
 def message_send(request: SendRequest) -> SendOutcome:
     """Send one request through the pipeline (a batch of one); raise the error it meets. Answers
-    only after the message and its delivery are committed (and, for the relay, handed to it: step
-    7). See the module docstring for the steps:
+    only after the message and its delivery are committed (and, for another hub, handed to it or
+    to the relay: step 7). See the module docstring for the steps:
     uploaded files are scanned by their first bytes with the text and the summary
     (`messaging.sensitivity.FILE_SCAN_BYTES`); an address no local session (live or stopped) takes
     is tried on the other hubs (channel → LAN → relay) before it is `not_found`, unless the message
@@ -185,7 +185,7 @@ def outcomes_handed_over(outcomes: list[SendOutcome | SwitchboardError]) -> None
     if not relayed:
         return
     PLUGINS.other_hubs.hand_over(delivery_ids=list(relayed))
-    # Re-routed to another hub on the way (the relay knew no such agent), a delivery has another
+    # Re-routed to another hub on the way (the relay or hub knew no such agent), a delivery has another
     # tier and recipient (that hub's stand-in), which the answer names too.
     for now in Delivery.objects.filter(pk__in=list(relayed)).select_related("recipient"):
         outcome = relayed[now.pk]

@@ -590,6 +590,85 @@ def test_a_message_the_relay_refuses_is_answered_failed_with_the_relays_reason(
     assert RemoteDelivery.objects.get().next_attempt_at is None
 
 
+# What a channel or LAN hub answers when it refuses a forward at once: an error, or a 201 whose
+# delivery there is refused (its operator's policy).
+HUB_REFUSALS = {
+    "peer_revoked": (
+        403,
+        {"error": "peer_revoked", "detail": "An operator of this hub revoked the hub vm-alice."},
+    ),
+    "too_large": (413, {"error": "too_large", "detail": "That message is larger than this hub takes."}),
+    "refused_by_policy": (
+        201,
+        {"message_id": "x", "status": "refused", "duplicate": False, "trust": "lan-verified"},
+    ),
+}
+
+
+@pytest.fixture
+def jobs_in_background(monkeypatch) -> list[tuple[str, tuple]]:
+    """Background jobs as a hub runs them: on another thread or worker, after the sender is
+    answered (here: recorded, never run), not inline at the commit as the test suite runs them."""
+    import messaging.jobs
+
+    started: list[tuple[str, tuple]] = []
+    monkeypatch.setattr(messaging.jobs, "_submit", lambda name, args: started.append((name, args)))
+    return started
+
+
+@pytest.mark.parametrize("tier", ["channel", "lan"])
+@pytest.mark.parametrize("refusal", sorted(HUB_REFUSALS))
+def test_a_message_a_channel_or_lan_hub_refuses_at_once_is_answered_failed_with_its_reason(
+    api, register, routes, relay_http, jobs_in_background, tier, refusal, django_capture_on_commit_callbacks
+):
+    """Given the hub that hosts bob (on this machine, or a LAN peer) refuses what this hub hands
+    it, when alice sends to bob, then her answer is `failed` saying why, as a relay's refusal is
+    (the same hand-over before the answer), not "handed to bob's hub"; nothing is retried."""
+    status, body = HUB_REFUSALS[refusal]
+    alice = register("alice")
+    routes.append(_route(tier=tier))
+    relay_http.append((status, body))
+
+    sent = _send(api, alice, "bob", "across", django_capture_on_commit_callbacks)
+
+    assert sent.status_code == 201, sent.json_body
+    assert sent.json_body["status"] == "failed", sent.json_body
+    why = body.get("detail", "reports refused").rstrip(".")
+    assert "FAILED" in sent.json_body["result"] and why in sent.json_body["result"]
+    [delivery] = api.get(f"messages/{sent.json_body['id']}", alice.token).json_body["deliveries"]
+    assert delivery["state"] == "failed" and why in delivery["decision_reason"]
+    assert RemoteDelivery.objects.get().next_attempt_at is None
+    assert relay_http == []  # one call: handed over once, on alice's thread
+
+
+@pytest.mark.parametrize("tier", ["channel", "lan"])
+def test_a_channel_or_lan_hub_that_takes_the_message_or_cannot_be_reached_is_answered_handed_over(
+    api, register, routes, relay_http, jobs_in_background, tier, django_capture_on_commit_callbacks
+):
+    """Given the hub that hosts bob takes alice's first message (queued there) and cannot be
+    reached for her second, then both answers say the message was handed to bob's hub and is not
+    yet delivered; the second is retried with backoff."""
+    alice = register("alice")
+    routes.append(_route(tier=tier))
+    relay_http.extend(
+        [
+            (201, {"message_id": "x", "status": "queued", "duplicate": False, "trust": "lan-verified"}),
+            httpx.ConnectError("connection refused"),
+        ]
+    )
+
+    taken = _send(api, alice, "bob", "first", django_capture_on_commit_callbacks)
+    unreached = _send(api, alice, "bob", "second", django_capture_on_commit_callbacks)
+
+    assert [taken.json_body["status"], unreached.json_body["status"]] == ["relayed", "relayed"]
+    assert f"{tier} tier" in taken.json_body["result"]
+    states = dict(RemoteDelivery.objects.values_list("message_id", "remote_state"))
+    assert {str(k): v for k, v in states.items()} == {
+        taken.json_body["id"]: "queued",
+        unreached.json_body["id"]: "retry",
+    }
+
+
 @pytest.mark.parametrize("path", ["batch", "alone"])
 def test_a_batch_or_a_send_outside_a_group_is_answered_what_the_relay_said(
     api, register, routes, relay_http, settings, path, django_capture_on_commit_callbacks
