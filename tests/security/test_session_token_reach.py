@@ -1,0 +1,52 @@
+"""What one session's token reaches of what is not its own: each test reproduces an attack by a
+session that holds its own token only, through the hub's real surface."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from hub_fixtures.sensitivity_corpus import AWS_SECRET
+from messaging.models import Delivery
+
+pytestmark = pytest.mark.django_db
+
+
+def _upload(api: Any, token: str, data: bytes, name: str = "notes.txt") -> str:
+    response = api.client.post(
+        "/api/v1/files", {"file": SimpleUploadedFile(name, data)}, HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
+    assert response.status_code == 201, response.content
+    return str(response.json()["sha256"])
+
+
+def test_a_file_the_sender_does_not_hold_is_never_scanned_for_its_send(api, register, settings, tmp_path):
+    """The attack: eve knows the shape of a file alice uploaded (a `.env` with one secret in it)
+    and hashes candidate contents. She names each SHA-256 in a send to a stopped session whose
+    stopped-hold cap is full. Were the file scanned although eve does not hold it, the candidate
+    the hub stores would make her send sensitive, held for an operator rather than for the
+    stopped session (so past its cap: 404 when attaching), while any other hash hits the cap
+    (429): an answer that tells which content the hub stores, i.e. alice's secret. A file the
+    sender does not hold must leave the send's answer exactly as an unknown one does."""
+    settings.SWITCHBOARD_FILES_DIR = tmp_path / "files"
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT = 1
+    alice, eve, carol = register("alice"), register("eve"), register("carol")
+    stored = _upload(api, alice.token, f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}\n".encode(), ".env")
+    assert api.patch("sessions/me", carol.token, {"status": "stopped"}).status_code == 200
+    waiting = api.post("messages", eve.token, {"to": "carol", "message": "are you there?"})
+    assert waiting.status_code == 201 and waiting.json_body["status"] == "held"
+
+    def probe(sha256: str, text: str) -> Any:
+        return api.post(
+            "messages", eve.token, {"to": "carol", "message": text, "files": [{"sha256": sha256}]}
+        )
+
+    guessed, unknown = probe(stored, "the file, first try"), probe("0" * 64, "the file, second try")
+
+    assert (guessed.status_code, guessed.json_body["error"]) == (
+        unknown.status_code,
+        unknown.json_body["error"],
+    )
+    assert Delivery.objects.filter(recipient_id=carol.id).count() == 1  # only eve's first message waits
