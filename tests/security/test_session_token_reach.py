@@ -50,3 +50,26 @@ def test_a_file_the_sender_does_not_hold_is_never_scanned_for_its_send(api, regi
         unknown.json_body["error"],
     )
     assert Delivery.objects.filter(recipient_id=carol.id).count() == 1  # only eve's first message waits
+
+
+def test_an_outsider_learns_nothing_from_a_task_id(api, register):
+    """The attack: task ids count up across the hub, so eve, on no team, walks them. Every task
+    route must answer a task on a team she does not read exactly as a task that does not exist;
+    a different answer tells her which ids exist, i.e. how busy the other teams' boards are."""
+    lead, eve = register("lead-one"), register("eve")
+    team = api.post("teams", lead.token, {"name": "build"}).json_body["id"]
+    task = api.post(f"teams/{team}/tasks", lead.token, {"title": "ship it"}).json_body["id"]
+    absent = task + 1000
+
+    for method, suffix, body in [
+        ("GET", "", None),
+        ("PATCH", "", {"add_blocked_by": []}),
+        ("POST", "/claim", {}),
+        ("POST", "/assign", {"member_id": "00000000-0000-0000-0000-000000000000"}),
+        ("POST", "/complete", {}),
+        ("POST", "/release", None),
+    ]:
+        there = api.call(method, f"tasks/{task}{suffix}", eve.token, body)
+        nowhere = api.call(method, f"tasks/{absent}{suffix}", eve.token, body)
+        assert there.status_code == nowhere.status_code == 404, (method, suffix, there.json_body)
+        assert there.json_body == nowhere.json_body, (method, suffix)
