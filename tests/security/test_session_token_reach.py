@@ -73,3 +73,18 @@ def test_an_outsider_learns_nothing_from_a_task_id(api, register):
         nowhere = api.call(method, f"tasks/{absent}{suffix}", eve.token, body)
         assert there.status_code == nowhere.status_code == 404, (method, suffix, there.json_body)
         assert there.json_body == nowhere.json_body, (method, suffix)
+
+
+def test_a_watcher_grant_of_another_session_answers_as_one_that_does_not_exist(api, register):
+    """The attack: watcher grant ids count up, so eve walks DELETE /teams/watchers/{id}. She may
+    withdraw only her own grants; another session's must stay, and answer exactly as an id no
+    grant has, or the walk tells her who let whom read their final answers, and when."""
+    alice, bob, eve = register("alice"), register("bob"), register("eve")
+    grant = api.post("teams/watchers", alice.token, {"watcher": bob.id}).json_body["id"]
+
+    theirs = api.delete(f"teams/watchers/{grant}", eve.token)
+    nowhere = api.delete(f"teams/watchers/{grant + 1000}", eve.token)
+
+    assert theirs.status_code == nowhere.status_code == 404
+    assert theirs.json_body == nowhere.json_body
+    assert [w["id"] for w in api.get("teams/watchers", alice.token).json_body["watchers"]] == [grant]
