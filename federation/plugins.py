@@ -57,10 +57,10 @@ class StoredFiles:
 
     table = MessageAttachment._meta.db_table
 
-    def head(self, *, sha256: str) -> bytes:
-        from federation.services.files import file_head
+    def head(self, *, sha256: str, holder_id: Any) -> bytes:
+        from federation.services.files import file_head_held
 
-        return file_head(sha256=sha256)
+        return file_head_held(sha256=sha256, session_id=holder_id)
 
     def attach(self, *, message_id: Any, sender_id: Any, files: list[dict[str, str]], tier: str) -> None:
         from federation.services.files import files_attach

@@ -126,8 +126,9 @@ class Attachments(Protocol):
 
     table: str  # the table of (message_id, ...) rows: a message carries files when it has one
 
-    def head(self, *, sha256: str) -> bytes:
-        """The start of an uploaded file, for the sensitive tier to scan (empty if unknown)."""
+    def head(self, *, sha256: str, holder_id: Any) -> bytes:
+        """The start of a file `holder_id` holds (uploaded, or received), for the sensitive tier
+        to scan its send; empty for any other, so a file the sender cannot attach changes nothing."""
         ...
 
     def attach(self, *, message_id: Any, sender_id: Any, files: list[dict[str, str]], tier: str) -> None:
@@ -149,7 +150,7 @@ class NoAttachments:
 
     table = ""
 
-    def head(self, *, sha256: str) -> bytes:
+    def head(self, *, sha256: str, holder_id: Any) -> bytes:
         return b""
 
     def attach(self, *, message_id: Any, sender_id: Any, files: list[dict[str, str]], tier: str) -> None:

@@ -52,7 +52,7 @@ from teams.services.tasks import (
     task_claim_next,
     task_complete,
     task_create,
-    task_get,
+    task_get_visible,
     task_link,
     task_release,
     task_summary,
@@ -605,9 +605,7 @@ def claim_next(request: HttpRequest) -> dict[str, Any]:
 
 def _visible_task(request: HttpRequest, task_id: int) -> tuple[Principal, Any]:
     caller = principal(request)
-    task = task_get(task_id=task_id)
-    team_require_visible(team=task.team, actor=caller)
-    return caller, task
+    return caller, task_get_visible(task_id=task_id, actor=caller)
 
 
 @router.get("/tasks/{task_id}", response={200: dict, **ERRORS}, auth=AUTH)

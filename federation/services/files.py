@@ -246,6 +246,16 @@ def file_head(*, sha256: str, size: int = FILE_SCAN_BYTES) -> bytes:
         return b""
 
 
+def file_head_held(*, sha256: str, session_id: Any, size: int = FILE_SCAN_BYTES) -> bytes:
+    """`file_head` of a file the session holds (`files_held_by`); empty for any other. What the
+    scan of a send finds never depends on a file its sender could not attach: scanned, another
+    session's file would change the send's answer (held as sensitive instead of refused as
+    unknown), and so tell whether the hub stores a content the sender guessed."""
+    if not files_held_by(session_id, Attachment.objects.filter(sha256=sha256)).exists():
+        return b""
+    return file_head(sha256=sha256, size=size)
+
+
 def envelope_file_heads(envelope: dict[str, Any], size: int = FILE_SCAN_BYTES) -> list[bytes]:
     """The first `size` bytes of each file a forwarded message carries, decoded from the envelope
     (for the sensitive tier; a file that does not decode is left out: it is not stored either)."""

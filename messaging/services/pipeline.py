@@ -771,7 +771,9 @@ class _Batch:
         classification = classify(
             item.text,
             summary=item.summary,
-            files=origin.attached if forwarded is not None else files_scanned(request.files),
+            files=origin.attached
+            if forwarded is not None
+            else files_scanned(request.files, sender=self.sender),
             kind=request.kind,
             signature_failed=origin.signature_failed,
         )

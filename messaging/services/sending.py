@@ -525,11 +525,13 @@ def reply_checked(sender: AgentSession, in_reply_to: str | None) -> None:
         )
 
 
-def files_scanned(files: list[dict[str, str]] | None) -> list[bytes]:
-    """The start of each uploaded file a send attaches, for the sensitive tier to scan."""
+def files_scanned(files: list[dict[str, str]] | None, *, sender: AgentSession) -> list[bytes]:
+    """The start of each file a send attaches, for the sensitive tier to scan: only files the
+    sender holds, so a file it only names (another session's) leaves the send's classification,
+    and its answer, as an unknown one would (attaching either then fails alike)."""
     if not files:
         return []
-    return [PLUGINS.attachments.head(sha256=str(ref.get("sha256", ""))) for ref in files]
+    return [PLUGINS.attachments.head(sha256=str(ref.get("sha256", "")), holder_id=sender.id) for ref in files]
 
 
 def message_event(message: Message, delivery: Delivery, recipient: AgentSession) -> dict[str, Any]:

@@ -20,7 +20,12 @@ from messaging.services.audit import audit_event
 from messaging.services.events import announce
 from teams.models import GateEvent, Membership, Role, Task, TaskEdge, TaskStatus, Team
 from teams.services.notify import frame_deliver, frame_text, hub_notify
-from teams.services.teams import member_of_caller, member_require_lead, member_require_live
+from teams.services.teams import (
+    member_of_caller,
+    member_require_lead,
+    member_require_live,
+    team_require_visible,
+)
 
 TITLE_MAX = 200
 DESCRIPTION_MAX = 20_000
@@ -44,6 +49,18 @@ def task_get(*, task_id: Any) -> Task:
         return Task.objects.select_related("team", "owner", "owner__session").get(pk=int(task_id))
     except (Task.DoesNotExist, ValueError, TypeError) as exc:
         raise NotFound("No task with that id.") from exc
+
+
+def task_get_visible(*, task_id: Any, actor: Principal) -> Task:
+    """The task, for a caller that reads its team (`team_require_visible`). Task ids count up
+    across the hub, so a task on a team the caller does not read gets the very answer of a task
+    that does not exist: walking the ids tells an outsider nothing of other teams' boards."""
+    try:
+        task = task_get(task_id=task_id)
+        team_require_visible(team=task.team, actor=actor)
+    except NotFound:
+        raise NotFound("No task with that id is visible to you.") from None
+    return task
 
 
 def _actor_member(team: Team, actor: Principal) -> Membership | None:

@@ -53,13 +53,15 @@ def watcher_allow(*, target: AgentSession, watcher: AgentSession, actor: Princip
 
 
 def watcher_revoke(*, grant_id: Any, actor: Principal) -> Watcher:
-    """Withdraw a grant: the target session that made it, or an operator."""
+    """Withdraw a grant: the target session that made it, or an operator. Grant ids count up, so
+    another session's grant answers exactly as an id no grant has: one NotFound for both."""
+    missing = NotFound("No such watcher grant of yours.")
     try:
         grant = Watcher.objects.select_related("target", "watcher").get(pk=int(grant_id))
-    except (Watcher.DoesNotExist, ValueError, TypeError) as exc:
-        raise NotFound("No such watcher grant.") from exc
+    except (Watcher.DoesNotExist, ValueError, TypeError):
+        raise missing from None
     if not actor.is_operator and actor.require_session().id != grant.target_id:
-        raise NotFound("No such watcher grant of yours.")
+        raise missing
     with transaction.atomic():
         Watcher.objects.filter(pk=grant.pk).delete()
         audit_event(

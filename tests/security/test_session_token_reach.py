@@ -1,0 +1,90 @@
+"""What one session's token reaches of what is not its own: each test reproduces an attack by a
+session that holds its own token only, through the hub's real surface."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from hub_fixtures.sensitivity_corpus import AWS_SECRET
+from messaging.models import Delivery
+
+pytestmark = pytest.mark.django_db
+
+
+def _upload(api: Any, token: str, data: bytes, name: str = "notes.txt") -> str:
+    response = api.client.post(
+        "/api/v1/files", {"file": SimpleUploadedFile(name, data)}, HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
+    assert response.status_code == 201, response.content
+    return str(response.json()["sha256"])
+
+
+def test_a_file_the_sender_does_not_hold_is_never_scanned_for_its_send(api, register, settings, tmp_path):
+    """The attack: eve knows the shape of a file alice uploaded (a `.env` with one secret in it)
+    and hashes candidate contents. She names each SHA-256 in a send to a stopped session whose
+    stopped-hold cap is full. Were the file scanned although eve does not hold it, the candidate
+    the hub stores would make her send sensitive, held for an operator rather than for the
+    stopped session (so past its cap: 404 when attaching), while any other hash hits the cap
+    (429): an answer that tells which content the hub stores, i.e. alice's secret. A file the
+    sender does not hold must leave the send's answer exactly as an unknown one does."""
+    settings.SWITCHBOARD_FILES_DIR = tmp_path / "files"
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT = 1
+    alice, eve, carol = register("alice"), register("eve"), register("carol")
+    stored = _upload(api, alice.token, f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}\n".encode(), ".env")
+    assert api.patch("sessions/me", carol.token, {"status": "stopped"}).status_code == 200
+    waiting = api.post("messages", eve.token, {"to": "carol", "message": "are you there?"})
+    assert waiting.status_code == 201 and waiting.json_body["status"] == "held"
+
+    def probe(sha256: str, text: str) -> Any:
+        return api.post(
+            "messages", eve.token, {"to": "carol", "message": text, "files": [{"sha256": sha256}]}
+        )
+
+    guessed, unknown = probe(stored, "the file, first try"), probe("0" * 64, "the file, second try")
+
+    assert (guessed.status_code, guessed.json_body["error"]) == (
+        unknown.status_code,
+        unknown.json_body["error"],
+    )
+    assert Delivery.objects.filter(recipient_id=carol.id).count() == 1  # only eve's first message waits
+
+
+def test_an_outsider_learns_nothing_from_a_task_id(api, register):
+    """The attack: task ids count up across the hub, so eve, on no team, walks them. Every task
+    route must answer a task on a team she does not read exactly as a task that does not exist;
+    a different answer tells her which ids exist, i.e. how busy the other teams' boards are."""
+    lead, eve = register("lead-one"), register("eve")
+    team = api.post("teams", lead.token, {"name": "build"}).json_body["id"]
+    task = api.post(f"teams/{team}/tasks", lead.token, {"title": "ship it"}).json_body["id"]
+    absent = task + 1000
+
+    for method, suffix, body in [
+        ("GET", "", None),
+        ("PATCH", "", {"add_blocked_by": []}),
+        ("POST", "/claim", {}),
+        ("POST", "/assign", {"member_id": "00000000-0000-0000-0000-000000000000"}),
+        ("POST", "/complete", {}),
+        ("POST", "/release", None),
+    ]:
+        there = api.call(method, f"tasks/{task}{suffix}", eve.token, body)
+        nowhere = api.call(method, f"tasks/{absent}{suffix}", eve.token, body)
+        assert there.status_code == nowhere.status_code == 404, (method, suffix, there.json_body)
+        assert there.json_body == nowhere.json_body, (method, suffix)
+
+
+def test_a_watcher_grant_of_another_session_answers_as_one_that_does_not_exist(api, register):
+    """The attack: watcher grant ids count up, so eve walks DELETE /teams/watchers/{id}. She may
+    withdraw only her own grants; another session's must stay, and answer exactly as an id no
+    grant has, or the walk tells her who let whom read their final answers, and when."""
+    alice, bob, eve = register("alice"), register("bob"), register("eve")
+    grant = api.post("teams/watchers", alice.token, {"watcher": bob.id}).json_body["id"]
+
+    theirs = api.delete(f"teams/watchers/{grant}", eve.token)
+    nowhere = api.delete(f"teams/watchers/{grant + 1000}", eve.token)
+
+    assert theirs.status_code == nowhere.status_code == 404
+    assert theirs.json_body == nowhere.json_body
+    assert [w["id"] for w in api.get("teams/watchers", alice.token).json_body["watchers"]] == [grant]
