@@ -121,3 +121,64 @@ def test_a_page_on_another_port_can_neither_read_nor_replace_the_consoles_csrf_c
     assert _decide_from_the_console(console, delivery_id) == 200
     assert not _still_held(world, delivery_id)
     console.context.close()
+
+
+def test_a_page_on_another_port_cannot_act_read_or_listen_with_the_operators_login(
+    world: World,  # noqa: F811
+    browser: Any,  # noqa: F811
+    attacker: AttackerSite,
+) -> None:
+    """What the cookie sent along would otherwise allow: a form post to the console (with the CSRF
+    token a page could have read), a text/plain POST to the API (a "simple" request, no preflight),
+    reading the API's answers, the operators' live socket, and framing the console."""
+    delivery_id = _held(world, "csrf-sender", "csrf-recipient")
+    console = _log_in(browser, world)
+    token = next(c["value"] for c in console.context.cookies(world.hub.url) if c["name"] == "csrftoken")
+    page = console.context.new_page()
+    answers: list[tuple[str, int]] = []
+    page.on("response", lambda r: answers.append((r.url, r.status)))
+
+    page.goto(
+        attacker.page(
+            "form.html",
+            f"""<!doctype html><form id="f" method="post" action="{world.hub.url}/holds/decide">
+            <input name="csrfmiddlewaretoken" value="{token}"><input name="delivery_ids" value="{delivery_id}">
+            <input name="action" value="approve"></form><script>document.getElementById("f").submit()</script>""",
+        )
+    )
+    page.wait_for_url(world.hub.url + "/holds/decide")
+    assert (world.hub.url + "/holds/decide", 403) in answers
+
+    page.goto(attacker.page("api.html", "<!doctype html><title>a local dev server</title>"))
+    tried = page.evaluate(
+        """async ([hub, id]) => {
+            const out = {};
+            const simple = await fetch(hub + "/api/v1/holds/decide", {method: "POST", mode: "no-cors",
+                credentials: "include", headers: {"Content-Type": "text/plain"},
+                body: JSON.stringify({ids: [id], approve: true})});
+            out.simple = simple.type;
+            try {
+                const r = await fetch(hub + "/api/v1/holds", {credentials: "include"});
+                out.read = await r.text();
+            } catch (e) { out.read = "blocked"; }
+            out.socket = await new Promise((done) => {
+                const ws = new WebSocket(hub.replace("http", "ws") + "/ws/console/");
+                ws.onopen = () => done("open");
+                ws.onerror = () => done("refused");
+                setTimeout(() => done("timeout"), 5000);
+            });
+            return out;
+        }""",
+        [world.hub.url, delivery_id],
+    )
+    assert tried == {"simple": "opaque", "read": "blocked", "socket": "refused"}, tried
+    assert _still_held(world, delivery_id)
+
+    framed = page.goto(
+        attacker.page("frame.html", f'<!doctype html><iframe src="{world.hub.url}/holds/"></iframe>')
+    )
+    assert framed is not None
+    page.wait_for_timeout(1000)
+    child = page.frames[1] if len(page.frames) > 1 else None
+    assert child is None or not child.url.startswith(world.hub.url), child and child.url
+    console.context.close()
