@@ -197,6 +197,11 @@ SESSION_COOKIE_SAMESITE = "Lax"
 SWITCHBOARD_SECURE_COOKIES = _env_bool("SWITCHBOARD_SECURE_COOKIES", False)
 SESSION_COOKIE_SECURE = SWITCHBOARD_SECURE_COOKIES
 CSRF_COOKIE_SECURE = SWITCHBOARD_SECURE_COOKIES
+# Both cookies are HttpOnly. Cookies are kept per host, not per port: without it, a page on any
+# other port of the hub's host reads the CSRF cookie from `document.cookie` and writes its own over
+# it, so every decision the operator posts fails its CSRF check. The console's script takes the
+# token from the form the page rendered, never from the cookie.
+CSRF_COOKIE_HTTPONLY = True
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

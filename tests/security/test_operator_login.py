@@ -143,3 +143,16 @@ def test_secure_cookies_setting_makes_session_and_csrf_cookies_https_only(tmp_pa
         check=True,
     )
     assert off.stdout.split()[:2] == ["False", "False"]
+
+
+@pytest.mark.django_db
+def test_the_csrf_cookie_is_http_only_so_a_page_on_another_port_cannot_read_or_replace_it():
+    """Cookies are per host, not per port: a page on 127.0.0.1:<other port> sees every cookie of
+    127.0.0.1 its script may read. Neither console cookie may be one (the browser test:
+    tests/e2e/test_cross_origin_browser.py)."""
+    get_user_model().objects.create_user(NAME, password=PASSWORD, is_staff=True)
+    client = Client()
+    client.get("/login/")
+    assert _log_in(client, PASSWORD) == 302
+    assert client.cookies["csrftoken"]["httponly"] and client.cookies["sessionid"]["httponly"]
+    assert client.cookies["csrftoken"]["samesite"] == client.cookies["sessionid"]["samesite"] == "Lax"
