@@ -279,8 +279,15 @@ def test_the_worker_keeps_its_database_connection_from_task_to_task_and_replaces
         assert others() - connected, "no task connected again after the cut"
         time.sleep(3)
         after_cut = hub.worker.log()[cut_at:]
-        assert after_cut.count("retry_socket_deliveries") >= 2, after_cut[-2000:]
-        assert "ERROR" not in after_cut and "raised unexpected" not in after_cut, after_cut[-2000:]
+        # A connection is idle between a task's statements too: the cut may fail a task it caught
+        # mid-way (one per pool process at most), only with the cut's own error; every task after
+        # those succeeds.
+        failures = [line for line in after_cut.splitlines() if "raised unexpected" in line]
+        assert len(failures) <= 2, after_cut[-2000:]
+        assert all("terminating connection due to administrator command" in f for f in failures), failures
+        since = after_cut.rsplit(failures[-1], 1)[1] if failures else after_cut
+        assert since.count("retry_socket_deliveries") >= 2, since[-2000:]
+        assert "ERROR" not in since, since[-2000:]
 
 
 def test_at_the_default_log_level_the_worker_and_beat_say_nothing_of_routine_tasks(
