@@ -364,7 +364,9 @@ async def inbox(
 ):
     """Pull queued messages (marks them delivered). `wait` long-polls up to that many seconds;
     `include_unacked` also returns delivered messages not yet acked (after a crash mid-turn);
-    `status=busy` reports the session busy in the same call (a prompt after an idle)."""
+    `status=busy` reports the session busy in the same call (a prompt after an idle). A wait
+    whose token is revoked meanwhile (the session exits, or a retried registration replaces the
+    token) answers 401 and takes nothing."""
     caller = principal(request)
     session: AgentSession = caller.require_session()
     wait = max(0.0, min(float(wait), float(settings.SWITCHBOARD_INBOX_MAX_WAIT)))
@@ -372,6 +374,7 @@ async def inbox(
     if not messages and wait > 0:
         messages = await inbox_wait(
             recipient_id=session.id,
+            token_hash=session.token_hash,
             seconds=wait,
             take=lambda: sync_to_async(_pull)(caller, limit, include_unacked),
         )

@@ -16,10 +16,11 @@ Server → agent frames:
 Agent → server: {"type": "auth", "token"}, {"type": "ack", "ids": [message id, ...]}, {"type": "ping"}
 (a ping also counts as a heartbeat, like any authenticated HTTP call).
 
-A socket lives only as long as its session is open: `session_set_status` announces
-`session.closed` to the session's group when the session exits or is user-stopped, and every
-socket of that session, in whichever web process, closes on it. A socket that joins its group just
-then reads the status back after joining, so it cannot miss the close.
+A socket lives only as long as its session is open and its token holds: `session_set_status`
+announces `session.closed` to the session's group when the session exits or is user-stopped, and
+`session_reissue` when a retried registration replaces the token; every socket of that session,
+in whichever web process, closes on it. A socket that joins its group just then reads the status
+and the token back after joining, so it cannot miss the close.
 
 The database stays the truth: a push only happens after the pull has moved the delivery to
 delivered, and a client that drops mid-push can fetch those again with `include_unacked`.
@@ -93,7 +94,7 @@ def _authenticate(token: str) -> AgentSession | None:
 
 @_off_the_shared_thread
 def _socket_problem(session: AgentSession) -> str | None:
-    return session_socket_problem(session.id)
+    return session_socket_problem(session.id, token_hash=session.token_hash)
 
 
 @_off_the_shared_thread

@@ -225,11 +225,26 @@ def session_from_token(token: str) -> AgentSession | None:
     return found[0]
 
 
-def session_socket_problem(session_id: object) -> str | None:
-    """Why the session may not keep (or open) a live agent socket now, or None when it may. Read
-    from the database, so a socket that joined its group just as the session closed learns of it."""
-    status = AgentSession.objects.filter(pk=session_id).values_list("status", flat=True).first()
-    return closed_problem(status)
+def session_socket_problem(session_id: object, *, token_hash: str) -> str | None:
+    """Why the session may not keep (or open) a live agent socket now with the token whose hash
+    is `token_hash` (the one it authenticated with), or None when it may. Read from the database,
+    so a socket that joined its group just as the session closed, or just as a retried
+    registration replaced its token, learns of it."""
+    row = AgentSession.objects.filter(pk=session_id).values_list("status", "token_hash").first()
+    status, current = row if row is not None else (None, None)
+    return token_problem(token_hash, status=status, token_hash=current) or closed_problem(status)
+
+
+def token_problem(held_hash: str, *, status: str | None, token_hash: str | None) -> str | None:
+    """Why the token whose hash is `held_hash`, which authenticated a caller a while ago, no
+    longer does, given the session's row as read now (`status` and `token_hash`, None when the row
+    is gone): the session exited, or a retried registration replaced the token. None while it
+    still does. Plain values in, so a caller reads the row in a query it makes anyway."""
+    if status is None or status == SessionStatus.EXITED:
+        return closed_problem(SessionStatus.EXITED)
+    if token_hash != held_hash:
+        return closed_problem(TOKEN_REISSUED)
+    return None
 
 
 def closed_problem(status: str | None) -> str | None:
@@ -239,7 +254,7 @@ def closed_problem(status: str | None) -> str | None:
     if status == SessionStatus.USER_STOPPED:
         return "An operator stopped this session; report busy or idle over HTTP to come back."
     if status == TOKEN_REISSUED:
-        return "This session's token was replaced by a retried registration; connect with the new token."
+        return "This session's token was replaced by a retried registration; use the new token."
     return None
 
 

@@ -8,13 +8,23 @@ arrives as the wake-up. The event only wakes; the database stays the truth, so a
 at most a re-check (every RECHECK_SECONDS), and a channel layer that fails (Redis down) turns the
 wait into polling the database (every POLL_SECONDS) instead of an error.
 
+A wait stands for the token its caller authenticated with, and ends when that token is revoked
+(the session exits or is ended, or a retried registration replaces the token): the revocation's
+`session.closed` on the same group sends the wait back to the database, and every read of the
+database checks the token in the same query as the inbox (`inbox_queued_for`), so a wait whose
+token is revoked raises `Unauthorized` before it pulls anything, whether the event arrived, was
+lost, or the layer is down; what arrives stays queued for the token's new holder. (A pull that
+read the token as valid just before the revocation committed finishes, as any request in flight.)
+
 Two surfaces wait, each keeping only its own framing:
-- the long-poll (`GET /api/v1/inbox?wait=`, `messaging.api`) calls `inbox_wait` with its pull and
-  its deadline, and answers with what the pull gave;
+- the long-poll (`GET /api/v1/inbox?wait=`, `messaging.api`) calls `inbox_wait` with its pull,
+  its deadline and its token's hash, and answers with what the pull gave (401 when the token is
+  revoked meanwhile);
 - the agent WebSocket (`messaging.consumers.AgentConsumer`) subscribes the channel Channels reads
-  for it, pushes its pull's frames when `wakes_inbox` says an event is the wake-up, and waits as
-  long as it is open. Channels reads that channel from the layer, so a socket cannot outlive a
-  failed layer: it ends, and its client reconnects or pulls.
+  for it, pushes its pull's frames when `wakes_inbox` says an event is the wake-up, closes on
+  `session.closed` (after joining it reads the session's status and token back, for a close
+  announced before the join), and waits as long as it is open. Channels reads that channel from
+  the layer, so a socket cannot outlive a failed layer: it ends, and its client reconnects or pulls.
 """
 
 from __future__ import annotations
@@ -28,9 +38,12 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.db.models import Exists, OuterRef
 
-from messaging.models import Delivery
+from messaging.errors import Unauthorized
+from messaging.models import AgentSession, Delivery
 from messaging.services.events import Announcement, session_group
+from messaging.services.sessions import SESSION_CLOSED_EVENT, token_problem
 from messaging.states import DeliveryState
 
 log = logging.getLogger(__name__)
@@ -57,9 +70,20 @@ def inbox_wake_up(*, delivery_id: int, recipient_id: object) -> Announcement:
 def wakes_inbox(message: dict[str, Any]) -> bool:
     """Whether a message from a session's group is (or, for `hub.events`, holds) the wake-up.
     The group also carries the session's other events, which leave its inbox as it was."""
-    if message.get("kind") == INBOX_QUEUED:
+    return _carries(message, INBOX_QUEUED)
+
+
+def wakes_wait(message: dict[str, Any]) -> bool:
+    """Whether a message from a session's group sends a wait back to the database: the wake-up,
+    or `session.closed` (the session exited or was stopped, or its token was replaced), after
+    which the database says whether the wait's token still holds."""
+    return _carries(message, INBOX_QUEUED) or _carries(message, SESSION_CLOSED_EVENT)
+
+
+def _carries(message: dict[str, Any], kind: str) -> bool:
+    if message.get("kind") == kind:
         return True
-    return any(event.get("kind") == INBOX_QUEUED for event in message.get("events", ()))
+    return any(event.get("kind") == kind for event in message.get("events", ()))
 
 
 class InboxSubscription:
@@ -90,9 +114,10 @@ class InboxSubscription:
         await self.layer.group_discard(self.group, self.channel)
 
     async def woken(self, seconds: float) -> bool:
-        """Read the channel until the wake-up arrives (True) or `seconds` pass (False); other
-        events are dropped. Only for a channel its owner reads itself (not a consumer's, which
-        Channels reads). Raises what the layer raises when it fails."""
+        """Read the channel until the wake-up or a `session.closed` arrives (True: read the
+        database, `wakes_wait`) or `seconds` pass (False); other events are dropped. Only for a
+        channel its owner reads itself (not a consumer's, which Channels reads). Raises what the
+        layer raises when it fails."""
         deadline = time.monotonic() + seconds
         while True:
             if self._read is None:
@@ -102,29 +127,47 @@ class InboxSubscription:
                 return False
             message = self._read.result()
             self._read = asyncio.ensure_future(self.layer.receive(self.channel))  # see __init__
-            if wakes_inbox(message):
+            if wakes_wait(message):
                 return True
 
 
-def inbox_has_queued(*, recipient_id: object) -> bool:
-    """Whether the recipient's inbox has a message queued (the database's answer, which a
-    wake-up only prompts a caller to ask for)."""
-    return Delivery.objects.filter(recipient_id=recipient_id, state=DeliveryState.QUEUED).exists()
+def inbox_queued_for(*, recipient_id: object, token_hash: str) -> bool:
+    """Whether the recipient's inbox has a message queued, for a caller that authenticated with
+    the token whose hash is `token_hash` (the database's answer, which a wake-up only prompts a
+    caller to ask for). Raises `Unauthorized` when that token is revoked now: read in the same
+    query as the inbox, so checking it costs a wait nothing more per wake."""
+    queued = Exists(Delivery.objects.filter(recipient_id=OuterRef("pk"), state=DeliveryState.QUEUED))
+    row = AgentSession.objects.filter(pk=recipient_id).values_list("status", "token_hash", queued).first()
+    status, current, has_queued = row if row is not None else (None, None, False)
+    problem = token_problem(token_hash, status=status, token_hash=current)
+    if problem is not None:
+        raise Unauthorized(problem)
+    return bool(has_queued)
 
 
 async def inbox_wait(
-    *, recipient_id: object, seconds: float, take: Callable[[], Awaitable[list[T]]], layer: Any = None
+    *,
+    recipient_id: object,
+    token_hash: str,
+    seconds: float,
+    take: Callable[[], Awaitable[list[T]]],
+    layer: Any = None,
 ) -> list[T]:
     """Wait up to `seconds` until the recipient's inbox has something queued, and answer with what
     `take` (the caller's pull) gives then; `[]` when the deadline passes first. `take` runs only
-    when the database shows something queued, and the wait goes on if another pull took it
-    first. Woken by the recipient's wake-ups on the channel layer (`layer`, default the
-    project's); while the layer fails, the database is polled instead."""
+    when the database shows something queued and the caller's token (`token_hash`, the hash of
+    the token it authenticated with) still holds, and the wait goes on if another pull took it
+    first. Raises `Unauthorized`, having taken nothing, once the token is revoked (the session
+    exited, or a retried registration replaced the token). Woken by the recipient's wake-ups and
+    `session.closed` on the channel layer (`layer`, default the project's); while the layer
+    fails, the database is polled instead."""
     subscription = await _subscribed(layer if layer is not None else get_channel_layer(), recipient_id)
     deadline = time.monotonic() + seconds
     try:
         while True:
-            if await sync_to_async(inbox_has_queued)(recipient_id=recipient_id):
+            # Read after joining, so a revocation committed between the caller's authentication
+            # and the join is seen here, and one after it arrives as `session.closed`.
+            if await sync_to_async(inbox_queued_for)(recipient_id=recipient_id, token_hash=token_hash):
                 taken = await take()
                 if taken:
                     return taken

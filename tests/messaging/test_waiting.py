@@ -14,12 +14,13 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from hub.asgi import application
+from messaging.errors import Unauthorized
 from messaging.models import Delivery
-from messaging.principals import session_principal
+from messaging.principals import operator_principal, session_principal
 from messaging.services import waiting
 from messaging.services.delivery import inbox_pull
 from messaging.services.events import session_group
-from messaging.services.sessions import Registration
+from messaging.services.sessions import Registration, session_deregister, session_register
 from messaging.services.waiting import INBOX_QUEUED, InboxSubscription, inbox_wait, wakes_inbox
 from tests.agents.test_agent_websocket import register, send
 
@@ -123,7 +124,9 @@ async def test_a_wait_is_woken_by_a_send_not_by_its_re_check(monkeypatch: pytest
 
     started = time.monotonic()
     taken, _ = await asyncio.gather(
-        inbox_wait(recipient_id=bob.session.id, seconds=LONG, take=pull_texts(bob)),
+        inbox_wait(
+            recipient_id=bob.session.id, token_hash=bob.session.token_hash, seconds=LONG, take=pull_texts(bob)
+        ),
         send_later(0.3, alice, "bob", "wake up"),
     )
 
@@ -137,7 +140,9 @@ async def test_what_was_queued_before_the_wait_is_taken_at_once() -> None:
     await send(alice, "bob", "already there")
 
     started = time.monotonic()
-    taken = await inbox_wait(recipient_id=bob.session.id, seconds=LONG, take=pull_texts(bob))
+    taken = await inbox_wait(
+        recipient_id=bob.session.id, token_hash=bob.session.token_hash, seconds=LONG, take=pull_texts(bob)
+    )
 
     assert taken == ["already there"]
     assert time.monotonic() - started < 5
@@ -155,7 +160,9 @@ async def test_at_the_deadline_a_wait_answers_nothing_and_leaves_the_group() -> 
         return []
 
     started = time.monotonic()
-    taken = await inbox_wait(recipient_id=bob.session.id, seconds=0.3, take=take, layer=layer)
+    taken = await inbox_wait(
+        recipient_id=bob.session.id, token_hash=bob.session.token_hash, seconds=0.3, take=take, layer=layer
+    )
 
     assert taken == [] and took == []  # nothing queued: no pull
     assert 0.3 <= time.monotonic() - started < 5
@@ -177,7 +184,9 @@ async def test_a_wait_whose_pull_finds_nothing_waits_on_until_the_deadline(
         return []
 
     started = time.monotonic()
-    taken = await inbox_wait(recipient_id=bob.session.id, seconds=0.5, take=take_nothing)
+    taken = await inbox_wait(
+        recipient_id=bob.session.id, token_hash=bob.session.token_hash, seconds=0.5, take=take_nothing
+    )
 
     assert taken == [] and len(pulls) >= 2
     assert time.monotonic() - started >= 0.5
@@ -192,7 +201,13 @@ async def test_with_the_layer_down_a_wait_polls_the_database(monkeypatch: pytest
 
     started = time.monotonic()
     taken, _ = await asyncio.gather(
-        inbox_wait(recipient_id=bob.session.id, seconds=LONG, take=pull_texts(bob), layer=layer),
+        inbox_wait(
+            recipient_id=bob.session.id,
+            token_hash=bob.session.token_hash,
+            seconds=LONG,
+            take=pull_texts(bob),
+            layer=layer,
+        ),
         send_later(0.3, alice, "bob", "found by polling"),
     )
 
@@ -211,7 +226,13 @@ async def test_a_layer_that_fails_mid_wait_turns_the_wait_into_polling(
     layer = LayerThatFailsMidWait()
 
     taken, _ = await asyncio.gather(
-        inbox_wait(recipient_id=bob.session.id, seconds=LONG, take=pull_texts(bob), layer=layer),
+        inbox_wait(
+            recipient_id=bob.session.id,
+            token_hash=bob.session.token_hash,
+            seconds=LONG,
+            take=pull_texts(bob),
+            layer=layer,
+        ),
         send_later(0.3, alice, "bob", "after the layer failed"),
     )
 
@@ -248,7 +269,14 @@ async def test_a_wait_woken_lets_its_channel_go_by_cancelling_its_pending_read()
         await layer.messages.put({"type": "hub.event", "kind": INBOX_QUEUED, "data": {}})
 
     taken, _ = await asyncio.gather(
-        inbox_wait(recipient_id=bob.session.id, seconds=LONG, take=pull_texts(bob), layer=layer), wake_later()
+        inbox_wait(
+            recipient_id=bob.session.id,
+            token_hash=bob.session.token_hash,
+            seconds=LONG,
+            take=pull_texts(bob),
+            layer=layer,
+        ),
+        wake_later(),
     )
     await asyncio.sleep(0)  # the cancelled read runs to its end
 
@@ -299,3 +327,145 @@ async def test_a_long_poll_with_the_layer_down_answers_from_the_database(
 
     assert answer.status_code == 200
     assert [m["text"] for m in answer.json()["messages"]] == ["polled"]
+
+
+# --- a wait whose token is revoked ---------------------------------------------------------------
+
+BOB_KEY = "bob-registration-key-0123456789"
+
+
+@sync_to_async
+def register_with_key(name: str, key: str) -> Registration:
+    return session_register(name=name, registration_key=key)
+
+
+@sync_to_async
+def end_session(session: Any) -> None:
+    """What an operator's "end session" does (`POST /api/v1/sessions/{ref}/end`)."""
+    session_deregister(session=session, actor=operator_principal("ops"))
+
+
+@sync_to_async
+def delivery_states(recipient: Registration) -> list[str]:
+    return list(Delivery.objects.filter(recipient=recipient.session).values_list("state", flat=True))
+
+
+def test_session_closed_sends_a_wait_back_to_the_database_but_is_no_wake_up() -> None:
+    closed = {"type": "hub.event", "kind": "session.closed", "data": {"status": "token_reissued"}}
+    receipt = {"type": "hub.event", "kind": "delivery.changed", "data": {}}
+
+    assert waiting.wakes_wait(closed) and not wakes_inbox(closed)
+    assert waiting.wakes_wait({"type": "hub.events", "events": [receipt, closed]})
+    assert not waiting.wakes_wait(receipt)
+
+
+@pytest.mark.asyncio
+async def test_a_wait_whose_token_was_replaced_before_it_joined_takes_nothing() -> None:
+    """Given a message queued for bob, when the token a wait authenticated with was replaced
+    between the authentication and the wait (no event reaches it), then the wait raises 401 at
+    its first read of the database without pulling, and the message stays queued."""
+    alice, bob = await register("alice"), await register_with_key("bob", BOB_KEY)
+    await send(alice, "bob", "queued before")
+    await register_with_key("bob", BOB_KEY)
+    took: list[int] = []
+
+    async def take() -> list[str]:
+        took.append(1)
+        return []
+
+    with pytest.raises(Unauthorized, match="replaced"):
+        await inbox_wait(
+            recipient_id=bob.session.id, token_hash=bob.session.token_hash, seconds=LONG, take=take
+        )
+
+    assert took == []
+    assert await delivery_states(bob) == ["queued"]
+
+
+@pytest.mark.asyncio
+async def test_with_the_layer_down_a_wait_ends_when_its_session_is_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No event can reach a wait that polls the database: the poll itself finds the token revoked."""
+    monkeypatch.setattr(waiting, "POLL_SECONDS", 0.05)
+    bob = await register("bob")
+
+    async def end_later() -> None:
+        await asyncio.sleep(0.3)
+        await end_session(bob.session)
+
+    started = time.monotonic()
+    with pytest.raises(Unauthorized, match="exited"):
+        await asyncio.gather(
+            inbox_wait(
+                recipient_id=bob.session.id,
+                token_hash=bob.session.token_hash,
+                seconds=LONG,
+                take=pull_texts(bob),
+                layer=BrokenLayer(),
+            ),
+            end_later(),
+        )
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.asyncio
+async def test_a_long_poll_waiting_with_a_token_that_is_reissued_ends_401_and_takes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given a long-poll waiting with bob's token (say, a stolen one), when a registration retried
+    with bob's registration key replaces the token and a message is sent to bob, then the poll
+    answers 401 at once and takes nothing: the message stays queued for the new token's holder."""
+    monkeypatch.setattr(waiting, "RECHECK_SECONDS", LONG)
+    alice, bob = await register("alice"), await register_with_key("bob", BOB_KEY)
+    renewed: list[Registration] = []
+
+    async def reissue_then_send() -> None:
+        await asyncio.sleep(0.3)
+        renewed.append(await register_with_key("bob", BOB_KEY))
+        await send(alice, "bob", "for the rightful holder")
+
+    async with client() as http:
+        started = time.monotonic()
+        stolen = http.get(
+            "/api/v1/inbox", params={"wait": 5}, headers={"Authorization": f"Bearer {bob.token}"}, timeout=30
+        )
+        answer, _ = await asyncio.gather(stolen, reissue_then_send())
+        elapsed = time.monotonic() - started
+        assert renewed[0].reissued
+        assert answer.status_code == 401
+        assert answer.json()["error"] == "unauthorized"
+        assert elapsed < 4  # ended by the revocation, not by the deadline
+        assert await delivery_states(bob) == ["queued"]
+
+        rightful = await http.get(
+            "/api/v1/inbox", headers={"Authorization": f"Bearer {renewed[0].token}"}, timeout=30
+        )
+
+    assert [m["text"] for m in rightful.json()["messages"]] == ["for the rightful holder"]
+
+
+@pytest.mark.asyncio
+async def test_a_long_poll_waiting_when_its_session_is_ended_ends_401_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given a long-poll waiting with bob's token, when an operator ends bob's session, then the
+    poll answers 401 at once instead of waiting out its deadline."""
+    monkeypatch.setattr(waiting, "RECHECK_SECONDS", LONG)
+    bob = await register("bob")
+
+    async def end_later() -> None:
+        await asyncio.sleep(0.3)
+        await end_session(bob.session)
+
+    async with client() as http:
+        started = time.monotonic()
+        stolen = http.get(
+            "/api/v1/inbox", params={"wait": 5}, headers={"Authorization": f"Bearer {bob.token}"}, timeout=30
+        )
+        answer, _ = await asyncio.gather(stolen, end_later())
+
+    assert answer.status_code == 401
+    assert answer.json()["error"] == "unauthorized"
+    assert "exited" in answer.json()["detail"]
+    assert time.monotonic() - started < 4

@@ -17,6 +17,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from hub.routing import websocket_application
+from messaging import consumers
 from messaging.models import AgentSession
 from messaging.principals import operator_principal
 from messaging.services.sessions import session_deregister, session_register, session_set_status
@@ -120,6 +121,34 @@ async def test_an_open_agent_socket_closes_within_a_second_when_its_session_is_r
         frames, code = await closed_within(again, 1.0)
         assert code in (4401, 4403)
     await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_an_agent_socket_whose_token_is_replaced_just_before_it_joins_closes(monkeypatch):
+    """Given a socket authenticating with a token, when a retried registration replaces that
+    token after the token checked out and before the socket joined its group (so the socket
+    cannot hear the `session.closed` that says so), then the socket, reading the session back
+    after joining, closes with 4403 and pushes nothing."""
+    key = "victim-registration-key-0123456789"
+    reg = await database_sync_to_async(session_register)(name="victim", registration_key=key)
+    authenticate = consumers._authenticate
+
+    async def authenticated_then_replaced(token: str) -> Any:
+        session = await authenticate(token)
+        await database_sync_to_async(session_register)(name="victim", registration_key=key)
+        return session
+
+    monkeypatch.setattr(consumers, "_authenticate", authenticated_then_replaced)
+    ws = _socket(reg.token)
+    connected, _ = await ws.connect()
+    assert connected
+
+    frames, code = await closed_within(ws, 1.0)
+    assert code == 4403
+    assert [f["type"] for f in frames] == ["error"]
+    assert frames[-1]["error"] == "session_closed"
+    assert "replaced" in frames[-1]["detail"]
 
 
 # --- 16: quality-gate URLs into the hub's own network ------------------------------------------
