@@ -393,3 +393,37 @@ def test_a_member_cannot_put_a_credential_on_the_board(api, crew, operator_token
 
     by_operator = api.post(crew.path("/tasks"), operator_token, {"title": "rotate", "description": LEAKED})
     assert by_operator.status_code == 201, by_operator.json_body
+
+
+# --- a team's gates are set by its lead or an operator, whichever surface calls -------------------
+
+
+def test_the_gate_services_refuse_a_teammate(crew, settings):
+    """Given a team with a gate an operator set, when a teammate calls `gate_set` or `gate_remove`
+    directly (as any surface would), then each is refused and the gate stays as it was; the lead
+    and an operator may."""
+    import pytest
+
+    from messaging.errors import Forbidden
+    from messaging.models import AgentSession
+    from messaging.principals import operator_principal, session_principal
+    from teams.models import QualityGate
+    from teams.services.gates import gate_remove, gate_set
+    from teams.services.teams import team_get
+
+    settings.SWITCHBOARD_OUTBOUND_ALLOW = ["127.0.0.1"]
+    team = team_get(team_id=crew.team_id)
+    alice = session_principal(AgentSession.objects.get(pk=crew.alice.id))
+    lead = session_principal(AgentSession.objects.get(pk=crew.lead.id))
+    url = "http://127.0.0.1:9/gate"
+    gate_set(team=team, event="task_completed", url=url, actor=operator_principal("op"))
+
+    with pytest.raises(Forbidden):
+        gate_set(team=team, event="task_completed", url="http://127.0.0.1:9/mine", actor=alice)
+    with pytest.raises(Forbidden):
+        gate_remove(team=team, event="task_completed", actor=alice)
+    assert QualityGate.objects.get(team=team, event="task_completed").url == url
+
+    gate_set(team=team, event="task_created", url=url, actor=lead)
+    assert gate_remove(team=team, event="task_created", actor=lead)
+    assert gate_remove(team=team, event="task_completed", actor=operator_principal("op"))
