@@ -293,6 +293,26 @@ def test_a_plan_request_held_as_sensitive_is_not_readable_through_the_requests_l
     assert SECRET_KEY not in json.dumps(asked["request"])
 
 
+def test_the_django_admin_shows_a_sensitive_request_masked_and_cannot_be_filtered_on_it(api, crew):
+    """Given a plan request whose frame was held as sensitive, when a staff user opens it in the
+    Django admin or filters the list on its payload, then the secret is neither shown nor
+    confirmed: the admin shows the request as operators read it elsewhere, masked."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    request_id = _ask_plan(api, crew, f"deploy with\n{LEAKED}")["request"]["id"]
+    staff = get_user_model().objects.create_superuser("root", password="root-password-1")
+    admin = Client()
+    admin.force_login(staff)
+
+    page = admin.get(f"/admin/teams/framerequest/{request_id}/change/")
+    assert page.status_code == 200
+    shown = page.content.decode()
+    assert SECRET_KEY not in shown and KEY_ID not in shown and "deploy with" in shown
+    listing = admin.get(f"/admin/teams/framerequest/?payload__plan__icontains={SECRET_KEY[:12]}")
+    assert listing.status_code in (200, 400) and request_id not in listing.content.decode()
+
+
 def test_a_rejection_reason_held_as_sensitive_is_not_readable_through_the_requests_list(api, crew):
     request_id = _ask_plan(api, crew, "refactor")["request"]["id"]
     answered = api.post(
