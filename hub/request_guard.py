@@ -191,7 +191,11 @@ def same_origin(scope: dict[str, Any], origin: bytes) -> bool:
     if host is None or not host_allowed(host, scope):
         return False
     scheme = "https" if scope.get("scheme") in ("wss", "https") else "http"
-    return _origin_tuple(text) == _origin_tuple(f"{scheme}://{host.decode('ascii').lower()}")
+    # An Origin or a Host that does not parse names no origin at all, so it matches nothing, not
+    # even another that does not parse (`null` against a Host with a port out of range).
+    theirs = _origin_tuple(text)
+    ours = _origin_tuple(f"{scheme}://{host.decode('ascii').lower()}")
+    return theirs is not None and ours is not None and theirs == ours
 
 
 def _origin_tuple(url: str) -> tuple[str, str, int] | None:

@@ -2,14 +2,20 @@
 
 Changes that have rules (delivery states, policy, holds) belong to the services and the console;
 here the rows that record history (messages, deliveries, audit) are read-only, so the admin cannot
-move a delivery around its state machine or rewrite what was said."""
+move a delivery around its state machine or rewrite what was said.
+
+A message's text and summary are shown here as the console shows them: a sensitive message's
+secrets masked (`mask_text`), revealed only on the console's message page, which audits the reveal."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
 from messaging.models import (
     AgentSession,
@@ -19,7 +25,9 @@ from messaging.models import (
     OperatorToken,
     Pin,
     SenderPolicy,
+    Tier,
 )
+from messaging.sensitivity import mask_text
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -57,10 +65,45 @@ class AgentSessionAdmin(ReadOnlyAdmin):
 class MessageAdmin(ReadOnlyAdmin):
     list_display = ("id", "sender", "to_label", "kind", "tier", "trust", "priority", "size", "created_at")
     list_filter = ("kind", "tier", "trust", "priority")
-    search_fields = ("id", "to_label", "summary", "sender__name", "sender__ref")
+    search_fields = ("id", "to_label", "sender__name", "sender__ref")
     list_select_related = ("sender",)
     date_hierarchy = "created_at"
-    exclude = ("request_hash",)
+    # A sensitive message's text and summary reach the page only masked, and no filter on either
+    # and no search of a sensitive summary is answered: each would confirm a masked secret a few
+    # characters at a time.
+    exclude = ("request_hash", "text", "summary")
+    readonly_fields = ("shown_summary", "shown_text")
+    HIDDEN = frozenset({"text", "summary"})
+
+    @admin.display(description="summary")
+    def shown_summary(self, message: Message) -> str:
+        return mask_text(message.summary) if message.tier == Tier.SENSITIVE else message.summary
+
+    @admin.display(description="text")
+    def shown_text(self, message: Message) -> str:
+        if message.tier != Tier.SENSITIVE:
+            return message.text
+        page = reverse("console:message", args=[message.pk])
+        return format_html(
+            '{}<br><a href="{}">Reveal it on the console\'s message page</a> (audited).',
+            mask_text(message.text),
+            page,
+        )
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        if lookup.split("__", 1)[0] in self.HIDDEN:
+            return False
+        return super().lookup_allowed(lookup, value, request)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Message], search_term: str
+    ) -> tuple[QuerySet[Message], bool]:
+        """Searches summaries too, those of messages outside the sensitive tier only."""
+        found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.strip():
+            plain = queryset.exclude(tier=Tier.SENSITIVE).filter(summary__icontains=search_term.strip())
+            found = found | plain
+        return found, may_have_duplicates
 
 
 @admin.register(Delivery)

@@ -1,6 +1,12 @@
-from django.contrib import admin
+import json
+from typing import Any
 
+from django.contrib import admin
+from django.http import HttpRequest
+
+from messaging.principals import operator_principal
 from teams.models import FrameRequest, GateCheck, Membership, Observer, QualityGate, Subscription, Task, Team
+from teams.services.frames import request_summaries
 
 
 @admin.register(Team)
@@ -25,6 +31,31 @@ class TaskAdmin(admin.ModelAdmin):
 class FrameRequestAdmin(admin.ModelAdmin):
     list_display = ("id", "kind", "team", "state", "created_at", "expires_at")
     list_filter = ("kind", "state")
+    # A request's payload and reason are the text of the frames that carried them: shown as an
+    # operator reads them through the API (`request_summaries`, masked when that frame is in the
+    # sensitive tier), never as form fields, and never filtered on, which would confirm a masked
+    # secret a few characters at a time.
+    exclude = ("payload", "reason")
+    readonly_fields = ("shown_payload", "shown_reason")
+    HIDDEN = frozenset({"payload", "reason"})
+
+    @staticmethod
+    def _as_operators_read_it(request: FrameRequest) -> dict[str, Any]:
+        [summary] = request_summaries([request], viewer=operator_principal("admin"))
+        return summary
+
+    @admin.display(description="payload")
+    def shown_payload(self, request: FrameRequest) -> str:
+        return json.dumps(self._as_operators_read_it(request)["payload"], ensure_ascii=False, indent=2)
+
+    @admin.display(description="reason")
+    def shown_reason(self, request: FrameRequest) -> str:
+        return str(self._as_operators_read_it(request)["reason"])
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        if lookup.split("__", 1)[0] in self.HIDDEN:
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
 
 @admin.register(Subscription)

@@ -44,7 +44,7 @@ from federation.services.signatures import MESSAGE_SIGNATURE_VERSION, envelope_s
 from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
-from messaging.errors import Ambiguous, Invalid, NotFound, TooLarge, Unavailable
+from messaging.errors import Ambiguous, Invalid, NotFound, PinConflict, TooLarge, Unavailable
 from messaging.hold_reasons import ISOLATION_HOLD, UNKNOWN_PEER_HOLD
 from messaging.jobs import enqueue
 from messaging.liveness import LIVE
@@ -1002,6 +1002,8 @@ def inbound_accept(
         raise
     except Ambiguous as exc:
         raise ambiguity_for_hub(exc, vouched=vouched) from None
+    except PinConflict as exc:
+        raise pin_conflict_for_hub(exc, target=envelope["to"], vouched=vouched) from None
     except NotFound as exc:
         # Not here (any more): pass it on within this machine or LAN, one hop further, never back.
         onward = _forward_onward(envelope=envelope, hops=hops, exclude={origin_hub, caller_key or ""})
@@ -1130,6 +1132,24 @@ def ambiguity_for_hub(exc: Ambiguous, *, vouched: bool) -> Ambiguous:
         return Ambiguous(exc.detail)
     shown = [{k: c[k] for k in ("name", "ref", "id") if k in c} for c in exc.extra.get("candidates", [])]
     return Ambiguous(exc.detail, candidates=shown)
+
+
+def pin_conflict_for_hub(exc: PinConflict, *, target: str, vouched: bool) -> PinConflict:
+    """A remote sender's pin for a name that now means another session, as its hub is told it:
+    both sessions by name, ref and id to a hub this hub vouches for (what its directory shows),
+    neither to any other key, which learns only that the name has changed hands; never a
+    session's working folder, which no hub is shown."""
+    if not vouched:
+        return PinConflict(
+            f"The name {target!r} now means another session than the one your messages reached "
+            "before; nothing was sent. Address the session you mean by its id or as `name [ref]`."
+        )
+    shown = {
+        side: {k: exc.extra[side][k] for k in ("name", "ref", "id") if k in exc.extra[side]}
+        for side in ("pinned", "now")
+        if isinstance(exc.extra.get(side), dict)
+    }
+    return PinConflict(exc.detail, **shown)
 
 
 def local_agents_public(standing: PeerStanding) -> list[dict[str, Any]]:

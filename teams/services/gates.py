@@ -35,6 +35,7 @@ from messaging.services.audit import audit_event
 from messaging.services.events import announce
 from teams.models import CheckState, GateCheck, GateEvent, QualityGate, Task, TaskStatus, Team
 from teams.services.notify import hub_notify
+from teams.services.teams import member_require_lead
 
 log = logging.getLogger(__name__)
 RUN_TASK = "teams.tasks.run_gate_check"
@@ -61,7 +62,9 @@ def gate_set(
     max_attempts: int = 3,
     fail_closed: bool = False,
 ) -> QualityGate:
-    """Install or replace the team's hook for one event (lead or operator; checked by the caller)."""
+    """Install or replace the team's hook for one event. Only the team's lead or an operator may,
+    whichever surface calls: a hook decides what the team's tasks may do."""
+    member_require_lead(team=team, actor=actor)
     if event not in GateEvent.values:
         raise Invalid("bad_gate_event", f"event is one of {', '.join(GateEvent.values)}.")
     if not url.startswith(("http://", "https://")) or len(url) > 500:
@@ -93,6 +96,8 @@ def gate_set(
 
 
 def gate_remove(*, team: Team, event: str, actor: Principal) -> bool:
+    """Remove the team's hook for one event (the team's lead or an operator); False if none was set."""
+    member_require_lead(team=team, actor=actor)
     with transaction.atomic():
         deleted, _ = QualityGate.objects.filter(team=team, event=event).delete()
         if deleted:

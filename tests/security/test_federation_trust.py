@@ -257,6 +257,48 @@ def test_a_key_nobody_vouched_for_cannot_list_the_agents_by_prefix_or_by_ambigui
     assert "/home/op" not in str(ambiguous)
 
 
+def test_a_pin_conflict_answered_to_a_key_nobody_vouched_for_names_no_session(
+    client, api, register, attacker, operator_token
+):
+    """Given a hub key nobody vouched for that reached `bob` here (its sender's pin points at
+    him), when that bob exits and another session takes the name and the key sends to `bob`
+    again, then it is refused as a pin conflict that names neither session (no name, ref or id,
+    which only the directory a vouched hub reads would show); a hub this hub vouches for is told
+    both by name, ref and id."""
+    sender = {"hub": attacker.public_key, "hub_name": attacker.name, "url": "", "id": str(uuid.uuid4())}
+
+    def envelope(text: str) -> dict[str, Any]:
+        """From one remote sender (one stand-in here, and so one set of pins)."""
+        return attacker.envelope(
+            to="bob", text=text, **{"from": {**sender, "name": "alice", "ref": "abc234"}}
+        )
+
+    first_bob = register("bob", cwd="/home/op/first")
+    assert _forward(client, attacker, envelope("one")).status_code == 201
+    assert api.delete("sessions/me", first_bob.token).status_code in (200, 204)
+    second_bob = register("bob", cwd="/home/op/second")
+
+    refused = _forward(client, attacker, envelope("two"))
+
+    assert refused.status_code == 409, refused.json_body
+    assert refused.json_body["error"] == "pin_conflict"
+    told = str(refused.json_body)
+    for session in (first_bob, second_bob):
+        assert session.ref not in told and session.id not in told
+    assert "pinned" not in refused.json_body and "now" not in refused.json_body
+    assert "/home/op" not in told
+
+    pinned = api.post(
+        "federation/peers", operator_token, {"public_key": attacker.public_key, "name": "known"}
+    )
+    assert pinned.status_code == 201, pinned.json_body
+    vouched = _forward(client, attacker, envelope("three"))
+    assert (vouched.status_code, vouched.json_body["error"]) == (409, "pin_conflict")
+    assert vouched.json_body["pinned"]["ref"] == first_bob.ref
+    assert vouched.json_body["now"]["id"] == second_bob.id
+    assert "/home/op" not in str(vouched.json_body)
+
+
 def _file(data: bytes, name: str = "payload.sh") -> dict[str, Any]:
     """A file as a hub carries it in an envelope."""
     return {

@@ -162,6 +162,20 @@ async def test_the_agent_socket_refuses_a_page_on_another_local_port() -> None:
     assert not await _opens("/ws/agent/", bearer, host="evil.example:8765")
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_an_origin_or_host_that_does_not_parse_is_never_the_hub_s_own() -> None:
+    """Given a Host the hub answers to by name but whose port is out of range, when a socket
+    opens with an Origin that does not parse either (`null`, a sandboxed page's), or with one
+    that does, then it is refused: two origins that fail to parse are not the same origin."""
+    cookie = (b"cookie", await sync_to_async(_staff_cookie)())
+    bad_host = "127.0.0.1:99999"
+    for origin in (b"null", b"http://127.0.0.1:99999", f"http://{HUB}".encode()):
+        assert not await _opens("/ws/console/", (b"origin", origin), cookie, host=bad_host), origin
+    assert not await _opens("/ws/console/", (b"origin", b"null"), cookie)
+    assert await _opens("/ws/console/", (b"origin", f"http://{HUB}".encode()), cookie)
+
+
 # --- item 7: bodies bounded while they are read ------------------------------------------------------
 
 MB = 1024 * 1024

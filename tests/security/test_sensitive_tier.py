@@ -162,6 +162,46 @@ def test_the_message_page_masks_and_a_reveal_is_audited(api, register, send, ope
     assert AWS_SECRET not in _all_audit_text()
 
 
+def test_the_django_admin_shows_a_sensitive_message_masked_and_cannot_be_searched_for_it(register, send, db):
+    """Given a sensitive message (a secret in its text and one in its summary) and a plain one,
+    when a staff user opens the Django admin's message, delivery and audit pages, filters on the
+    text or searches the summary, then neither secret is shown or confirmed; the text is masked
+    as on the console, which the page points to for the audited reveal."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    alice, _bob = register("alice"), register("bob")
+    secret_id = send(alice, "bob", SECRET_TEXT, summary=f"with {GH}").json_body["id"]
+    plain_id = send(alice, "bob", "lunch at noon?", summary="a plain note").json_body["id"]
+    staff = get_user_model().objects.create_superuser("root", password="root-password-1")
+    admin = Client()
+    admin.force_login(staff)
+
+    page = admin.get(f"/admin/messaging/message/{secret_id}/change/")
+    assert page.status_code == 200
+    shown = page.content.decode()
+    assert AWS_SECRET not in shown and GH not in shown
+    assert "[AWS secret access key" in shown and "[GitHub token" in shown
+    assert f"/messages/{secret_id}/" in shown  # where the audited reveal is
+    assert "lunch at noon?" in admin.get(f"/admin/messaging/message/{plain_id}/change/").content.decode()
+
+    for listing in (
+        f"/admin/messaging/message/?text__contains={AWS_SECRET[:12]}",
+        f"/admin/messaging/message/?summary__startswith=with%20{GH[:10]}",
+        f"/admin/messaging/message/?q={GH[:10]}",
+        f"/admin/messaging/delivery/?message__text__contains={AWS_SECRET[:12]}",
+    ):
+        answer = admin.get(listing)
+        assert answer.status_code in (200, 400), listing
+        assert secret_id not in answer.content.decode(), listing
+    assert plain_id in admin.get("/admin/messaging/message/?q=plain note").content.decode()
+
+    [delivery] = Message.objects.get(pk=secret_id).deliveries.all()
+    for other in (f"/admin/messaging/delivery/{delivery.pk}/change/", "/admin/messaging/auditevent/"):
+        assert AWS_SECRET not in admin.get(other).content.decode(), other
+    assert not AuditEvent.objects.filter(kind="message.revealed").exists()
+
+
 def test_a_reveal_over_rest_is_audited_and_sessions_cannot_reveal(api, register, send, operator_token):
     alice, bob = register("alice"), register("bob")
     send(alice, "bob", SECRET_TEXT)

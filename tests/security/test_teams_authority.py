@@ -293,6 +293,26 @@ def test_a_plan_request_held_as_sensitive_is_not_readable_through_the_requests_l
     assert SECRET_KEY not in json.dumps(asked["request"])
 
 
+def test_the_django_admin_shows_a_sensitive_request_masked_and_cannot_be_filtered_on_it(api, crew):
+    """Given a plan request whose frame was held as sensitive, when a staff user opens it in the
+    Django admin or filters the list on its payload, then the secret is neither shown nor
+    confirmed: the admin shows the request as operators read it elsewhere, masked."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    request_id = _ask_plan(api, crew, f"deploy with\n{LEAKED}")["request"]["id"]
+    staff = get_user_model().objects.create_superuser("root", password="root-password-1")
+    admin = Client()
+    admin.force_login(staff)
+
+    page = admin.get(f"/admin/teams/framerequest/{request_id}/change/")
+    assert page.status_code == 200
+    shown = page.content.decode()
+    assert SECRET_KEY not in shown and KEY_ID not in shown and "deploy with" in shown
+    listing = admin.get(f"/admin/teams/framerequest/?payload__plan__icontains={SECRET_KEY[:12]}")
+    assert listing.status_code in (200, 400) and request_id not in listing.content.decode()
+
+
 def test_a_rejection_reason_held_as_sensitive_is_not_readable_through_the_requests_list(api, crew):
     request_id = _ask_plan(api, crew, "refactor")["request"]["id"]
     answered = api.post(
@@ -393,3 +413,37 @@ def test_a_member_cannot_put_a_credential_on_the_board(api, crew, operator_token
 
     by_operator = api.post(crew.path("/tasks"), operator_token, {"title": "rotate", "description": LEAKED})
     assert by_operator.status_code == 201, by_operator.json_body
+
+
+# --- a team's gates are set by its lead or an operator, whichever surface calls -------------------
+
+
+def test_the_gate_services_refuse_a_teammate(crew, settings):
+    """Given a team with a gate an operator set, when a teammate calls `gate_set` or `gate_remove`
+    directly (as any surface would), then each is refused and the gate stays as it was; the lead
+    and an operator may."""
+    import pytest
+
+    from messaging.errors import Forbidden
+    from messaging.models import AgentSession
+    from messaging.principals import operator_principal, session_principal
+    from teams.models import QualityGate
+    from teams.services.gates import gate_remove, gate_set
+    from teams.services.teams import team_get
+
+    settings.SWITCHBOARD_OUTBOUND_ALLOW = ["127.0.0.1"]
+    team = team_get(team_id=crew.team_id)
+    alice = session_principal(AgentSession.objects.get(pk=crew.alice.id))
+    lead = session_principal(AgentSession.objects.get(pk=crew.lead.id))
+    url = "http://127.0.0.1:9/gate"
+    gate_set(team=team, event="task_completed", url=url, actor=operator_principal("op"))
+
+    with pytest.raises(Forbidden):
+        gate_set(team=team, event="task_completed", url="http://127.0.0.1:9/mine", actor=alice)
+    with pytest.raises(Forbidden):
+        gate_remove(team=team, event="task_completed", actor=alice)
+    assert QualityGate.objects.get(team=team, event="task_completed").url == url
+
+    gate_set(team=team, event="task_created", url=url, actor=lead)
+    assert gate_remove(team=team, event="task_created", actor=lead)
+    assert gate_remove(team=team, event="task_completed", actor=operator_principal("op"))

@@ -185,3 +185,6 @@ def test_teammate_idle_gate_sends_the_teammate_back_or_lets_the_lead_know(api, c
 def test_only_the_lead_sets_gates(api, crew, hook):
     made = api.call("PUT", crew.path("/gates/task_created"), crew.alice.token, {"url": hook.url})
     assert made.status_code == 403
+    _gate(api, crew, "task_created", hook.url)
+    removed = api.call("DELETE", crew.path("/gates/task_created"), crew.alice.token)
+    assert (removed.status_code, removed.json_body["error"]) == (403, "forbidden")
