@@ -638,18 +638,23 @@ def run_hook(
     breaker: Breaker | None = None
     try:
         _setup_log()
-        raw = payload if payload is not None else (stdin.read() if stdin is not None else "")
-        event = json.loads(raw or "{}")
-        if not isinstance(event, dict):
-            raise ValueError("the hook input is not a JSON object")
-        hook = Hook(event, make_client, client_name=client_name, deadline=deadline)
-        breaker = Breaker(hook.url)
-        until = breaker.open_until() if hook.step != "end" else None
+        answer = until = None
+        # Everything before the answer is inside the watchdog: reading the event (a client may
+        # keep the pipe open), finding the client's process and the requests. The answer is
+        # written whole or not at all.
+        with watchdog(max(deadline - time.monotonic(), 0.0) + 0.5) if guard else nullcontext():
+            raw = payload if payload is not None else (stdin.read() if stdin is not None else "")
+            event = json.loads(raw or "{}")
+            if not isinstance(event, dict):
+                raise ValueError("the hook input is not a JSON object")
+            hook = Hook(event, make_client, client_name=client_name, deadline=deadline)
+            breaker = Breaker(hook.url)
+            until = breaker.open_until() if hook.step != "end" else None
+            if until is None:
+                answer = hook.run()
         if until is not None:
             status = f"skipped: the hub failed recently; next try in {until - time.time():.0f} s"
         else:
-            with watchdog(max(deadline - time.monotonic(), 0.0) + 0.5) if guard else nullcontext():
-                answer = hook.run()
             if answer is not None:
                 stdout.write(json.dumps(answer))
                 stdout.flush()

@@ -183,3 +183,34 @@ def test_a_hook_process_knows_how_long_ago_it_started() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=30)
     assert 0.3 <= float(done.stdout) < 5.0
     assert process_age() >= 0.0
+
+
+@pytest.mark.e2e
+def test_a_hook_whose_stdin_is_never_closed_ends_within_its_deadline(tmp_path: Path) -> None:
+    """A client that writes the event and keeps the pipe open (or writes nothing at all) must not
+    hold its agent: reading the event is inside the deadline too, and the hook fails open."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "CLAUDE_CODE_"))}
+    env |= {"SWITCHBOARD_HOME": str(tmp_path), "SWITCHBOARD_URL": "http://127.0.0.1:9"}
+    started = time.perf_counter()
+    hook = subprocess.Popen(
+        [sys.executable, "-m", "switchboard_agent.cli", "hook"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        assert hook.stdin is not None
+        hook.stdin.write(payload("PostToolUse")[:40])  # part of the event, then nothing more
+        hook.stdin.flush()
+        hook.wait(timeout=WITHIN + 5)
+    finally:
+        if hook.poll() is None:
+            hook.kill()
+            hook.wait(timeout=10)
+    seconds = time.perf_counter() - started
+    assert hook.returncode == 0 and hook.stdout is not None and hook.stdout.read() == ""
+    assert seconds < WITHIN, f"the hook took {seconds:.1f} s with its stdin open"
+    assert "deadline" in (tmp_path / "agent.log").read_text().splitlines()[-1]
