@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer, SessionAuthIsStaff
 
-from messaging.credentials import OPERATOR_PREFIX, hash_token, is_enrollment_key, new_token
+from messaging.credentials import OPERATOR_PREFIX, hash_token, is_enrollment_key
 from messaging.errors import Forbidden, Unauthorized
 from messaging.models import OperatorToken
 from messaging.principals import Principal, operator_principal, session_principal
@@ -31,18 +31,6 @@ def principal_from_token(token: str) -> Principal | None:
         return None
     session_seen(session)  # written within a second, with the others seen meanwhile
     return session_principal(session)
-
-
-def operator_token_create(*, name: str) -> str:
-    """Mint an operator token named `name` and return it (shown once; only its hash is kept)."""
-    if not name or len(name) > 100:
-        raise ValueError("An operator token needs a name of 1 to 100 characters.")
-    token, token_hash = new_token(OPERATOR_PREFIX)
-    OperatorToken.objects.create(name=name, token_hash=token_hash)
-    from messaging.services.audit import audit_event
-
-    audit_event("operator_token.created", actor="hub", target=name)
-    return token
 
 
 class BearerAuth(HttpBearer):

@@ -22,7 +22,7 @@ from django.urls import get_resolver
 from ninja.renderers import JSONRenderer
 
 import hub.asgi
-from messaging.auth import operator_token_create
+from messaging.services.operator_tokens import operator_token_create
 from messaging.services.sessions import session_register
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from messaging.auth import operator_token_create
+from messaging.services.operator_tokens import operator_token_create
 
 
 class Command(BaseCommand):
