@@ -1,8 +1,10 @@
-"""Django admin for the messaging models: raw access for operators who want it.
+"""Django admin for the messaging models: raw, read-only access for operators who want it.
 
-Changes that have rules (delivery states, policy, holds) belong to the services and the console;
-here the rows that record history (messages, deliveries, audit) are read-only, so the admin cannot
-move a delivery around its state machine or rewrite what was said.
+Every change that has rules (delivery states, policy, holds, pins, tokens) belongs to a service
+(`messaging/services/`), which checks the rules and writes the audit. So no row here can be added,
+changed or deleted through the admin's forms (`ReadOnlyAdmin`); the two changes an operator makes
+only here, removing a pin and revoking or restoring an operator token, are admin actions that call
+their service with the operator as the actor.
 
 A message's text and summary are shown here as the console shows them: a sensitive message's
 secrets masked (`mask_text`), revealed only on the console's message page, which audits the reveal."""
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -27,11 +29,17 @@ from messaging.models import (
     SenderPolicy,
     Tier,
 )
+from messaging.principals import Principal, operator_principal
 from messaging.sensitivity import mask_text
+from messaging.services.operator_tokens import operator_token_restore, operator_token_revoke
+from messaging.services.pins import pin_remove
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Browse and search, never add, change or delete: these rows are the record."""
+    """Browse and search, never add, change or delete: a row here is either the record (messages,
+    deliveries, the audit) or state that only its service may change. Django's bulk delete goes
+    with the delete permission. Actions a subclass declares are the only way to change anything,
+    and each calls a service as the operator (`operator_of`)."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -41,6 +49,12 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+def operator_of(request: HttpRequest) -> Principal:
+    """The logged-in staff user as the operator a service acts for (named so in the audit), as the
+    console's and the API's logins are."""
+    return operator_principal(request.user.get_username())
 
 
 @admin.register(AgentSession)
@@ -125,18 +139,20 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Pin)
-class PinAdmin(admin.ModelAdmin):
-    """Pins may be removed (a sender then resolves the name afresh); they cannot be invented here."""
+class PinAdmin(ReadOnlyAdmin):
+    """A pin is written by a send; an operator may remove one (the sender's next send resolves the
+    name afresh), through `pin_remove`, which audits it. Never invented or re-pointed here."""
 
     list_display = ("sender", "name_key", "recipient", "updated_at")
     search_fields = ("name_key", "sender__name", "recipient__name")
     list_select_related = ("sender", "recipient")
+    actions = ("pins_remove",)
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    @admin.action(description="Remove the selected pins (audited)")
+    def pins_remove(self, request: HttpRequest, queryset: QuerySet[Pin]) -> None:
+        actor = operator_of(request)
+        removed = sum(pin_remove(pin_id=pk, actor=actor) for pk in queryset.values_list("pk", flat=True))
+        self.message_user(request, f"{removed} pin(s) removed.", messages.SUCCESS)
 
 
 @admin.register(SenderPolicy)
@@ -149,30 +165,30 @@ class SenderPolicyAdmin(ReadOnlyAdmin):
 
 
 @admin.register(OperatorToken)
-class OperatorTokenAdmin(admin.ModelAdmin):
-    """Tokens are minted by `manage.py operator_token`; here they can only be seen and revoked."""
+class OperatorTokenAdmin(ReadOnlyAdmin):
+    """Tokens are minted by `switchboard manage operator_token NAME`; here they are seen, and
+    revoked or restored through their service, which audits each change."""
 
     list_display = ("name", "created_at", "last_used", "revoked")
     list_filter = ("revoked",)
     fields = ("name", "created_at", "last_used", "revoked")
-    readonly_fields = ("name", "created_at", "last_used")
+    actions = ("tokens_revoke", "tokens_restore")
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    @admin.action(description="Revoke the selected operator tokens (audited)")
+    def tokens_revoke(self, request: HttpRequest, queryset: QuerySet[OperatorToken]) -> None:
+        actor = operator_of(request)
+        done = sum(
+            operator_token_revoke(token_id=pk, actor=actor) for pk in queryset.values_list("pk", flat=True)
+        )
+        self.message_user(request, f"{done} token(s) revoked.", messages.SUCCESS)
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def save_model(self, request: HttpRequest, obj: OperatorToken, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        if "revoked" in form.changed_data:
-            from messaging.services.audit import audit_event
-
-            audit_event(
-                "operator_token.revoked" if obj.revoked else "operator_token.restored",
-                actor=f"operator:{request.user.get_username()}",
-                target=obj.name,
-            )
+    @admin.action(description="Restore the selected operator tokens (audited)")
+    def tokens_restore(self, request: HttpRequest, queryset: QuerySet[OperatorToken]) -> None:
+        actor = operator_of(request)
+        done = sum(
+            operator_token_restore(token_id=pk, actor=actor) for pk in queryset.values_list("pk", flat=True)
+        )
+        self.message_user(request, f"{done} token(s) restored.", messages.SUCCESS)
 
 
 @admin.register(AuditEvent)

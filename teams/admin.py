@@ -1,34 +1,43 @@
+"""Django admin for the teams models: read-only, like messaging's (`ReadOnlyAdmin`).
+
+A roster, a lead, a task's status, a gate's URL, an observer: each has rules that its service in
+`teams/services/` checks and audits (who may join, one lead per team, compare-and-set on a task,
+the outbound address check on a gate's URL, only an operator lifts an observer). The admin shows
+these rows and changes none; operators change them through the API (`/api/v1/teams/...`, with an
+operator token or the console's login), which calls those services."""
+
 import json
 from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
 
+from messaging.admin import ReadOnlyAdmin
 from messaging.principals import operator_principal
 from teams.models import FrameRequest, GateCheck, Membership, Observer, QualityGate, Subscription, Task, Team
 from teams.services.frames import request_summaries
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(ReadOnlyAdmin):
     list_display = ("name", "id", "lead_session", "created_at", "ended_at")
     search_fields = ("name", "id")
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ReadOnlyAdmin):
     list_display = ("name", "id", "team", "role", "session", "joined_at", "left_at")
     list_filter = ("role",)
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(ReadOnlyAdmin):
     list_display = ("id", "title", "team", "status", "owner", "revision", "gate_pending")
     list_filter = ("status",)
 
 
 @admin.register(FrameRequest)
-class FrameRequestAdmin(admin.ModelAdmin):
+class FrameRequestAdmin(ReadOnlyAdmin):
     list_display = ("id", "kind", "team", "state", "created_at", "expires_at")
     list_filter = ("kind", "state")
     # A request's payload and reason are the text of the frames that carried them: shown as an
@@ -59,20 +68,20 @@ class FrameRequestAdmin(admin.ModelAdmin):
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(ReadOnlyAdmin):
     list_display = ("id", "subscriber", "target", "state", "expires_at", "fired_on")
 
 
 @admin.register(QualityGate)
-class QualityGateAdmin(admin.ModelAdmin):
+class QualityGateAdmin(ReadOnlyAdmin):
     list_display = ("team", "event", "url", "fail_closed")
 
 
 @admin.register(GateCheck)
-class GateCheckAdmin(admin.ModelAdmin):
+class GateCheckAdmin(ReadOnlyAdmin):
     list_display = ("id", "team", "event", "state", "attempts", "decided_at")
 
 
 @admin.register(Observer)
-class ObserverAdmin(admin.ModelAdmin):
+class ObserverAdmin(ReadOnlyAdmin):
     list_display = ("session", "target_session", "target_team", "created_at")

@@ -185,7 +185,9 @@ def test_revoking_an_operator_token_in_the_admin_is_audited_and_takes_effect(api
     client.force_login(admin)
     row = OperatorToken.objects.get(name="test-operator")
     assert api.get("audit", operator_token).status_code == 200
-    response = client.post(f"/admin/messaging/operatortoken/{row.pk}/change/", {"revoked": "on"})
+    response = client.post(
+        "/admin/messaging/operatortoken/", {"action": "tokens_revoke", "_selected_action": [row.pk]}
+    )
     assert response.status_code == 302
     assert AuditEvent.objects.filter(kind="operator_token.revoked", actor="operator:root").exists()
     assert api.get("audit", operator_token).status_code == 401
