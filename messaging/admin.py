@@ -7,7 +7,9 @@ only here, removing a pin and revoking or restoring an operator token, are admin
 their service with the operator as the actor.
 
 A message's text and summary are shown here as the console shows them: a sensitive message's
-secrets masked (`mask_text`), revealed only on the console's message page, which audits the reveal."""
+secrets masked (`mask_text`), revealed only on the console's message page, which audits the reveal
+(linked through `PLUGINS.message_page`, which the console registers: this floor names no page of
+the floors above)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.urls import reverse
 from django.utils.html import format_html
 
 from messaging.models import (
@@ -29,6 +30,7 @@ from messaging.models import (
     SenderPolicy,
     Tier,
 )
+from messaging.plugins import PLUGINS
 from messaging.principals import Principal, operator_principal
 from messaging.sensitivity import mask_text
 from messaging.services.operator_tokens import operator_token_restore, operator_token_revoke
@@ -97,7 +99,9 @@ class MessageAdmin(ReadOnlyAdmin):
     def shown_text(self, message: Message) -> str:
         if message.tier != Tier.SENSITIVE:
             return message.text
-        page = reverse("console:message", args=[message.pk])
+        page = PLUGINS.message_page(message.pk)
+        if page is None:
+            return mask_text(message.text)
         return format_html(
             '{}<br><a href="{}">Reveal it on the console\'s message page</a> (audited).',
             mask_text(message.text),

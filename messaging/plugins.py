@@ -3,7 +3,8 @@
 `messaging` is the ground floor: it imports no other app. Where one of its rules needs what a
 higher app knows, it asks through a point declared here, and that app registers its answer in its
 `AppConfig.ready` (`teams`: the `lead` alias, the observers' send guard, what a status change
-causes for a team; `federation`: agents of other hubs, attached files, the machine's registry).
+causes for a team; `federation`: agents of other hubs, attached files, the machine's registry;
+`console`: the page where an operator reads a message).
 Each point has a default that holds on a hub where nothing registered on it.
 
 Points that answer (a route, a guard's verdict, a name) are attributes of `PLUGINS`; points that
@@ -169,6 +170,10 @@ def _no_lead(session: AgentSession) -> AgentSession | None:
     return None
 
 
+def _no_message_page(message_id: Any) -> str | None:
+    return None
+
+
 @dataclass
 class PlugIns:
     """What the apps above registered (see the module's docstring); one instance, `PLUGINS`."""
@@ -178,6 +183,9 @@ class PlugIns:
     attachments: Attachments = field(default_factory=NoAttachments)
     # The session the reserved address `lead` means for a sender (None: it means nobody).
     lead_of: Any = _no_lead
+    # The address of the page where an operator reads a message whole, a sensitive one's secrets
+    # revealed and the reveal audited (None: there is no such page; the admin links nowhere).
+    message_page: Any = _no_message_page
 
 
 PLUGINS = PlugIns()

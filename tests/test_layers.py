@@ -3,7 +3,8 @@ so no import loop can cross packages, and no module imports another module's pri
 
 Read from the source with `ast`, every import counts: at the top of a module, inside a function,
 or under `if TYPE_CHECKING:`; and so does a string that names another package's module (a task
-name such as "federation.tasks.forward_delivery", a dotted path such as "hub.logs.JsonLines").
+name such as "federation.tasks.forward_delivery", a dotted path such as "hub.logs.JsonLines") or a
+URL in another package's namespace ("console:message", as `reverse` takes it).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def imports_in(root: Path, packages: dict[str, int]) -> Iterator[Import]:
     """Every import statement in the packages' source under `root`, and every string that names a
     module of one of the packages, or something in one (migrations excluded: Django writes them)."""
     dotted = re.compile(rf"^(?:{'|'.join(map(re.escape, packages))})(?:\.\w+)+(?::\w+)?$")
+    # "console:message": a URL name in a package's namespace (`reverse`) names that package too.
+    url_name = re.compile(rf"^({'|'.join(map(re.escape, packages))}):[\w-]+$")
     sources = {
         _module_name(path, root): path
         for package in packages
@@ -87,8 +90,7 @@ def imports_in(root: Path, packages: dict[str, int]) -> Iterator[Import]:
             elif (
                 isinstance(node, ast.Constant)
                 and isinstance(node.value, str)
-                and dotted.match(node.value)
-                and names_a_module(node.value)
+                and ((dotted.match(node.value) and names_a_module(node.value)) or url_name.match(node.value))
             ):
                 yield Import(module, node.lineno, node.value.split(":")[0], ())
 
@@ -186,6 +188,11 @@ def test_a_string_naming_a_higher_module_counts(tree: Path) -> None:
     (tree / "high" / "tasks.py").write_text("def forward(n):\n    return n\n")
     (tree / "low" / "jobs.py").write_text('enqueue("high.tasks.forward", 1)\nKIND = "high.event"\n')
     assert upward_imports(tree, FAKE) == ["low.jobs:1 imports high.tasks.forward"]
+
+
+def test_a_url_name_in_a_higher_packages_namespace_counts(tree: Path) -> None:
+    (tree / "low" / "admin.py").write_text('reverse("high:message", args=[1])\nACTOR = "operator:root"\n')
+    assert upward_imports(tree, FAKE) == ["low.admin:1 imports high"]
 
 
 def test_packages_on_one_floor_may_not_import_each_other(tree: Path) -> None:

@@ -9,11 +9,12 @@ import pytest
 from django.db import connection
 
 from messaging import jobs
-from messaging.plugins import PLUGINS, NoAttachments, NoGuard, ThisHubOnly, session_status_changed
+from messaging.plugins import PLUGINS, NoAttachments, NoGuard, PlugIns, ThisHubOnly, session_status_changed
 from tests.messaging.conftest import Pair
 
 
-def test_teams_and_federation_plug_in_when_django_starts() -> None:
+def test_teams_federation_and_the_console_plug_in_when_django_starts() -> None:
+    from console.apps import message_page
     from federation.plugins import OtherHubsFederated, StoredFiles
     from teams.plugins import ObserverGuard
     from teams.selectors import lead_session_of
@@ -22,6 +23,7 @@ def test_teams_and_federation_plug_in_when_django_starts() -> None:
     assert PLUGINS.lead_of is lead_session_of
     assert isinstance(PLUGINS.other_hubs, OtherHubsFederated)
     assert isinstance(PLUGINS.attachments, StoredFiles)
+    assert PLUGINS.message_page is message_page
     listeners = {receiver[0][0] for receiver in session_status_changed.receivers}
     assert {"teams.status", "federation.registry"} <= listeners
 
@@ -44,6 +46,7 @@ def test_the_defaults_keep_everything_on_this_hub() -> None:
     assert hubs.agents(name=None) == [] and hubs.progress(delivery_ids=[1]) == {}
     assert hubs.live_elsewhere(name_key="bob", cwd="/") is None
     assert NoAttachments().carrying(message_ids=["x"]) == set()
+    assert PlugIns().message_page("m1") is None  # no console: the admin links to no page
 
 
 def test_a_job_started_from_any_thread_runs_on_the_projects_celery_app() -> None:
