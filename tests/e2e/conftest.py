@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
+from hub_topology import REPO
 from hub_topology.embedded import Hub, start_hub
+from tests.e2e.console_world import CHROMIUM, CHROMIUM_ARGS, OPERATOR, World, manage
 
 
 @pytest.fixture
@@ -18,3 +23,39 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
     running = start_hub(home)
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    home = tmp_path_factory.mktemp("console-e2e") / "home"
+    home.mkdir(mode=0o700)
+    hub = start_hub(home)
+    try:
+        manage(hub, "operator_create", OPERATOR[0], "--password-stdin", stdin=OPERATOR[1] + "\n")
+        token = manage(hub, "operator_token", "e2e-setup").strip().splitlines()[-1]
+        with httpx.Client(base_url=hub.url, timeout=15) as http:
+            yield World(hub=hub, http=http, operator_token=token)
+    finally:
+        hub.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(world: World) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the screenshots go: SWITCHBOARD_SCREENSHOTS (relative to the repository), else a
+    temporary directory."""
+    wanted = os.environ.get("SWITCHBOARD_SCREENSHOTS", "").strip()
+    where = (REPO / wanted) if wanted else tmp_path
+    where.mkdir(parents=True, exist_ok=True)
+    return where

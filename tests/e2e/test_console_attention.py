@@ -16,17 +16,15 @@ import pytest
 
 from hub_fixtures.sensitivity_corpus import AWS_SECRET
 from hub_topology.embedded import start_hub
-from tests.e2e.test_console_browser import (  # noqa: F401 (browser and shots are fixtures)
+from tests.e2e.console_world import (
     OPERATOR,
     World,
-    _delivery_id,
-    _hold_row,
-    _log_in,
-    _manage,
-    _show_hold,
-    _wait_live,
-    browser,
-    shots,
+    delivery_id_of,
+    hold_row,
+    log_in,
+    manage,
+    show_hold,
+    wait_live,
 )
 
 pytestmark = pytest.mark.e2e
@@ -41,8 +39,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     home.mkdir(mode=0o700)
     hub = start_hub(home, extra_env={"SWITCHBOARD_DEAD_AFTER_SECONDS": str(DEAD_AFTER)})
     try:
-        _manage(hub, "operator_create", OPERATOR[0], "--password-stdin", stdin=OPERATOR[1] + "\n")
-        token = _manage(hub, "operator_token", "e2e-setup").strip().splitlines()[-1]
+        manage(hub, "operator_create", OPERATOR[0], "--password-stdin", stdin=OPERATOR[1] + "\n")
+        token = manage(hub, "operator_token", "e2e-setup").strip().splitlines()[-1]
         with httpx.Client(base_url=hub.url, timeout=15) as http:
             yield World(hub=hub, http=http, operator_token=token)
     finally:
@@ -72,9 +70,9 @@ def _holding(world: World, recipient: str) -> Any:
 def test_the_attention_strip_follows_holds_and_dead_agents_live(world: World, browser: Any) -> None:  # noqa: F811
     """Given an operator on the audit page, when holds arrive (one escalated) and a session goes
     silent, the strip's figures change without a reload, and each figure links where it says."""
-    page = _log_in(browser, world)
+    page = log_in(browser, world)
     page.goto(world.hub.url + "/audit/")
-    _wait_live(page)
+    wait_live(page)
     page.evaluate("() => { window.__reloaded = false; }")
     for name in ("held", "escalated", "dead"):
         assert _strip(page, name).get_attribute("data-count") == "0"
@@ -121,10 +119,10 @@ def test_holds_group_by_pair_wait_behind_a_pill_and_take_one_decision(world: Wor
     ann, erin, fay = world.register("ann-att"), world.register("erin-att"), _holding(world, "fay-att")
     to_fay = f"{fay.name} [{fay.ref}]"
     first = world.send(ann, to_fay, "first, on its own", summary="first")
-    page = _log_in(browser, world)
+    page = log_in(browser, world)
     page.goto(world.hub.url + "/holds/")
-    _wait_live(page)
-    row = _show_hold(page, _delivery_id(world, first["id"]))
+    wait_live(page)
+    row = show_hold(page, delivery_id_of(world, first["id"]))
     row.hover()
     top = row.bounding_box()["y"]
 
@@ -137,11 +135,11 @@ def test_holds_group_by_pair_wait_behind_a_pill_and_take_one_decision(world: Wor
     assert pill.is_visible() and "3 new" in pill.inner_text()
     assert row.bounding_box()["y"] == top  # nothing moved under the pointer
     for sent in loop:
-        assert _hold_row(page, _delivery_id(world, sent["id"])).count() == 0
+        assert hold_row(page, delivery_id_of(world, sent["id"])).count() == 0
 
     pill.click()
     pill.wait_for(state="hidden")
-    ids = [_delivery_id(world, s["id"]) for s in loop]
+    ids = [delivery_id_of(world, s["id"]) for s in loop]
     group = page.locator(f'tbody.hold-group:has(tr.hold[data-delivery-id="{ids[0]}"])')
     group.wait_for()
     assert group.get_attribute("data-collapsed") is not None  # one line for the three
@@ -154,8 +152,8 @@ def test_holds_group_by_pair_wait_behind_a_pill_and_take_one_decision(world: Wor
 
     # An escalated group takes a reason, as an escalated hold does.
     secrets = [world.send(erin, to_fay, SECRET_TEXT + f" #{i}") for i in range(2)]
-    sid = _delivery_id(world, secrets[0]["id"])
-    _show_hold(page, sid)
+    sid = delivery_id_of(world, secrets[0]["id"])
+    show_hold(page, sid)
     escalated = page.locator(f'tbody.hold-group:has(tr.hold[data-delivery-id="{sid}"])')
     escalated.get_by_role("button", name="Approve all 2").click()
     page.wait_for_selector('#notice[data-kind="error"]', timeout=5_000)
@@ -178,12 +176,12 @@ def test_a_conversation_is_threaded_reachable_and_exportable(world: World, brows
     masked; it is reached from the session, message and holds pages and links its export."""
     gus, hal = world.register("gus-att"), _holding(world, "hal-att")
     ask = world.send(gus, f"hal-att [{hal.ref}]", "shall I merge PR 7?", summary="merge PR 7?")
-    world.operator("POST", f"holds/{_delivery_id(world, ask['id'])}/approve", {"reason": "fine by me"})
+    world.operator("POST", f"holds/{delivery_id_of(world, ask['id'])}/approve", {"reason": "fine by me"})
     world.operator("PUT", f"sessions/{hal.ref}/policy", {"policy": None})
     answer = world.send(hal, f"gus-att [{gus.ref}]", "yes, merge it", in_reply_to=ask["id"])
     world.send(gus, f"hal-att [{hal.ref}]", SECRET_TEXT, summary="the key")
 
-    page = _log_in(browser, world)
+    page = log_in(browser, world)
     page.goto(world.hub.url + f"/sessions/{gus.id}/")
     page.get_by_role("link", name=f"with hal-att [{hal.ref}]").click()
     page.wait_for_url(f"**/conversations/{gus.id}/{hal.id}/")
@@ -225,11 +223,11 @@ def test_the_feed_filters_and_dates_its_times_and_the_small_things_read_right(
         lead, "POST", f"teams/{team['id']}/tasks", {"title": "Orders API", "blocked_by": [schema["id"]]}
     )
 
-    page = _log_in(browser, world)
+    page = log_in(browser, world)
     page.get_by_label("State").select_option("held")
     page.get_by_role("button", name="Filter").click()
     page.wait_for_url("**/?state=held*")
-    _wait_live(page)
+    wait_live(page)
     feed = page.locator("table[data-feed] tbody tr[data-delivery-id]")
     assert feed.count() >= 1
     assert set(feed.evaluate_all("rows => rows.map(r => r.dataset.state)")) == {"held"}
@@ -273,10 +271,10 @@ def test_holds_arriving_while_the_queue_is_fetched_are_all_shown(world: World, b
     is not lost between two answers: the page fetches again once the first answer is in."""
     yan, zed = world.register("yan-att"), _holding(world, "zed-att")
     to_zed = f"{zed.name} [{zed.ref}]"
-    page = _log_in(browser, world)
+    page = log_in(browser, world)
     url = world.hub.url + f"/holds/?recipient={zed.id}"
     page.goto(url)
-    _wait_live(page)
+    wait_live(page)
     held_back: list[tuple[Any, Any]] = []
     releasing: list[bool] = []
 
@@ -302,5 +300,5 @@ def test_holds_arriving_while_the_queue_is_fetched_are_all_shown(world: World, b
         route.fulfill(response=answer)
         page.wait_for_timeout(200)
     for message in (first, second):
-        _show_hold(page, _delivery_id(world, message["id"]))
+        show_hold(page, delivery_id_of(world, message["id"]))
     page.context.close()

@@ -8,198 +8,26 @@ checkout as it found it, or into the directory SWITCHBOARD_SCREENSHOTS names
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from hub_topology import REPO
-from hub_topology.embedded import Hub, start_hub
+from tests.e2e.console_world import (
+    OPERATOR,
+    World,
+    delivery_id_of,
+    hold_row,
+    holds_page,
+    log_in,
+    show_hold,
+    wait_live,
+)
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-OPERATOR = ("ada", "switchboard-operator-pw")
 SCRIPT_TEXT = 'Looks good <script>window.__pwned = 1</script> <img src=x onerror="window.__pwned = 2">'
-
-
-@dataclass
-class Agent:
-    id: str
-    name: str
-    ref: str
-    token: str
-
-
-@dataclass
-class World:
-    """A running hub, an operator login, an operator token for set-up, and a REST client."""
-
-    hub: Hub
-    http: httpx.Client
-    operator_token: str
-
-    def register(self, name: str, **fields: Any) -> Agent:
-        r = self.http.post(
-            "/api/v1/sessions", json={"name": name, **fields}, headers=self._auth(self.hub.enroll_key)
-        )
-        assert r.status_code == 201, r.text
-        body = r.json()
-        return Agent(body["id"], body["name"], body["ref"], body["token"])
-
-    def send(self, sender: Agent, to: str, text: str, **fields: Any) -> dict[str, Any]:
-        r = self.http.post(
-            "/api/v1/messages", json={"to": to, "message": text, **fields}, headers=self._auth(sender.token)
-        )
-        assert r.status_code == 201, r.text
-        return r.json()
-
-    def inbox(self, agent: Agent) -> list[dict[str, Any]]:
-        r = self.http.get("/api/v1/inbox", headers=self._auth(agent.token))
-        assert r.status_code == 200, r.text
-        return r.json()["messages"]
-
-    def status(self, message_id: str) -> dict[str, Any]:
-        r = self.http.get(f"/api/v1/messages/{message_id}", headers=self._auth(self.operator_token))
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def operator(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        r = self.http.request(method, f"/api/v1/{path}", json=body, headers=self._auth(self.operator_token))
-        assert r.status_code in (200, 201), r.text
-        return r.json()
-
-    def join(self, lead: Agent, team_id: str, agent: Agent) -> dict[str, Any]:
-        """The lead invites `agent` and it accepts (a lead cannot add a session alone)."""
-        invited = self.as_agent(lead, "POST", f"teams/{team_id}/members", {"session": agent.id})
-        return self.as_agent(agent, "POST", f"teams/invitations/{invited['invitation']['id']}/accept")
-
-    def as_agent(self, agent: Agent, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        r = self.http.request(method, f"/api/v1/{path}", json=body, headers=self._auth(agent.token))
-        assert r.status_code in (200, 201, 202), r.text
-        return r.json()
-
-    @staticmethod
-    def _auth(token: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {token}"}
-
-
-def _manage(hub: Hub, *args: str, stdin: str = "") -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env["SWITCHBOARD_HOME"] = str(hub.home)
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    home = tmp_path_factory.mktemp("console-e2e") / "home"
-    home.mkdir(mode=0o700)
-    hub = start_hub(home)
-    try:
-        _manage(hub, "operator_create", OPERATOR[0], "--password-stdin", stdin=OPERATOR[1] + "\n")
-        token = _manage(hub, "operator_token", "e2e-setup").strip().splitlines()[-1]
-        with httpx.Client(base_url=hub.url, timeout=15) as http:
-            yield World(hub=hub, http=http, operator_token=token)
-    finally:
-        hub.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(world: World) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-def _log_in(browser: Any, world: World, *, viewport: dict[str, int] | None = None) -> Any:
-    context = browser.new_context(viewport=viewport or {"width": 1280, "height": 800})
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    page.goto(world.hub.url + "/")
-    assert "/login/" in page.url
-    page.get_by_label("Username").fill(OPERATOR[0])
-    page.get_by_label("Password").fill(OPERATOR[1])
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(world.hub.url + "/")
-    return page
-
-
-def _wait_live(page: Any) -> None:
-    page.wait_for_selector('#live[data-state="on"]', timeout=10_000)
-
-
-def _hold_row(page: Any, delivery_id: int) -> Any:
-    return page.locator(f'table[data-holds] tr.hold[data-delivery-id="{delivery_id}"]')
-
-
-def _show_hold(page: Any, delivery_id: int, timeout_ms: int = 5_000) -> Any:
-    """Wait until a hold is on the holds page and visible. On an empty queue it shows at once;
-    otherwise it waits behind the "N new" button (rows never move by themselves), which this
-    clicks; a collapsed group is opened. Returns the row."""
-    row = _hold_row(page, delivery_id)
-    page.wait_for_function(
-        """(id) => document.querySelector('table[data-holds] tr.hold[data-delivery-id="' + id + '"]')
-                 || !document.querySelector('[data-new-holds]').hidden""",
-        arg=str(delivery_id),
-        timeout=timeout_ms,
-    )
-    if not row.count():
-        # The queue may empty meanwhile, and an empty queue shows new holds by itself.
-        with contextlib.suppress(PlaywrightTimeout):
-            page.locator("[data-new-holds]").click(timeout=2_000)
-        row.wait_for(state="attached", timeout=timeout_ms)
-    group = page.locator(f'tbody.hold-group:has(tr.hold[data-delivery-id="{delivery_id}"])')
-    if group.get_attribute("data-collapsed") is not None:
-        group.locator("[data-group-toggle]").click()
-    row.wait_for(state="visible", timeout=timeout_ms)
-    return row
-
-
-def _delivery_id(world: World, message_id: str) -> int:
-    return world.status(message_id)["deliveries"][0]["delivery_id"]
-
-
-def _holds_page(world: World, browser: Any, sender: str, recipient: str) -> tuple[Any, Agent, Agent, str]:
-    """Register `sender` and `recipient`, give the recipient the operator policy `hold`, and open
-    the holds queue (live). Returns the page, both agents and the address that reaches the recipient."""
-    a, b = world.register(sender), world.register(recipient)
-    world.operator("PUT", f"sessions/{b.ref}/policy", {"policy": "hold"})
-    page = _log_in(browser, world)
-    page.goto(world.hub.url + "/holds/")
-    _wait_live(page)
-    return page, a, b, f"{b.name} [{b.ref}]"
 
 
 def test_pages_and_socket_need_a_login(world: World, browser: Any) -> None:
@@ -230,12 +58,12 @@ def test_logging_out_in_one_tab_ends_the_live_feed_in_the_others(world: World, b
     """Given the console open live in two tabs of one browser, when the operator logs out in one,
     then the other tab's socket is closed by the hub and the page says to log in again, while a
     console in another browser stays live."""
-    first = _log_in(browser, world)
+    first = log_in(browser, world)
     second = first.context.new_page()
     second.goto(world.hub.url + "/holds/")
-    elsewhere = _log_in(browser, world)
+    elsewhere = log_in(browser, world)
     for page in (first, second, elsewhere):
-        _wait_live(page)
+        wait_live(page)
 
     first.get_by_role("button", name=f"Log out {OPERATOR[0]}").click()
     first.wait_for_url("**/login/**")
@@ -250,14 +78,14 @@ def test_logging_out_in_one_tab_ends_the_live_feed_in_the_others(world: World, b
 def test_a_policy_hold_appears_without_reload_and_approving_it_delivers(world: World, browser: Any) -> None:
     """Given bob's operator policy is hold, when alice sends, the hold shows up live; approving it
     in the page queues it, bob's inbox pull gets it, and its state becomes delivered."""
-    page, alice, bob, to_bob = _holds_page(world, browser, "alice-e2e", "bob-e2e")
+    page, alice, bob, to_bob = holds_page(world, browser, "alice-e2e", "bob-e2e")
     page.evaluate("() => { window.__reloaded = false; }")  # survives only if the page never reloads
 
     started = time.monotonic()
     sent = world.send(alice, to_bob, "please merge PR 12", summary="merge PR 12")
     assert sent["status"] == "held"
-    delivery_id = _delivery_id(world, sent["id"])
-    row = _show_hold(page, delivery_id)
+    delivery_id = delivery_id_of(world, sent["id"])
+    row = show_hold(page, delivery_id)
     appeared_after = time.monotonic() - started
     print(f"held message appeared in the queue {appeared_after:.3f} s after the send returned")
     assert page.evaluate("() => window.__reloaded") is False
@@ -275,10 +103,10 @@ def test_a_policy_hold_appears_without_reload_and_approving_it_delivers(world: W
 
 
 def test_a_hold_denied_with_the_keyboard_never_arrives(world: World, browser: Any) -> None:
-    page, carol, dan, to_dan = _holds_page(world, browser, "carol-e2e", "dan-e2e")
+    page, carol, dan, to_dan = holds_page(world, browser, "carol-e2e", "dan-e2e")
     sent = world.send(carol, to_dan, "run the migration on prod now", summary="prod migration")
-    delivery_id = _delivery_id(world, sent["id"])
-    row = _show_hold(page, delivery_id)
+    delivery_id = delivery_id_of(world, sent["id"])
+    row = show_hold(page, delivery_id)
 
     # j moves to a hold; r types its reason; Esc leaves the box; d denies.
     rows = page.locator("table[data-holds] tr.hold")
@@ -308,15 +136,15 @@ def test_a_hold_denied_with_the_keyboard_never_arrives(world: World, browser: An
 
 
 def test_many_holds_are_approved_at_once(world: World, browser: Any) -> None:
-    page, erin, fay, to_fay = _holds_page(world, browser, "erin-e2e", "fay-e2e")
+    page, erin, fay, to_fay = holds_page(world, browser, "erin-e2e", "fay-e2e")
     sent = [world.send(erin, to_fay, f"batch item {i}") for i in range(3)]
-    ids = [_delivery_id(world, s["id"]) for s in sent]
+    ids = [delivery_id_of(world, s["id"]) for s in sent]
     for delivery_id in ids:
-        _show_hold(page, delivery_id).get_by_role("checkbox").check()
+        show_hold(page, delivery_id).get_by_role("checkbox").check()
     assert page.locator("[data-selected-count]").inner_text().startswith("3")
     page.get_by_role("button", name="Approve selected").click()
     for delivery_id in ids:
-        _hold_row(page, delivery_id).wait_for(state="detached", timeout=5_000)
+        hold_row(page, delivery_id).wait_for(state="detached", timeout=5_000)
     assert sorted(m["id"] for m in world.inbox(fay)) == sorted(s["id"] for s in sent)
     page.context.close()
 
@@ -324,37 +152,37 @@ def test_many_holds_are_approved_at_once(world: World, browser: Any) -> None:
 def test_a_page_that_lost_its_socket_catches_up_on_what_it_missed(world: World, browser: Any) -> None:
     """Given the socket is down, when a hold is created and another decided meanwhile, then on
     reconnecting the page shows the new hold and drops the decided one, without a reload."""
-    page, mia, _, to_ned = _holds_page(world, browser, "mia-e2e", "ned-e2e")
+    page, mia, _, to_ned = holds_page(world, browser, "mia-e2e", "ned-e2e")
     early = world.send(mia, to_ned, "decided while you were away")
-    early_row = _show_hold(page, _delivery_id(world, early["id"]))
+    early_row = show_hold(page, delivery_id_of(world, early["id"]))
     page.evaluate("() => { window.__reloaded = false; window.switchboardConsole.pause(); }")
     page.wait_for_selector('#live[data-state="off"]', timeout=5_000)
 
     late = world.send(mia, to_ned, "sent while you were away")
-    world.operator("POST", f"holds/{_delivery_id(world, early['id'])}/deny", {"reason": "elsewhere"})
+    world.operator("POST", f"holds/{delivery_id_of(world, early['id'])}/deny", {"reason": "elsewhere"})
     page.wait_for_timeout(500)
-    late_row = _hold_row(page, _delivery_id(world, late["id"]))
+    late_row = hold_row(page, delivery_id_of(world, late["id"]))
     assert late_row.count() == 0 and early_row.count() == 1  # nothing arrives while offline
     assert page.locator("[data-new-holds]").is_hidden()
 
     page.evaluate("() => window.switchboardConsole.resume()")
     early_row.wait_for(state="detached", timeout=5_000)
-    _show_hold(page, _delivery_id(world, late["id"]))
+    show_hold(page, delivery_id_of(world, late["id"]))
     assert page.evaluate("() => window.__reloaded") is False
     page.context.close()
 
 
 def test_message_text_with_markup_is_shown_as_text(world: World, browser: Any) -> None:
-    page, gus, _, to_hal = _holds_page(world, browser, "gus-e2e", "hal-e2e")
+    page, gus, _, to_hal = holds_page(world, browser, "gus-e2e", "hal-e2e")
     sent = world.send(gus, to_hal, SCRIPT_TEXT, summary="<b>bold?</b>")
-    row = _show_hold(page, _delivery_id(world, sent["id"]))
+    row = show_hold(page, delivery_id_of(world, sent["id"]))
     # Arrived live (fetched by the script): markup is text, nothing ran, no element was created.
     assert "<script>window.__pwned = 1</script>" in row.inner_text()
     assert "<b>bold?</b>" in row.inner_text()
     assert row.locator("script, img, b").count() == 0
     # Rendered by the server: the same.
     page.reload()
-    row = _show_hold(page, _delivery_id(world, sent["id"]))
+    row = show_hold(page, delivery_id_of(world, sent["id"]))
     assert "<script>window.__pwned = 1</script>" in row.inner_text()
     assert row.locator("script, img, b").count() == 0
     page.goto(world.hub.url + f"/messages/{sent['id']}/")
@@ -367,8 +195,8 @@ def test_message_text_with_markup_is_shown_as_text(world: World, browser: Any) -
 
 def test_the_dashboard_feed_follows_a_message_from_queued_to_read(world: World, browser: Any) -> None:
     ivy, jon = world.register("ivy-e2e"), world.register("jon-e2e")
-    page = _log_in(browser, world)
-    _wait_live(page)
+    page = log_in(browser, world)
+    wait_live(page)
     sent = world.send(ivy, f"jon-e2e [{jon.ref}]", "lunch at noon?", summary="lunch")
     row = page.locator(f'table[data-feed] tr[data-message-id="{sent["id"]}"]')
     row.wait_for(state="visible", timeout=5_000)
@@ -393,7 +221,7 @@ def test_the_dashboard_feed_follows_a_message_from_queued_to_read(world: World, 
 
 def test_the_policy_editor_sets_an_operator_policy(world: World, browser: Any) -> None:
     lou = world.register("lou-e2e")
-    page = _log_in(browser, world)
+    page = log_in(browser, world)
     page.goto(world.hub.url + f"/sessions/{lou.id}/")
     page.get_by_role("combobox", name="Operator's floor").select_option("refuse")
     page.get_by_role("button", name="Save the floor").click()
@@ -407,9 +235,9 @@ def test_the_policy_editor_sets_an_operator_policy(world: World, browser: Any) -
 def test_the_team_board_and_roster_update_live(world: World, browser: Any) -> None:
     lead, mate = world.register("lead-live"), world.register("mate-live")
     team = world.as_agent(lead, "POST", "teams", {"name": "live-board"})
-    page = _log_in(browser, world)
+    page = log_in(browser, world)
     page.goto(world.hub.url + f"/teams/{team['id']}/")
-    _wait_live(page)
+    wait_live(page)
     page.evaluate("() => { window.__reloaded = false; }")
     world.join(lead, team["id"], mate)
     page.locator("table", has_text=f"mate-live [{mate.ref}]").wait_for(timeout=5_000)
@@ -486,24 +314,14 @@ def _populate_for_screenshots(world: World) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    """Where the screenshots go: SWITCHBOARD_SCREENSHOTS (relative to the repository), else a
-    temporary directory."""
-    wanted = os.environ.get("SWITCHBOARD_SCREENSHOTS", "").strip()
-    where = (REPO / wanted) if wanted else tmp_path
-    where.mkdir(parents=True, exist_ok=True)
-    return where
-
-
 def test_screenshots_of_dashboard_holds_and_board(world: World, browser: Any, shots: Path) -> None:
     made = _populate_for_screenshots(world)
-    page = _log_in(browser, world)
-    _wait_live(page)
+    page = log_in(browser, world)
+    wait_live(page)
     page.screenshot(path=str(shots / "dashboard.png"), full_page=False)
 
     page.goto(world.hub.url + "/holds/")
-    _wait_live(page)
+    wait_live(page)
     page.keyboard.press("j")
     page.screenshot(path=str(shots / "holds.png"), full_page=False)
     sensitive = page.locator('table[data-holds] tr.hold[data-tier="sensitive"]')
@@ -531,12 +349,12 @@ def test_screenshots_of_dashboard_holds_and_board(world: World, browser: Any, sh
     page.screenshot(path=str(shots / "audit.png"), full_page=False)
     page.context.close()
 
-    phone = _log_in(browser, world, viewport={"width": 390, "height": 844})
+    phone = log_in(browser, world, viewport={"width": 390, "height": 844})
     phone.goto(world.hub.url + "/holds/")
-    _wait_live(phone)
+    wait_live(phone)
     phone.screenshot(path=str(shots / "holds-phone.png"), full_page=False)
     phone.goto(world.hub.url + "/")
-    _wait_live(phone)
+    wait_live(phone)
     phone.screenshot(path=str(shots / "dashboard-phone.png"), full_page=False)
     phone.goto(world.hub.url + "/holds/")
     # On a phone the decision buttons are on screen without scrolling sideways.

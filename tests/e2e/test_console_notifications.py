@@ -16,14 +16,7 @@ from typing import Any
 import pytest
 
 from hub_fixtures.sensitivity_corpus import AWS_SECRET
-from tests.e2e.test_console_browser import (  # noqa: F401 (world and browser are fixtures)
-    OPERATOR,
-    World,
-    _delivery_id,
-    _wait_live,
-    browser,
-    world,
-)
+from tests.e2e.console_world import OPERATOR, World, delivery_id_of, wait_live
 
 pytestmark = pytest.mark.e2e
 
@@ -80,7 +73,7 @@ def test_an_escalated_hold_notifies_an_operator_who_opted_in_and_a_routine_one_d
     carol, dave = world.register("carol-notify"), world.register("dave-notify")
     world.operator("PUT", f"sessions/{dave.ref}/policy", {"policy": "hold"})
     page = _log_in_notifying(browser, world)
-    _wait_live(page)
+    wait_live(page)
 
     # Given the operator turns notifications on (the browser already allows them).
     toggle = page.locator("#notify-toggle")
@@ -94,7 +87,7 @@ def test_an_escalated_hold_notifies_an_operator_who_opted_in_and_a_routine_one_d
     assert routine["status"] == "held"
     sent = world.send(alice, f"{bob.name} [{bob.ref}]", SECRET_TEXT, summary="deploy creds")
     assert (sent["status"], sent["tier"]) == ("held", "sensitive")
-    hold = _delivery_id(world, sent["id"])
+    hold = delivery_id_of(world, sent["id"])
 
     # then one notification shows, for the escalated hold only (events arrive in order on the
     # socket, so the routine one was heard before it), naming who and what matched, not the text.
@@ -120,7 +113,7 @@ def test_an_escalated_hold_notifies_an_operator_who_opted_in_and_a_routine_one_d
 
     # Turned off, the page shows no more.
     page.goto(world.hub.url + "/")
-    _wait_live(page)
+    wait_live(page)
     page.wait_for_selector('#notify-toggle[data-listening="on"]')  # the choice is remembered
     page.locator("#notify-toggle").click()
     page.wait_for_selector('#notify-toggle[aria-pressed="false"]:not([data-listening])')

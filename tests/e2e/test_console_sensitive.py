@@ -11,16 +11,7 @@ from typing import Any
 import pytest
 
 from hub_fixtures.sensitivity_corpus import AWS_SECRET
-from tests.e2e.test_console_browser import (  # noqa: F401 (world and browser are fixtures)
-    World,
-    _delivery_id,
-    _hold_row,
-    _log_in,
-    _show_hold,
-    _wait_live,
-    browser,
-    world,
-)
+from tests.e2e.console_world import World, delivery_id_of, hold_row, log_in, show_hold, wait_live
 
 pytestmark = pytest.mark.e2e
 
@@ -39,14 +30,14 @@ def test_an_escalated_hold_is_masked_revealed_on_purpose_and_approved_only_with_
     tmp_path: Path,
 ) -> None:
     alice, bob = world.register("alice-secret"), world.register("bob-secret")
-    page = _log_in(browser, world, viewport={"width": 1400, "height": 700})
+    page = log_in(browser, world, viewport={"width": 1400, "height": 700})
     page.goto(world.hub.url + "/holds/")
-    _wait_live(page)
+    wait_live(page)
 
     # Given alice pastes an AWS secret key to bob, the hold appears live, escalated and masked.
     sent = world.send(alice, f"{bob.name} [{bob.ref}]", SECRET_TEXT, summary="deploy creds")
     assert (sent["status"], sent["tier"]) == ("held", "sensitive")
-    row = _show_hold(page, _delivery_id(world, sent["id"]))
+    row = show_hold(page, delivery_id_of(world, sent["id"]))
     text = row.inner_text()
     assert MASKED in text and AWS_SECRET not in text
     assert "sensitive: AWS secret access key" in text and "escalated" in text.lower()
@@ -76,8 +67,8 @@ def test_an_escalated_hold_is_masked_revealed_on_purpose_and_approved_only_with_
 
     # Approving with a reason queues it; bob gets the text exactly as sent.
     page.goto(world.hub.url + "/holds/")
-    _wait_live(page)
-    row = _show_hold(page, _delivery_id(world, sent["id"]))
+    wait_live(page)
+    row = show_hold(page, delivery_id_of(world, sent["id"]))
     row.locator('input[name="reason"]').fill("rotating the key right after the deploy")
     row.get_by_role("button", name="Approve").click()
     row.wait_for(state="detached", timeout=5_000)
@@ -89,21 +80,21 @@ def test_an_escalated_hold_is_masked_revealed_on_purpose_and_approved_only_with_
 def test_a_revealed_message_page_stays_live(world: World, browser: Any) -> None:  # noqa: F811
     alice, bob = world.register("alice-reveal-live"), world.register("bob-reveal-live")
     sent = world.send(alice, f"{bob.name} [{bob.ref}]", SECRET_TEXT)
-    page = _log_in(browser, world)
+    page = log_in(browser, world)
     failed: list[str] = []
     page.on(
         "response",
         lambda r: failed.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None,
     )
     page.goto(world.hub.url + f"/messages/{sent['id']}/")
-    _wait_live(page)
+    wait_live(page)
     page.locator("[data-reveal]").click()
     page.wait_for_selector("[data-revealed]")
-    _wait_live(page)
+    wait_live(page)
 
     # When another operator approves it, the revealed page shows the new state without a reload,
     # re-read from the message's own address (the reveal's form address answers only a POST).
-    world.operator("POST", f"holds/{_delivery_id(world, sent['id'])}/approve", {"reason": "rotated"})
+    world.operator("POST", f"holds/{delivery_id_of(world, sent['id'])}/approve", {"reason": "rotated"})
     page.wait_for_function(
         "() => !document.querySelector('[data-live-region=\"deliveries\"]').innerText.includes('held')",
         timeout=5_000,
@@ -117,20 +108,20 @@ def test_a_group_line_is_recounted_when_one_of_its_holds_leaves(world: World, br
     alice, bob = world.register("alice-group-line"), world.register("bob-group-line")
     sent = [world.send(alice, f"{bob.name} [{bob.ref}]", f"then run rm -rf /tmp/build-{i}") for i in range(3)]
     assert {s["status"] for s in sent} == {"held"}
-    page = _log_in(browser, world)
+    page = log_in(browser, world)
     page.goto(world.hub.url + f"/holds/?recipient={bob.id}")
-    _wait_live(page)
+    wait_live(page)
     group = page.locator("tbody.hold-group").first
     facts = group.locator(".group-facts")
     assert facts.locator(".escalate").text_content() == "3 escalated"
-    second = _hold_row(page, _delivery_id(world, sent[1]["id"]))
+    second = hold_row(page, delivery_id_of(world, sent[1]["id"]))
     second_held_at = second.locator(".age[data-age]").get_attribute("data-age")
     second_expires = second.locator('.countdown[data-slot="expires"]').get_attribute("data-expires")
 
     # When the oldest is denied elsewhere, the line speaks of the two left: their count, how many
     # are escalated, the oldest one's age and the next deadline.
-    world.operator("POST", f"holds/{_delivery_id(world, sent[0]['id'])}/deny", {"reason": "no"})
-    _hold_row(page, _delivery_id(world, sent[0]["id"])).wait_for(state="detached", timeout=5_000)
+    world.operator("POST", f"holds/{delivery_id_of(world, sent[0]['id'])}/deny", {"reason": "no"})
+    hold_row(page, delivery_id_of(world, sent[0]["id"])).wait_for(state="detached", timeout=5_000)
     assert group.locator("[data-group-count]").first.inner_text() == "2"
     assert facts.locator(".escalate").text_content() == "2 escalated"
     assert facts.locator(".age").get_attribute("data-age") == second_held_at

@@ -19,13 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_console_browser import (  # noqa: F401 (world and browser are fixtures)
-    World,
-    _delivery_id,
-    _log_in,
-    browser,
-    world,
-)
+from tests.e2e.console_world import World, delivery_id_of, log_in
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +60,7 @@ def _held(hub: World, sender: str, recipient: str) -> int:
     """A hold waiting for the operator: `recipient` holds everything; returns its delivery id."""
     a, b = hub.register(sender), hub.register(recipient)
     hub.operator("PUT", f"sessions/{b.ref}/policy", {"policy": "hold"})
-    return _delivery_id(hub, hub.send(a, b.ref, "approve me, please")["id"])
+    return delivery_id_of(hub, hub.send(a, b.ref, "approve me, please")["id"])
 
 
 def _still_held(hub: World, delivery_id: int) -> bool:
@@ -99,7 +93,7 @@ def test_a_page_on_another_port_can_neither_read_nor_replace_the_consoles_csrf_c
     approve or deny the operator then made answered 403 until the page was reloaded, and the
     attacker's tab could write it again every second while holds ran out."""
     delivery_id = _held(world, "cookie-sender", "cookie-recipient")
-    console = _log_in(browser, world)
+    console = log_in(browser, world)
     console.goto(world.hub.url + "/holds/")
     hub_cookies = {c["name"]: c["value"] for c in console.context.cookies(world.hub.url)}
     assert set(hub_cookies) >= {"csrftoken", "sessionid"}
@@ -132,7 +126,7 @@ def test_a_page_on_another_port_cannot_act_read_or_listen_with_the_operators_log
     token a page could have read), a text/plain POST to the API (a "simple" request, no preflight),
     reading the API's answers, the operators' live socket, and framing the console."""
     delivery_id = _held(world, "csrf-sender", "csrf-recipient")
-    console = _log_in(browser, world)
+    console = log_in(browser, world)
     token = next(c["value"] for c in console.context.cookies(world.hub.url) if c["name"] == "csrftoken")
     page = console.context.new_page()
     answers: list[tuple[str, int]] = []

@@ -17,7 +17,7 @@ import pytest
 
 from hub_topology import REPO
 from hub_topology.embedded import Hub, start_hub
-from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.console_world import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.e2e
 

@@ -586,7 +586,7 @@ def test_a_real_hub_cuts_off_a_huge_chunked_post_and_its_memory_stays_flat(
 def test_the_api_docs_render_in_a_browser_from_the_hubs_own_files(served_hub: Any) -> None:
     from playwright.sync_api import sync_playwright
 
-    from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS
+    from tests.e2e.console_world import CHROMIUM, CHROMIUM_ARGS
 
     requested: list[str] = []
     problems: list[str] = []
