@@ -107,6 +107,8 @@ def outcome_sentence(delivery: Delivery, recipient: AgentSession, *, duplicate: 
     again = "This is the original send (same idempotency key or identical text); " if duplicate else ""
     state = delivery.state
     if state == S.QUEUED:
+        if recipient.peer_address:  # written to its listener after the commit (`services.transports`)
+            return f"{again}Queued for {who}: the hub writes it to their socket listener now; do not resend."
         return f"{again}Queued for {who}: it reaches them at their next tool call or turn; do not resend."
     if state == S.DELIVERED:
         return f"{again}Delivered to {who}; they have not acknowledged reading it yet. Do not resend."

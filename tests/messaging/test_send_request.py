@@ -92,3 +92,24 @@ def test_a_request_forwarded_by_a_hub_nobody_vouched_for_reaches_only_an_exact_a
     assert isinstance(grouped[0], NotFound) and "bobby" not in str(grouped[0])
     assert not isinstance(grouped[1], NotFound) and grouped[1].recipient.id == bobby.id
     assert exact.recipient.id == bobby.id and by_prefix.recipient.id == bobby.id
+
+
+@pytest.mark.django_db
+def test_the_answer_says_when_a_queued_message_goes_to_the_recipients_socket_at_once(tmp_path: Any) -> None:
+    """A session that listens on a socket (`peer_address`) is written to as the send commits; one
+    that does not reads its messages at its next tool call or turn. The answer says which."""
+    alice = session_register(name="alice").session
+    hook = session_register(name="hooked").session
+    listener = session_register(name="listening", peer_address=f"uds:{tmp_path / 'l.sock'}").session
+
+    to_hook = message_send(SendRequest(sender=alice, to="hooked", text="one"))
+    to_listener = message_send(SendRequest(sender=alice, to="listening", text="two"))
+
+    assert to_hook.status == to_listener.status == "queued"
+    assert to_hook.result == (
+        f"Queued for hooked [{hook.ref}]: it reaches them at their next tool call or turn; do not resend."
+    )
+    assert to_listener.result == (
+        f"Queued for listening [{listener.ref}]: the hub writes it to their socket listener now; "
+        "do not resend."
+    )
