@@ -47,6 +47,13 @@ class HubUnreachable(HubError):
         super().__init__("unreachable", detail, status=0)
 
 
+class NotConfigured(HubError):
+    """This machine lacks what the call needs (the enrollment key): the hub was not asked."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(code, detail, status=0)
+
+
 class HubClient:
     """A session's (or an enrolling caller's) view of one hub."""
 
@@ -159,7 +166,7 @@ class HubClient:
         it has the answer) makes a retry get the same session back instead of a second one."""
         key = key or enroll_key()
         if not key:
-            raise HubError(
+            raise NotConfigured(
                 "no_enroll_key",
                 "No enrollment key: set SWITCHBOARD_ENROLL_KEY or put the hub's key in "
                 "$SWITCHBOARD_HOME/enroll.key.",

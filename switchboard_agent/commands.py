@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from switchboard_agent.client import HubClient, HubError, HubUnreachable
+from switchboard_agent.client import HubClient, HubError, HubUnreachable, NotConfigured
 from switchboard_agent.hints import for_shell
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_HUB, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
@@ -366,6 +366,9 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
             return fn(args)
         except UsageError as exc:
             print(f"switchboard: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except NotConfigured as exc:
+            print(f"switchboard: {exc.detail} [{exc.code}]", file=sys.stderr)
             return EXIT_USAGE
         except HubUnreachable as exc:
             print(f"switchboard: {exc.detail} Retry later.", file=sys.stderr)

@@ -86,6 +86,16 @@ def test_exit_codes_tell_usage_hub_and_unreachable_apart(
     assert code == 4 and "Retry later" in err  # the hub is unreachable
 
 
+def test_registering_without_an_enrollment_key_is_a_usage_error_not_the_hubs(
+    inprocess_hub: str, capsys, monkeypatch, tmp_path: Path
+) -> None:
+    """The hub is never asked: nothing it refused, so not exit 3."""
+    monkeypatch.delenv("SWITCHBOARD_ENROLL_KEY", raising=False)
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path))  # a home without enroll.key
+    code, out, err = run(capsys, "register", "--name", "ci-bot")
+    assert (code, out) == (2, "") and "No enrollment key" in err and "[no_enroll_key]" in err
+
+
 def test_inbox_after_a_lost_answer_says_how_to_see_what_was_handed_over(
     inprocess_hub: str, register, send, capsys, monkeypatch
 ) -> None:
