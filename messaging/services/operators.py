@@ -9,6 +9,8 @@ admin's views and `operator_create` do). A surface that knows who acts names the
 `operator_accounts_changed_by`; any other change is the hub's (`actor="hub"`), as a management
 command run on the hub's machine is. A bulk `QuerySet.update` sends no signal and is not seen:
 nothing in the hub changes users that way.
+
+Unlocking a login (django-axes' lockout) is an operator's change too: `operator_unlock`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from axes.utils import reset
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models.signals import post_delete, post_save, pre_save
 
 from messaging.principals import HUB, Principal
@@ -88,6 +92,17 @@ def operator_accounts_changed_by(actor: Principal) -> Iterator[None]:
         yield
     finally:
         _changed_by.reset(token)
+
+
+def operator_unlock(*, name: str, actor: Principal) -> int:
+    """Lift the login lockout of username `name` at once (django-axes' failed attempts for it are
+    forgotten), audited. Returns how many failed attempts were recorded."""
+    with transaction.atomic():
+        cleared = reset(username=name)
+        audit_event(
+            "operator.unlocked", actor=actor.actor, target=f"operator:{name}", detail={"attempts": cleared}
+        )
+    return cleared
 
 
 # Django's user model, on each save and delete. The stored account is read before the save, so
