@@ -187,6 +187,9 @@ SILENCED_SYSTEM_CHECKS = ["axes.W006"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "console.views.login_locked_out"
 AXES_VERBOSE = False
+# Its admin pages are registered by console/admin.py instead, read-only: deleting a failed attempt
+# would unlock a login with no audit; the unlock there is an action that calls the audited service.
+AXES_ENABLE_ADMIN = False
 # Console sessions end after SWITCHBOARD_SESSION_IDLE_SECONDS without a request (each request
 # moves the expiry on). SWITCHBOARD_SECURE_COOKIES=1 behind TLS: the session and CSRF cookies are
 # then only sent over HTTPS.

@@ -2,9 +2,9 @@
 
 Every change that has rules (delivery states, policy, holds, pins, tokens) belongs to a service
 (`messaging/services/`), which checks the rules and writes the audit. So no row here can be added,
-changed or deleted through the admin's forms (`ReadOnlyAdmin`); the two changes an operator makes
-only here, removing a pin and revoking or restoring an operator token, are admin actions that call
-their service with the operator as the actor.
+changed or deleted through the admin's forms (`ReadOnlyAdmin`); removing a pin and revoking or
+restoring an operator token (also `operator_token NAME --revoke`) are admin actions that call their
+service with the operator as the actor.
 
 A message's text and summary are shown here as the console shows them: a sensitive message's
 secrets masked (`mask_text`), revealed only on the console's message page, which audits the reveal

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import time_machine
+from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -81,6 +82,51 @@ def test_an_operator_command_lifts_the_lock_at_once(operator):
     assert AuditEvent.objects.filter(kind="operator.unlocked", target=f"operator:{NAME}").exists()
     browser = Client()
     assert _log_in(browser, PASSWORD) == 302 and _logged_in(browser)
+
+
+@pytest.fixture
+def root_browser(operator: str) -> Client:
+    """A browser logged in to the Django admin as a superuser, `root`, beside the operator `ada`."""
+    root = get_user_model().objects.create_superuser("root", password="root-password-1")
+    browser = Client()
+    browser.force_login(root)
+    return browser
+
+
+def test_the_admin_unlocks_a_login_through_the_audited_service(root_browser):
+    """Given `ada` locked out, when a superuser selects her failed attempts in the admin and runs
+    the unlock action, then she logs in again and the audit names who unlocked her."""
+    _guess(settings.AXES_FAILURE_LIMIT)
+    assert _log_in(Client(), PASSWORD) == 429
+    attempts = list(AccessAttempt.objects.filter(username=NAME).values_list("pk", flat=True))
+
+    answer = root_browser.post(
+        "/admin/axes/accessattempt/", {"action": "attempts_unlock", "_selected_action": attempts}
+    )
+
+    assert answer.status_code == 302
+    event = AuditEvent.objects.get(kind="operator.unlocked")
+    assert (event.actor, event.target) == ("operator:root", f"operator:{NAME}")
+    assert _log_in(Client(), PASSWORD) == 302
+
+
+def test_the_admin_cannot_unlock_by_deleting_or_editing_the_lockout_record(root_browser):
+    """Deleting or editing a failed attempt would unlock the login with no audit: the admin
+    refuses both (403), and the bulk delete is gone; the lockout stands."""
+    _guess(settings.AXES_FAILURE_LIMIT)
+    attempt = AccessAttempt.objects.get(username=NAME)
+    page = "/admin/axes/accessattempt/"
+    assert root_browser.post(f"{page}{attempt.pk}/delete/", {"post": "yes"}).status_code == 403
+    edit = {"username": "someone-else", "failures_since_start": 0}
+    assert root_browser.post(f"{page}{attempt.pk}/change/", edit).status_code == 403
+    root_browser.post(page, {"action": "delete_selected", "_selected_action": [attempt.pk], "post": "yes"})
+    for path in ("axes/accesslog", "axes/accessfailurelog"):
+        assert root_browser.get(f"/admin/{path}/").status_code == 200
+        assert root_browser.get(f"/admin/{path}/add/").status_code == 403
+
+    assert AccessAttempt.objects.get(pk=attempt.pk).failures_since_start == attempt.failures_since_start
+    assert _log_in(Client(), PASSWORD) == 429
+    assert not AuditEvent.objects.filter(kind="operator.unlocked").exists()
 
 
 @pytest.mark.parametrize("weak", ["password", "password1234", "123456789012", "ada-operator", "short-pw"])

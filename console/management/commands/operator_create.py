@@ -17,8 +17,6 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from messaging.services.audit import audit_event
-
 
 class Command(BaseCommand):
     help = (
@@ -61,16 +59,12 @@ class Command(BaseCommand):
             raise CommandError(" ".join(exc.messages)) from exc
         admin = not options["no_admin"]
         created = user.pk is None
+        # The save is audited (`operator.created`, or `operator.changed` with what changed) by
+        # `messaging.services.operators`, which sees every change to a user, in this transaction.
         with transaction.atomic():
             user.is_staff = True
             user.is_active = True
             user.is_superuser = admin
             user.set_password(password)
             user.save()
-            audit_event(
-                "operator.created" if created else "operator.reset",
-                actor="hub",
-                target=f"operator:{name}",
-                detail={"admin": admin},
-            )
         self.stdout.write(f"Operator {name!r} {'created' if created else 'updated'}; log in at /login/.")

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from axes.utils import reset
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import transaction
 
-from messaging.services.audit import audit_event
+from messaging.principals import HUB
+from messaging.services.operators import operator_unlock
 
 
 class Command(BaseCommand):
@@ -20,11 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, name: str, **options: Any) -> None:
         name = name.strip()
-        with transaction.atomic():
-            cleared = reset(username=name)
-            audit_event(
-                "operator.unlocked", actor="hub", target=f"operator:{name}", detail={"attempts": cleared}
-            )
+        cleared = operator_unlock(name=name, actor=HUB)
         self.stdout.write(
             f"Login of {name!r} unlocked." if cleared else f"{name!r} had no failed logins recorded."
         )
