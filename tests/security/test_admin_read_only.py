@@ -3,8 +3,9 @@ checks the rules and writes the audit (docs/architecture.md, "Services are the o
 
 Given a superuser logged in to the real admin pages, when it posts an edit, a delete or an add for
 any row of a Switchboard model, then the admin refuses (403) and the row is as it was; the list and
-detail pages still answer. The two things an operator can do only in the admin, removing a pin and
-revoking an operator token, are admin actions that call the service as that operator."""
+detail pages still answer. Removing a pin and revoking or restoring an operator token are admin
+actions that call the service as that operator (`operator_token NAME --revoke` does the latter
+from the command line)."""
 
 from __future__ import annotations
 
