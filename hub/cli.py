@@ -12,6 +12,8 @@ import importlib.util
 import os
 from collections.abc import Sequence
 
+from switchboard_agent.config import HUB_URL_FILE
+from switchboard_agent.home import write_private
 from switchboard_agent.hub_commands import HUB_COMMANDS, add_serve_options
 
 # What the `hub` extra brings that every hub command needs (checked without importing them: daphne's
@@ -46,10 +48,10 @@ def serve(argv: Sequence[str]) -> int:
     add_serve_options(parser)
     args = parser.parse_args(argv)
     os.environ["SWITCHBOARD_ROLE"] = args.role
+    shown = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(args.host, args.host)
+    local_url = f"http://[{shown}]:{args.port}" if ":" in shown else f"http://{shown}:{args.port}"
     if not os.environ.get("SWITCHBOARD_PUBLIC_URL"):
-        shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
-        shown = f"[{shown}]" if ":" in shown else shown
-        os.environ["SWITCHBOARD_PUBLIC_URL"] = f"http://{shown}:{args.port}"
+        os.environ["SWITCHBOARD_PUBLIC_URL"] = local_url
     from hub.web import event_loop_or_refusal
 
     loop_name = event_loop_or_refusal("serve")  # before Django imports daphne, whose loop it chooses
@@ -67,6 +69,8 @@ def serve(argv: Sequence[str]) -> int:
 
     call_command("migrate", interactive=False, verbosity=0)
     enrollment_key()  # generated on first start, into $SWITCHBOARD_HOME/enroll.key (0600)
+    # Beside the key, where the agent side with this home finds the hub (`config.hub_url`).
+    write_private(settings.SWITCHBOARD_HOME / HUB_URL_FILE, local_url + "\n")
     federation_start()  # hub key, registry: stale entries out, this hub and its live agents in
     scheduler = None
     if settings.SWITCHBOARD_JOBS != "celery":

@@ -32,13 +32,24 @@ from typing import Any
 from switchboard_agent.home import home_dir, write_private
 
 DEFAULT_URL = "http://127.0.0.1:8765"
+# Where `switchboard serve` writes the address it listens on (this machine's view of it), in its
+# home: the agent side with the same home finds the hub there, whatever port it took.
+HUB_URL_FILE = "hub.url"
 # Words that mean something else in an address (the hub refuses them as names).
 RESERVED_NAMES = frozenset({"lead", "hub", "operator", "switchboard"})
 SESSION_ID_CHARS = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
 def hub_url() -> str:
-    return (os.environ.get("SWITCHBOARD_URL") or DEFAULT_URL).strip().rstrip("/")
+    """The hub: SWITCHBOARD_URL, else the address a hub started with this home wrote there
+    (`HUB_URL_FILE`), else DEFAULT_URL."""
+    url = os.environ.get("SWITCHBOARD_URL", "").strip()
+    if not url:
+        try:
+            url = (home_dir() / HUB_URL_FILE).read_text(encoding="utf-8").strip()
+        except OSError:
+            url = ""
+    return (url or DEFAULT_URL).rstrip("/")
 
 
 def enroll_key() -> str | None:

@@ -39,3 +39,17 @@ def test_any_folder_name_gives_a_name_the_hub_accepts(folder: str) -> None:
 
 def test_the_reserved_words_match_the_hub() -> None:
     assert RESERVED_NAMES == HUB_RESERVED
+
+
+def test_the_hub_is_the_environments_else_the_one_that_wrote_its_address_in_the_home_else_the_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from switchboard_agent.config import DEFAULT_URL, HUB_URL_FILE, hub_url
+
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path))
+    monkeypatch.delenv("SWITCHBOARD_URL", raising=False)
+    assert hub_url() == DEFAULT_URL
+    (tmp_path / HUB_URL_FILE).write_text("http://127.0.0.1:8800\n")
+    assert hub_url() == "http://127.0.0.1:8800"
+    monkeypatch.setenv("SWITCHBOARD_URL", "http://127.0.0.1:9000/")
+    assert hub_url() == "http://127.0.0.1:9000"

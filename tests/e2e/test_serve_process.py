@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import threading
@@ -96,3 +97,31 @@ def test_messages_survive_a_restart(tmp_path):
             assert [m["text"] for m in messages] == ["kept"]
     finally:
         second.stop()
+
+
+def test_the_cli_with_the_hubs_home_finds_the_hub_on_whatever_port_it_took(hub):
+    """`switchboard serve` writes where it listens into its home (0600), beside the enrollment key:
+    a `switchboard` command given only that home reaches it, with no SWITCHBOARD_URL."""
+    import subprocess
+    import sys
+
+    from hub_topology import REPO
+
+    written = hub.home / "hub.url"
+    assert written.read_text().strip() == hub.url and stat.S_IMODE(written.stat().st_mode) == 0o600
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    env["SWITCHBOARD_HOME"] = str(hub.home)
+    done = subprocess.run(
+        [sys.executable, "-m", "switchboard_agent.cli", "register", "--name", "found-it", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    with httpx.Client(base_url=hub.url, timeout=30) as client:
+        me = client.get(
+            "/api/v1/ping", headers={"Authorization": f"Bearer {json.loads(done.stdout)['token']}"}
+        )
+    assert me.status_code == 200
