@@ -292,6 +292,14 @@ class SendLoad(threading.Thread):
         return pending
 
 
+def socket_path(tag: str) -> str:
+    """A path for a test's socket listener, short (Unix socket names are limited) and its own:
+    two runs of the suite at once (or two tests of one name) never bind the same one."""
+    import secrets
+
+    return f"/tmp/{tag}-{secrets.token_hex(5)}.sock"
+
+
 class SocketReceiver(threading.Thread):
     """A session's local socket listener (the `uds:` transport): reads one JSON frame per
     connection, records its id and answers `{"ack": id}`. With `stall=True` it accepts connections

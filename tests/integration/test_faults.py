@@ -22,6 +22,7 @@ from tests.integration.ledger import (
     SocketReceiver,
     WebSocketAgent,
     ledger_problems,
+    socket_path,
     stalled_websocket,
 )
 
@@ -159,7 +160,7 @@ def test_redis_restarted_and_emptied_under_load_loses_nothing(
         extra_env={**LOAD_ENV, "SWITCHBOARD_SOCKET_TIMEOUT": "2"},
     )
     ledger = Ledger()
-    receiver = SocketReceiver(f"/tmp/sbp-{tmp_path.name[-12:]}.sock", ledger)
+    receiver = SocketReceiver(socket_path("sbp"), ledger)
     receiver.start()
     alice, carol = hub.register("alice-redis", web=0), hub.register("carol-redis", web=0)
     bob = hub.register("bob-redis", web=1)
@@ -316,7 +317,7 @@ def test_worker_sigkilled_five_times_while_500_socket_deliveries_are_in_flight(
         extra_env={**LOAD_ENV, "SWITCHBOARD_SOCKET_TIMEOUT": "2"},
     )
     ledger = Ledger()
-    receivers = [SocketReceiver(f"/tmp/sbp-{tmp_path.name[-10:]}-{i}.sock", ledger) for i in range(5)]
+    receivers = [SocketReceiver(socket_path(f"sbp{i}"), ledger) for i in range(5)]
     for r in receivers:
         r.start()
     alice, carol = hub.register("alice-kill", web=0), hub.register("carol-kill", web=1)
@@ -373,8 +374,8 @@ def test_a_websocket_client_and_a_socket_reader_that_stop_reading_hold_bounded_m
         extra_env={**LOAD_ENV, "SWITCHBOARD_SOCKET_TIMEOUT": "1"},
     )
     ledger, ignored = Ledger(), Ledger()
-    stalled_rx = SocketReceiver(f"/tmp/sbp-{tmp_path.name[-10:]}-s.sock", ignored, stall=True)
-    healthy_rx = SocketReceiver(f"/tmp/sbp-{tmp_path.name[-10:]}-h.sock", ledger)
+    stalled_rx = SocketReceiver(socket_path("sbps"), ignored, stall=True)
+    healthy_rx = SocketReceiver(socket_path("sbph"), ledger)
     for r in (stalled_rx, healthy_rx):
         r.start()
     alice = hub.register("alice-slow", web=0)

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.harness import free_port, wait_until
-from tests.integration.ledger import LOAD_ENV, Ledger, SocketReceiver, WebSocketAgent
+from tests.integration.ledger import LOAD_ENV, Ledger, SocketReceiver, WebSocketAgent, socket_path
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def test_web_and_worker_metrics_move_as_a_scenario_runs(private_redis, fresh_dat
     )
     operator = {"Authorization": f"Bearer {hub.operator_token()}"}
     ledger = Ledger()
-    receiver = SocketReceiver(f"/tmp/sbm-{tmp_path.name[-12:]}.sock", ledger)
+    receiver = SocketReceiver(socket_path("sbm"), ledger)
     receiver.start()
     alice = hub.register("alice-metrics")
     bob = hub.register("bob-metrics", peer_address=receiver.address)

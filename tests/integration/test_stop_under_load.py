@@ -16,7 +16,7 @@ import pytest
 
 from hub_topology.embedded import start_hub
 from tests.integration.harness import wait_until
-from tests.integration.ledger import LOAD_ENV, Ledger, SendLoad, SocketReceiver, ledger_problems
+from tests.integration.ledger import LOAD_ENV, Ledger, SendLoad, SocketReceiver, ledger_problems, socket_path
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +118,7 @@ def test_web_and_worker_stop_within_seconds_under_load_and_lose_nothing(
         extra_env={**LOAD_ENV, "SWITCHBOARD_SOCKET_TIMEOUT": "2"},
     )
     ledger = Ledger()
-    receiver = SocketReceiver(f"/tmp/sbs-{tmp_path.name[-12:]}.sock", ledger)
+    receiver = SocketReceiver(socket_path("sbs"), ledger)
     receiver.start()
     alice, bob = hub.register("alice-stop", web=0), hub.register("bob-stop", web=0)
     carol = hub.register("carol-stop", web=1)

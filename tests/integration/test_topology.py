@@ -131,11 +131,11 @@ def test_a_message_sent_through_one_web_process_is_pushed_to_an_agent_websocket_
 
 
 def test_a_session_with_a_local_socket_gets_its_messages_written_by_the_worker(hub, tmp_path):
-    from tests.integration.ledger import Ledger, SocketReceiver, ledger_problems
+    from tests.integration.ledger import Ledger, SocketReceiver, ledger_problems, socket_path
 
     # Given bob listening on a Unix socket registered as his peer address
     ledger = Ledger()
-    receiver = SocketReceiver(f"/tmp/sbp-{tmp_path.name[-12:]}.sock", ledger)
+    receiver = SocketReceiver(socket_path("sbp"), ledger)
     receiver.start()
     try:
         alice = hub.register("alice-uds", web=0)
@@ -177,10 +177,10 @@ def test_a_sender_hears_of_each_message_before_its_receipts(hub, tmp_path):
 
     from websockets.sync.client import connect
 
-    from tests.integration.ledger import Ledger, SocketReceiver, WebSocketAgent
+    from tests.integration.ledger import Ledger, SocketReceiver, WebSocketAgent, socket_path
 
     to_socket, to_worker = Ledger(), Ledger()
-    receiver = SocketReceiver(f"/tmp/sbo-{tmp_path.name[-12:]}.sock", to_worker)
+    receiver = SocketReceiver(socket_path("sbo"), to_worker)
     receiver.start()
     alice = hub.register("alice-order", web=0)
     bob = hub.register("bob-order", web=1)  # on the agent socket of the other web; acks at once
