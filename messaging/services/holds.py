@@ -2,7 +2,9 @@
 
 An operator approves (→ queued, then pushed) or denies (→ denied) each one, alone or many at once.
 No decision before the deadline → expired by the periodic sweeper (database clock). At most
-`SWITCHBOARD_HOLDS_PER_RECIPIENT` wait per recipient: the oldest is expired to make room.
+`SWITCHBOARD_HOLDS_PER_RECIPIENT` wait per recipient. A sender makes room only among its own
+holds: at the cap, its own oldest is expired for its new one; with none to give up, its new message
+is refused (`hold_full`) and nothing expires. One sender's messages never expire another's.
 The sender learns every outcome from the delivery's state and from a hub notification.
 
 What an operator reads of a sensitive message has its matched secrets masked; approving an
@@ -16,10 +18,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.dispatch import Signal
 
-from messaging.errors import Invalid, NotFound
+from messaging.errors import HoldFull, Invalid, NotFound
 from messaging.framing import sender_facts
 from messaging.hold_reasons import STOPPED_HOLD
 from messaging.models import AgentSession, Delivery, Message, Tier
@@ -64,16 +66,33 @@ def _human_holds(recipient_id: Any) -> QuerySet[Delivery]:
     return Delivery.objects.filter(recipient_id=recipient_id, state=S.HELD).exclude(hold_reason=STOPPED_HOLD)
 
 
-def holds_make_room(*, recipient: AgentSession) -> list[Moved]:
-    """Before holding one more for `recipient`: if its holds are at the cap, expire the oldest so
-    the new one fits, and tell their senders. Runs inside the send transaction."""
-    cap = settings.SWITCHBOARD_HOLDS_PER_RECIPIENT
-    held = _human_holds(recipient.id).count()
-    if held < cap:
-        return []
-    oldest = list(
-        _human_holds(recipient.id).order_by("held_at", "id").values_list("id", flat=True)[: held - cap + 1]
+def holds_counted(*, recipient_id: Any, sender_id: Any) -> tuple[int, int]:
+    """The holds waiting for an operator for `recipient_id`: (all of them, `sender_id`'s), in one query."""
+    counts = _human_holds(recipient_id).aggregate(
+        held=Count("id"), own=Count("id", filter=Q(message__sender_id=sender_id))
     )
+    return int(counts["held"]), int(counts["own"])
+
+
+def holds_make_room(*, recipient: AgentSession, sender: AgentSession) -> list[Moved]:
+    """Before holding one more message from `sender` for `recipient`: when the recipient's holds
+    are at the cap, expire the sender's own oldest so the new one fits, and tell the sender. Never
+    another sender's: when the sender has too few to give up, raise HoldFull and expire nothing.
+    Runs inside the send transaction."""
+    cap = settings.SWITCHBOARD_HOLDS_PER_RECIPIENT
+    held, own = holds_counted(recipient_id=recipient.id, sender_id=sender.id)
+    over = held - cap + 1
+    if over <= 0:
+        return []
+    if over > own:
+        yours = "none of them is yours" if not own else "too few of them are yours"
+        raise HoldFull(
+            f"{recipient.label} already has {held} messages waiting for an operator, as many as it may, "
+            f"and {yours} to make room with; other senders' holds are never dropped for yours. Wait "
+            "until an operator has decided some of them, then send again.",
+        )
+    own_holds = _human_holds(recipient.id).filter(message__sender_id=sender.id)
+    oldest = list(own_holds.order_by("held_at", "id").values_list("id", flat=True)[:over])
     moved = delivery_transition(
         Delivery.objects.filter(pk__in=oldest),
         to=S.EXPIRED,
@@ -219,7 +238,8 @@ def _outcome_text(d: Delivery, outcome: str, reason: str) -> str:
     if outcome == "overflow":
         return (
             f"{what} was dropped unread: {who} had too many messages waiting for an operator, and it was "
-            "the oldest. Send again later if it still matters."
+            "the oldest of yours, expired to make room for your newer one. Send again later if it still "
+            "matters."
         )
     if outcome == "exited":
         return f"{what} expired: {who} exited before it was delivered."

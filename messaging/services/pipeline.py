@@ -10,6 +10,7 @@ Every send is a `SendRequest` and goes through the same steps, in this order:
    (`messaging.plugins.OtherHubs.route`) unless the message was forwarded here;
 3. guard: no self-sends, replies only to the sender's own messages, the observer rule, the dedupe
    window, the rate limits and the recipient's unread cap (a hub-made message skips the last three);
+   a message to be held makes room only among its own sender's holds (`holds.holds_make_room`);
 4. decide: `decision.decide`, a pure function over the pair's facts (or the route's own decision
    for a message that leaves this hub), adjusted by the forwarding hub's standing;
 5. write: messages, deliveries and audit events (one statement per table, `sending.messages_write`),
@@ -66,7 +67,7 @@ from messaging.sensitivity import Classification, classify
 from messaging.services.bulk import as_uuid
 from messaging.services.decision import Decision, decide
 from messaging.services.events import Announcement
-from messaging.services.holds import holds_make_room
+from messaging.services.holds import holds_counted, holds_make_room
 from messaging.services.limits import TokenReservation, limits_reserve, queue_full, unread_count
 from messaging.services.pair import dedupe_key, pair_facts, pair_texts_params, pair_texts_sql
 from messaging.services.recipients import (
@@ -389,6 +390,7 @@ class _Inbox:
     looping_back: bool | None = None  # the recipient has sent the sender the loop threshold
     sent_there: int | None = None  # the sender's recent texts to the recipient, up to the threshold
     holds: int | None = None  # holds waiting for an operator
+    own_holds: int | None = None  # of those, the batch's sender's (counted with `holds`)
 
 
 @dataclass
@@ -834,6 +836,8 @@ class _Batch:
             inbox.unread += 1
         if decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD and inbox.holds is not None:
             inbox.holds += 1
+            assert inbox.own_holds is not None  # counted with `holds` (`_make_room`)
+            inbox.own_holds += 1
         return outcome
 
     def _recipient(self, item: _Item) -> tuple[AgentSession, Resolution, RemoteSend | None]:
@@ -926,20 +930,22 @@ class _Batch:
         return int(count)
 
     def _make_room(self, inbox: _Inbox) -> None:
-        """`holds_make_room` only when the recipient's holds are at the cap (counted once)."""
+        """`holds_make_room` only when the recipient's holds are at the cap (all of them and the
+        sender's, counted once, in one query); raises HoldFull, expiring nothing, when the sender
+        has no hold of its own to give up."""
         self.writes.transaction()  # the holds it expires and the hold it makes room for go together
-        if inbox.holds is None:
+        if inbox.holds is None or inbox.own_holds is None:
             self._write_for(inbox)
-            inbox.holds = (
-                Delivery.objects.filter(recipient_id=inbox.recipient.id, state=S.HELD)
-                .exclude(hold_reason=STOPPED_HOLD)
-                .count()
+            inbox.holds, inbox.own_holds = holds_counted(
+                recipient_id=inbox.recipient.id, sender_id=self.sender.id
             )
         if inbox.holds < settings.SWITCHBOARD_HOLDS_PER_RECIPIENT:
             return
         self._write()  # the oldest holds may be this batch's own
-        moved = holds_make_room(recipient=inbox.recipient)
+        moved = holds_make_room(recipient=inbox.recipient, sender=self.sender)
+        # Only the sender's own holds are expired (so only the sender is notified, below).
         inbox.holds -= len(moved)
+        inbox.own_holds -= len(moved)
         if moved:
             self.writes.facts_current = False
         # The expired holds' senders were told with a notification: their unread counts changed.
