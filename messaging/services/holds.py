@@ -74,6 +74,17 @@ def holds_counted(*, recipient_id: Any, sender_id: Any) -> tuple[int, int]:
     return int(counts["held"]), int(counts["own"])
 
 
+def holds_full(recipient: AgentSession, *, held: int, own: int) -> HoldFull:
+    """The refusal of a new hold when `recipient`'s holds are at the cap and too few (`own`) of
+    them are the sender's to make room with."""
+    yours = "none of them is yours" if not own else "too few of them are yours"
+    return HoldFull(
+        f"{recipient.label} already has {held} messages waiting for an operator, as many as it may, "
+        f"and {yours} to make room with; other senders' holds are never dropped for yours. Wait "
+        "until an operator has decided some of them, then send again.",
+    )
+
+
 def holds_make_room(*, recipient: AgentSession, sender: AgentSession) -> list[Moved]:
     """Before holding one more message from `sender` for `recipient`: when the recipient's holds
     are at the cap, expire the sender's own oldest so the new one fits, and tell the sender. Never
@@ -85,12 +96,7 @@ def holds_make_room(*, recipient: AgentSession, sender: AgentSession) -> list[Mo
     if over <= 0:
         return []
     if over > own:
-        yours = "none of them is yours" if not own else "too few of them are yours"
-        raise HoldFull(
-            f"{recipient.label} already has {held} messages waiting for an operator, as many as it may, "
-            f"and {yours} to make room with; other senders' holds are never dropped for yours. Wait "
-            "until an operator has decided some of them, then send again.",
-        )
+        raise holds_full(recipient, held=held, own=own)
     own_holds = _human_holds(recipient.id).filter(message__sender_id=sender.id)
     oldest = list(own_holds.order_by("held_at", "id").values_list("id", flat=True)[:over])
     moved = delivery_transition(

@@ -67,7 +67,7 @@ from messaging.sensitivity import Classification, classify
 from messaging.services.bulk import as_uuid
 from messaging.services.decision import Decision, decide
 from messaging.services.events import Announcement
-from messaging.services.holds import holds_counted, holds_make_room
+from messaging.services.holds import holds_counted, holds_full, holds_make_room
 from messaging.services.limits import TokenReservation, limits_reserve, queue_full, unread_count
 from messaging.services.pair import dedupe_key, pair_facts, pair_texts_params, pair_texts_sql
 from messaging.services.recipients import (
@@ -939,8 +939,11 @@ class _Batch:
             inbox.holds, inbox.own_holds = holds_counted(
                 recipient_id=inbox.recipient.id, sender_id=self.sender.id
             )
-        if inbox.holds < settings.SWITCHBOARD_HOLDS_PER_RECIPIENT:
+        over = inbox.holds - settings.SWITCHBOARD_HOLDS_PER_RECIPIENT + 1
+        if over <= 0:
             return
+        if over > inbox.own_holds:
+            raise holds_full(inbox.recipient, held=inbox.holds, own=inbox.own_holds)
         self._write()  # the oldest holds may be this batch's own
         moved = holds_make_room(recipient=inbox.recipient, sender=self.sender)
         # Only the sender's own holds are expired (so only the sender is notified, below).
