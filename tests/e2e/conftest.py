@@ -7,12 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from hub_topology import REPO
 from hub_topology.embedded import Hub, start_hub
-from tests.e2e.console_world import CHROMIUM, CHROMIUM_ARGS, OPERATOR, World, manage
+from tests.e2e.console_world import CHROMIUM, CHROMIUM_ARGS, World, world_running
 
 
 @pytest.fixture
@@ -27,16 +26,8 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    home = tmp_path_factory.mktemp("console-e2e") / "home"
-    home.mkdir(mode=0o700)
-    hub = start_hub(home)
-    try:
-        manage(hub, "operator_create", OPERATOR[0], "--password-stdin", stdin=OPERATOR[1] + "\n")
-        token = manage(hub, "operator_token", "e2e-setup").strip().splitlines()[-1]
-        with httpx.Client(base_url=hub.url, timeout=15) as http:
-            yield World(hub=hub, http=http, operator_token=token)
-    finally:
-        hub.stop()
+    with world_running(tmp_path_factory.mktemp("console-e2e")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

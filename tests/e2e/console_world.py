@@ -9,14 +9,16 @@ import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from hub_topology import REPO
-from hub_topology.embedded import Hub
+from hub_topology.embedded import Hub, start_hub
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -164,3 +166,19 @@ def holds_page(world: World, browser: Any, sender: str, recipient: str) -> tuple
     page.goto(world.hub.url + "/holds/")
     wait_live(page)
     return page, a, b, f"{b.name} [{b.ref}]"
+
+
+@contextlib.contextmanager
+def world_running(folder: Path, extra_env: dict[str, str] | None = None) -> Iterator[World]:
+    """A hub started in `folder`/home (`extra_env` its settings) with the operator's login and a
+    set-up token; stopped afterwards."""
+    home = folder / "home"
+    home.mkdir(mode=0o700)
+    hub = start_hub(home, extra_env=extra_env)
+    try:
+        manage(hub, "operator_create", OPERATOR[0], "--password-stdin", stdin=OPERATOR[1] + "\n")
+        token = manage(hub, "operator_token", "e2e-setup").strip().splitlines()[-1]
+        with httpx.Client(base_url=hub.url, timeout=15) as http:
+            yield World(hub=hub, http=http, operator_token=token)
+    finally:
+        hub.stop()

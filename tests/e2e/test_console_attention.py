@@ -11,20 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from hub_fixtures.sensitivity_corpus import AWS_SECRET
-from hub_topology.embedded import start_hub
 from tests.e2e.console_world import (
-    OPERATOR,
     World,
     delivery_id_of,
     hold_row,
     log_in,
-    manage,
     show_hold,
     wait_live,
+    world_running,
 )
 
 pytestmark = pytest.mark.e2e
@@ -35,16 +32,9 @@ SECRET_TEXT = f"creds for the deploy: export AWS_SECRET_ACCESS_KEY={AWS_SECRET} 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    home = tmp_path_factory.mktemp("console-attention") / "home"
-    home.mkdir(mode=0o700)
-    hub = start_hub(home, extra_env={"SWITCHBOARD_DEAD_AFTER_SECONDS": str(DEAD_AFTER)})
-    try:
-        manage(hub, "operator_create", OPERATOR[0], "--password-stdin", stdin=OPERATOR[1] + "\n")
-        token = manage(hub, "operator_token", "e2e-setup").strip().splitlines()[-1]
-        with httpx.Client(base_url=hub.url, timeout=15) as http:
-            yield World(hub=hub, http=http, operator_token=token)
-    finally:
-        hub.stop()
+    folder = tmp_path_factory.mktemp("console-attention")
+    with world_running(folder, extra_env={"SWITCHBOARD_DEAD_AFTER_SECONDS": str(DEAD_AFTER)}) as running:
+        yield running
 
 
 def _strip(page: Any, name: str) -> Any:
