@@ -36,7 +36,7 @@ needs_root = pytest.mark.skipif(
 pytestmark = needs_root
 
 # The squatter: drops to `nobody`, then binds (so the listening socket is nobody's), prints its
-# port, and for each connection records every byte it is sent and answers a 401, for a few seconds.
+# port, and for each connection records every byte it is sent, then answers a 401, for a few seconds.
 SQUATTER = r"""
 import json, os, socket, sys, time
 family, host = (socket.AF_INET6, "::") if sys.argv[1] == "dual" else (socket.AF_INET, "127.0.0.1")
@@ -63,13 +63,14 @@ while time.monotonic() < deadline:
             if not chunk:
                 break
             got += chunk
+        # Recorded before the answer: once the caller has its answer, the record is written.
+        print(json.dumps(got.decode("latin-1")), flush=True)
         if got:
             conn.sendall(b'HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n'
                          b'Content-Length: 2\r\nConnection: close\r\n\r\n{}')
     except OSError:
         pass
     conn.close()
-    print(json.dumps(got.decode("latin-1")), flush=True)
 """
 
 
