@@ -12,6 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from switchboard_agent.home import UnsafeHome
 from switchboard_agent.hub_commands import HUB_COMMANDS, add_serve_options, run_hub_command
 
 
@@ -47,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return int(args.func(args) or 0)
+    except UnsafeHome as exc:  # a usage problem of this machine: one line, no traceback
+        print(f"switchboard: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the reader closed stdout early (`| head`): not an error, no traceback
         from switchboard_agent.commands import stdout_closed
 

@@ -21,6 +21,7 @@ from switchboard_agent.transport import (
     TimeoutException,
     Transport,
     TransportError,
+    UntrustedListener,
 )
 
 DEFAULT_TIMEOUT = Timeout(read=10.0, connect=2.0)
@@ -131,6 +132,8 @@ class HubClient:
             raise HubUnreachable(
                 f"The hub at {self.url} did not answer in time ({type(exc).__name__})."
             ) from exc
+        except UntrustedListener as exc:
+            raise HubUnreachable(f"Not using the hub at {self.url}: {exc}") from exc
         except TransportError as exc:
             raise HubUnreachable(f"The hub at {self.url} cannot be reached ({type(exc).__name__}).") from exc
         try:

@@ -8,13 +8,21 @@ client, safe to share between threads), or a test's stand-in with the same `hand
 Timeouts: `connect` bounds opening a connection, `read` each wait for the hub's bytes. Proxies are
 the environment's (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`, read as urllib reads
 them); redirects are not followed (a 3xx is an answer like any other).
+
+A hub on this machine gets a request only when its listening process runs as this user (or root,
+or the account named by `SWITCHBOARD_HUB_USER`): any local account can bind a free loopback port,
+and a request carries the enrollment key or a session token. Who holds the other end of a new
+connection is read from the kernel's socket table before a byte is written (`listener_check`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import select
+import socket
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,6 +66,10 @@ class ReadError(TransportError):
 
 class RemoteProtocolError(TransportError):
     pass
+
+
+class UntrustedListener(ConnectError):
+    """The address is served by a process of another local user: nothing was sent to it."""
 
 
 class TimeoutException(TransportError):
@@ -169,7 +181,105 @@ def _open(parts: SplitResult, timeout: Timeout) -> http.client.HTTPConnection:
     except (OSError, http.client.HTTPException) as exc:
         connection.close()
         raise ConnectError(str(exc) or type(exc).__name__) from exc
+    if proxy is None and connection.sock is not None:
+        try:
+            listener_check(connection.sock)
+        except UntrustedListener:
+            connection.close()
+            raise
     return connection
+
+
+# The kernel's tables of TCP sockets (Linux): each end's addresses, state and owner.
+SOCKET_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+_LISTEN = "0A"
+_MAPPED = b"\0" * 10 + b"\xff\xff"
+_ANY = (b"\0" * 16, _MAPPED + b"\0" * 4)  # a socket listening on every address
+
+
+def listener_check(sock: socket.socket) -> None:
+    """Raise UntrustedListener when the other end of `sock`, a new connection, is a process on this
+    machine that runs as another user than this one, root and `SWITCHBOARD_HUB_USER`. A server
+    elsewhere, or one the socket table cannot tell (no /proc, another network namespace behind a
+    port forward), is not judged here."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    try:
+        peer_host, peer_port = sock.getpeername()[:2]
+        own_host, own_port = sock.getsockname()[:2]
+        peer, own = _packed(peer_host), _packed(own_host)
+    except (OSError, ValueError):
+        return
+    if not (_is_loopback(peer) or peer == own):
+        return  # another machine: its owner is not in this kernel's table
+    uid = _holder(peer, peer_port, own, own_port)
+    if uid is None or uid in _trusted_uids():
+        return
+    raise UntrustedListener(
+        f"the process serving {peer_host}:{peer_port} runs as another local user (uid {uid}), not as "
+        "this one, so it was sent nothing (neither the enrollment key nor a token). If the hub runs "
+        "under another account on purpose, name that account in SWITCHBOARD_HUB_USER."
+    )
+
+
+def _trusted_uids() -> set[int]:
+    """This user, root (who can read this user's secrets anyway) and SWITCHBOARD_HUB_USER."""
+    trusted = {os.geteuid(), 0}
+    named = os.environ.get("SWITCHBOARD_HUB_USER", "").strip()
+    if named.isdigit():
+        trusted.add(int(named))
+    elif named:
+        import pwd
+
+        with contextlib.suppress(KeyError):  # no such account: it trusts nobody more
+            trusted.add(pwd.getpwnam(named).pw_uid)
+    return trusted
+
+
+def _packed(host: str) -> bytes:
+    """An IP address as 16 bytes, an IPv4 one as IPv4-mapped IPv6 (as a dual-stack table shows it)."""
+    host = host.split("%", 1)[0]
+    if ":" in host:
+        return socket.inet_pton(socket.AF_INET6, host)
+    return _MAPPED + socket.inet_pton(socket.AF_INET, host)
+
+
+def _is_loopback(address: bytes) -> bool:
+    if address.startswith(_MAPPED):
+        return address[12] == 127
+    return address == b"\0" * 15 + b"\1"
+
+
+def _table_address(field: str) -> tuple[bytes, int]:
+    """`0100007F:1F90` (each 32-bit word in the host's byte order, as Linux prints it) as 16 bytes and a port."""
+    hex_address, _, hex_port = field.partition(":")
+    raw = bytes.fromhex(hex_address)
+    words = (
+        b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)) if sys.byteorder == "little" else raw
+    )
+    return (_MAPPED + words if len(words) == 4 else words), int(hex_port, 16)
+
+
+def _holder(peer: bytes, peer_port: int, own: bytes, own_port: int) -> int | None:
+    """The uid holding the server's end of the connection own→peer: the accepted socket's entry,
+    else the socket listening on that port; None when the table shows neither."""
+    listening: int | None = None
+    for table in SOCKET_TABLES:
+        try:
+            with open(table, encoding="ascii") as rows:
+                next(rows, None)  # the header
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) < 8:
+                        continue
+                    local, remote = _table_address(fields[1]), _table_address(fields[2])
+                    if local == (peer, peer_port) and remote == (own, own_port):
+                        return int(fields[7])
+                    if fields[3] == _LISTEN and local[1] == peer_port and local[0] in (peer, *_ANY):
+                        listening = int(fields[7])
+        except (OSError, ValueError):
+            continue
+    return listening
 
 
 class _Forwarding(http.client.HTTPConnection):

@@ -33,6 +33,7 @@ from federation.models import Attachment, FileUpload, MessageAttachment
 from messaging.errors import Invalid, NotFound, TooLarge
 from messaging.models import Delivery
 from messaging.sensitivity import FILE_SCAN_BYTES
+from switchboard_agent.home import private_folder
 
 MAX_FILES = 10
 MB = 1024 * 1024
@@ -52,9 +53,8 @@ def upload_limit() -> int:
 
 
 def _root() -> Path:
-    root = Path(settings.SWITCHBOARD_FILES_DIR)
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return root
+    """The files folder; UnsafeHome when another user could write in it and swap what it stores."""
+    return private_folder(Path(settings.SWITCHBOARD_FILES_DIR), "SWITCHBOARD_FILES_DIR")
 
 
 def _store_path(sha256: str) -> Path:

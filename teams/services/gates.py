@@ -246,7 +246,7 @@ def _apply(check: GateCheck, *, allow: bool, reason: str) -> None:
                 check,
                 member.session,
                 f"Your lead was not told you are idle: the team's teammate_idle quality gate sent you back. "
-                f"Reason: {reason}\nKeep working on it, then end your turn again.",
+                f"Reason: {reason!r}\nKeep working on it, then end your turn again.",
                 "Quality gate: keep working",
             )
         return
@@ -267,8 +267,8 @@ def _apply(check: GateCheck, *, allow: bool, reason: str) -> None:
                 _tell(
                     check,
                     task.created_by.session,
-                    f"Task {task.pk} ({task.title}) was refused by the team's task_created quality gate. "
-                    f"Reason: {reason}",
+                    f"Task {task.pk} {task.title!r} was refused by the team's task_created quality gate. "
+                    f"Reason: {reason!r}",
                     f"Task {task.pk} refused by the quality gate",
                 )
         task.refresh_from_db()
@@ -287,13 +287,15 @@ def _apply(check: GateCheck, *, allow: bool, reason: str) -> None:
             _tell(
                 check,
                 task.owner.session,
-                f"Task {task.pk} ({task.title}) is NOT completed: the team's task_completed quality gate "
-                f"refused it. Reason: {reason}\nIt stays in progress and yours; fix it and complete it again.",
+                f"Task {task.pk} {task.title!r} is NOT completed: the team's task_completed quality gate "
+                f"refused it. Reason: {reason!r}\nIt stays in progress and yours; fix it and complete it again.",
                 f"Task {task.pk} sent back by the quality gate",
             )
 
 
 def _tell(check: GateCheck, recipient: Any, text: str, summary: str) -> None:
+    """The hub's notice of a verdict. A task's title (any member's words) and the gate's reason
+    (its server's) are quoted in it with repr, one line each, so neither reads as the hub's."""
     hub_notify(recipient=recipient, text=text, summary=summary)
 
 
