@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import weakref
 from typing import Any
 
 from celery import Celery
@@ -131,10 +130,6 @@ def _install_periodic_jobs(sender: Celery, **_: object) -> None:
         sender.add_periodic_task(job.every_seconds, sender.signature(job.task_name), name=job.task_name)
 
 
-# Channels of broker connections this worker lost (one consumer per worker process).
-_lost_channels: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
 def broker_channels_lost(connection: Any) -> int:
     """Mark a lost connection's channels: they no longer push their unacknowledged messages back
     to the broker when closed, and acks for those messages are skipped. Return how many channels
@@ -156,7 +151,7 @@ def broker_channels_lost(connection: Any) -> int:
         qos = getattr(channel, "_qos", None)
         holding += bool(qos is not None and getattr(qos, "_delivered", None))
         channel.do_restore = False
-        _lost_channels.add(channel)
+        channel.basic_ack = channel.basic_reject = _not_acknowledged
     return holding
 
 
@@ -169,15 +164,7 @@ class Consumer(CeleryConsumer):
             log.warning("broker lost with unacknowledged tasks: left to the broker and the sweepers")
         super().on_connection_error_after_connected(exc)
 
-    def call_soon_ack(self, p: Any, *args: Any, **kwargs: Any) -> Any:
-        # The check runs when the ack does (later, on the event loop), not when it is scheduled.
-        return super().call_soon_ack(_ack_unless_lost, p, *args, **kwargs)
 
-
-def _ack_unless_lost(ack: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run a message's ack/reject, unless the message came over a connection since lost."""
-    message = getattr(ack, "__self__", None)
-    if message is not None and getattr(message, "channel", None) in _lost_channels:
-        log.warning("not acknowledging a task message from a lost broker connection")
-        return None
-    return ack(*args, **kwargs)
+def _not_acknowledged(delivery_tag: object, *_: object, **__: object) -> None:
+    """A lost channel's ack and reject: the message stays unacknowledged in the broker."""
+    log.warning("not acknowledging task message %s: its broker connection was lost", delivery_tag)

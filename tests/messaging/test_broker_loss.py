@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from celery.concurrency.prefork import _is_ack_callback
 from celery.worker.consumer import Consumer as CeleryConsumer
 from kombu import Connection, Exchange, Queue
 from kombu import Consumer as KombuConsumer
@@ -80,7 +81,23 @@ def test_the_worker_consumer_survives_losing_redis_with_a_task_unacknowledged(lo
     # And when the task that was running finishes, its ack (on the lost channel) does not raise
     # either, and leaves the message unacknowledged for the broker to redeliver
     consumer.call_soon_ack(message.ack_log_error, logging.getLogger("test"), connection.connection_errors)
-    assert not message.acknowledged
+    assert message.delivery_tag in message.channel.qos._delivered
+
+
+def test_a_task_s_ack_is_one_celery_runs_while_the_pool_is_joined():
+    # Given a worker's consumer with an event loop that queues callbacks
+    queued = []
+    consumer = Consumer.__new__(Consumer)
+    consumer.hub = SimpleNamespace(call_soon=queued.append)
+    message = Message(body=b"{}", channel=SimpleNamespace(), delivery_tag=1)
+
+    # When a task finishes and the consumer queues its ack and, for another, a reject
+    consumer.call_soon_ack(message.ack_log_error, logging.getLogger("test"), ())
+    consumer.call_soon_ack(message.reject_log_error, logging.getLogger("test"), ())
+
+    # Then both are callbacks Celery's warm shutdown runs while it joins the pool (anything else
+    # waits for the join to end, and an acks_late task's message stays unacknowledged until then)
+    assert [_is_ack_callback(callback) for callback in queued] == [True, True]
 
 
 # Canaries, the reasons hub.celery.Consumer exists: if one starts failing after upgrading Celery
@@ -100,6 +117,7 @@ def test_celery_s_own_ack_fails_on_the_lost_channel(lost_connection):
     connection, message = lost_connection
     consumer = _consumer(Consumer, connection)
     consumer.on_connection_error_after_connected(ConnectionError("Connection closed by server."))
+    del message.channel.basic_ack  # the lost channel's own ack, as it is without the marking
     with pytest.raises(AttributeError, match="client"):
         CeleryConsumer.call_soon_ack(
             consumer, message.ack_log_error, logging.getLogger("test"), connection.connection_errors
