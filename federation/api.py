@@ -177,7 +177,9 @@ def receive(request: HttpRequest) -> Status:
     hub_key, raw = _signed_raw(request)
     body = _json(envelope_open(raw, content_type=request.content_type or ""))
     # The tier and trust come from how this hub vouches for `hub_key`; a `tier` in the body is ignored.
-    result = inbound_accept(envelope=body.get("envelope"), caller_key=hub_key)
+    result = inbound_accept(
+        envelope=body.get("envelope"), caller_key=hub_key, caller_address=request.META.get("REMOTE_ADDR", "")
+    )
     answer = {
         "message_id": result.message_id,
         "status": result.state,
