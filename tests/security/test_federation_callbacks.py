@@ -136,3 +136,77 @@ def test_a_hub_pinned_by_key_alone_gets_receipts_only_at_the_address_it_calls_fr
     receipts_flush()
 
     assert calls == [("POST", own, "/federation/receipts")]
+
+
+def _pulled_from_relay(monkeypatch: pytest.MonkeyPatch, envelopes: list[dict[str, Any]], agent: str) -> None:
+    """This hub pulls `envelopes` (sealed to it) from its relay for `agent`, as a relay hands them over."""
+    import base64
+    import json
+    import uuid
+
+    from federation.services.forwarding import seal_for_hub
+    from federation.services.identity import hub_identity
+    from federation.services.relay import relay_pull_once
+
+    items = [
+        {
+            "id": str(uuid.uuid4()),
+            "message_id": e["id"],
+            "from_hub": e["from"]["hub"],
+            "sealed": base64.b64encode(
+                seal_for_hub(hub_key=hub_identity().public_key, payload=json.dumps(e).encode())
+            ).decode(),
+        }
+        for e in envelopes
+    ]
+
+    def relay_answers(method: str, base_url: str, path: str, body: Any = None, **kw: Any) -> Any:
+        if path == "/relay/pull":
+            return {"leases": {agent: "ok"}, "messages": items, "receipts": []}
+        return {}
+
+    monkeypatch.setattr("federation.services.relay.hub_call", relay_answers)
+    relay_pull_once(sessions=[{"name": agent}])
+
+
+def test_a_key_nobody_vouched_for_gets_no_receipts_through_the_relay(
+    api, register, operator_token, settings, monkeypatch, calls
+):
+    """A home-made key sends messages through the relay; they are held (`unknown_peer`) and
+    expire or are denied. A receipt batch for that key would be stored at the relay under this
+    hub's key, where the stranger never pulls it: each one counts against this hub's quota there
+    (SWITCHBOARD_RELAY_PENDING_PER_HUB) for a day, so a stream of them would shut this hub's own
+    sends through the relay out. None is stored."""
+    from federation.services.receipts import receipts_flush
+
+    register("ops")
+    settings.SWITCHBOARD_RELAY_URL = "http://127.0.0.1:9"
+    settings.SWITCHBOARD_RELAY_KEY = OtherHub(SigningKey.generate()).public_key
+    stranger = OtherHub(SigningKey.generate(), name="stranger")
+    _pulled_from_relay(monkeypatch, [stranger.envelope(to="ops", text=f"note {i}") for i in range(3)], "ops")
+    holds = api.get("holds", operator_token).json_body["holds"]
+    assert len(holds) == 3 and {h["hold_reason"] for h in holds} == {"unknown_peer"}
+    for hold in holds:
+        assert api.post(f"holds/{hold['id']}/deny", operator_token, {"reason": "who?"}).status_code == 200
+
+    receipts_flush()
+
+    assert calls == []
+
+
+def test_a_pinned_hub_gets_its_receipts_through_the_relay(api, register, settings, monkeypatch, calls):
+    """The ordinary relay case keeps working: a pinned origin's message, read here, is reported
+    back through the relay."""
+    from federation.services.receipts import receipts_flush
+
+    ops = register("ops")
+    settings.SWITCHBOARD_RELAY_URL = "http://127.0.0.1:9"
+    settings.SWITCHBOARD_RELAY_KEY = OtherHub(SigningKey.generate()).public_key
+    peer = OtherHub(SigningKey.generate(), name="peer")
+    pin_hub(peer, "relay")
+    _pulled_from_relay(monkeypatch, [peer.envelope(to="ops", text="hello")], "ops")
+    assert len(api.get("inbox", ops.token).json_body["messages"]) == 1
+
+    receipts_flush()
+
+    assert calls == [("POST", "http://127.0.0.1:9", "/relay/messages")]
