@@ -51,11 +51,11 @@ from federation.services.signatures import (
     request_accept,
     request_precheck,
 )
+from federation.transport import MAX_HUB_BODY
 from messaging.auth import AUTH, operator, principal
 from messaging.errors import Invalid, SwitchboardError, TooLarge
 
 router = Router(tags=["federation"])
-MAX_HUB_BODY = 280 * 1024 * 1024  # 200 MB of files as base64, plus the envelope
 READ_CHUNK = 1024 * 1024
 # The endpoints other hubs call, authenticated by a request signature (never a session token).
 HUB_SIGNED_PATHS = (

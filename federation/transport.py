@@ -17,6 +17,10 @@ from federation.services.signatures import request_headers
 
 API_PREFIX = "/api/v1"
 SEALED_TYPE = "application/x-switchboard-sealed"  # a body sealed to the receiving hub's key
+# The most a hub-to-hub body carries, either way: 200 MB of files as base64, plus the envelope. A
+# hub reads no more of a request (`federation.api`) nor of an answer (`hub_call`): the relay's
+# largest pull answer, one 80 MB message and a receipt batch as base64, fits with room to spare.
+MAX_HUB_BODY = 280 * 1024 * 1024
 
 
 def hub_call(
@@ -49,21 +53,22 @@ def hub_call(
     )
     headers["Content-Type"] = content_type
     try:
-        response = httpx.request(
+        with httpx.stream(
             method,
             url,
             content=data,
             headers=headers,
             timeout=timeout or settings.SWITCHBOARD_FEDERATION_TIMEOUT,
-        )
+        ) as response:
+            content = answer_read(response)
     except httpx.ConnectError as exc:
         raise Unreachable(f"{type(exc).__name__}: {exc}"[:300]) from exc
     except httpx.HTTPError as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}"[:300]) from exc
     try:
-        answer = response.json() if response.content else None
+        answer = json.loads(content) if content else None
     except ValueError:
-        answer = {"error": "bad_json", "detail": response.text[:200]}
+        answer = {"error": "bad_json", "detail": content[:200].decode("utf-8", "replace")}
     if response.status_code >= 500 or response.status_code == 429:
         raise TransientError(
             f"HTTP {response.status_code}: {answer!r}"[:300], status=response.status_code, body=answer
@@ -71,3 +76,21 @@ def hub_call(
     if response.status_code >= 400:
         raise PermanentError(response.status_code, answer)
     return answer
+
+
+def answer_read(response: httpx.Response) -> bytes:
+    """The answer's body, read in chunks up to MAX_HUB_BODY: whoever answers (the relay, another
+    hub, anything at their URL) chooses its size, so a larger one is refused, as no answer
+    (TransientError), before it fills this hub's memory."""
+    declared = response.headers.get("Content-Length", "")
+    too_large = f"the answer is larger than a hub-to-hub body may be ({MAX_HUB_BODY} bytes)"
+    if declared.isdigit() and int(declared) > MAX_HUB_BODY:
+        raise TransientError(too_large)
+    parts: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > MAX_HUB_BODY:
+            raise TransientError(too_large)
+        parts.append(chunk)
+    return b"".join(parts)

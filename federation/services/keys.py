@@ -14,6 +14,7 @@ relay's `GET /api/v1/federation/hub`.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -89,10 +90,13 @@ def relay_key() -> str:
     hit = _relay_keys.get(relay)
     if hit and hit[0] > time.monotonic():
         return hit[1]
+    from federation.transport import answer_read
+
     try:
-        answer = httpx.get(
-            relay + "/api/v1/federation/hub", timeout=settings.SWITCHBOARD_FEDERATION_TIMEOUT
-        ).json()
+        with httpx.stream(
+            "GET", relay + "/api/v1/federation/hub", timeout=settings.SWITCHBOARD_FEDERATION_TIMEOUT
+        ) as response:
+            answer = json.loads(answer_read(response))
     except httpx.ConnectError as exc:
         raise Unreachable(f"the relay did not answer: {exc}"[:300]) from exc
     except (httpx.HTTPError, ValueError) as exc:
