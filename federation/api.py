@@ -4,7 +4,6 @@ key), never by a session token; the body is read raw so large envelopes skip the
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -51,7 +50,7 @@ from federation.services.signatures import (
     request_accept,
     request_precheck,
 )
-from federation.transport import MAX_HUB_BODY
+from federation.transport import MAX_HUB_BODY, TooManyValues, hub_json
 from messaging.auth import AUTH, operator, principal
 from messaging.errors import Invalid, SwitchboardError, TooLarge
 
@@ -133,8 +132,12 @@ def _signed(request: HttpRequest) -> tuple[str, Any]:
 
 def _json(raw: bytes) -> Any:
     try:
-        return json.loads(raw) if raw else {}
-    except ValueError as exc:
+        return hub_json(raw) if raw else {}
+    except TooManyValues as exc:
+        raise Invalid(
+            "too_many_values", "The body holds more JSON values than any hub-to-hub body does."
+        ) from exc
+    except (ValueError, RecursionError) as exc:
         raise Invalid("bad_json", "The body is not JSON.") from exc
 
 

@@ -21,6 +21,26 @@ SEALED_TYPE = "application/x-switchboard-sealed"  # a body sealed to the receivi
 # hub reads no more of a request (`federation.api`) nor of an answer (`hub_call`): the relay's
 # largest pull answer, one 80 MB message and a receipt batch as base64, fits with room to spare.
 MAX_HUB_BODY = 280 * 1024 * 1024
+# Room for the JSON values of a hub-to-hub body besides a message's text (summary, names, files,
+# receipts, lease names, claim ids): far more than any hub puts in one.
+JSON_VALUES_ROOM = 100_000
+
+
+class TooManyValues(ValueError):
+    """A hub-to-hub body holds more JSON values than any hub body does (`hub_json`)."""
+
+
+def hub_json(raw: bytes) -> Any:
+    """The JSON of a hub-to-hub body: a request, a sealed forward, a relay item, an answer.
+    TooManyValues, before parsing, when it holds more values than any hub body does (a message's
+    text of at most SWITCHBOARD_MAX_MESSAGE_CHARS, all of it `,[{` at worst, and JSON_VALUES_ROOM
+    for the rest; counted from those characters, which every value after the first needs one of).
+    Parsed, a tiny value (`{}`) takes some twenty times its bytes: a 280 MB body of them, which
+    any key may sign and anyone may seal to this hub, would take gigabytes."""
+    values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+    if values > settings.SWITCHBOARD_MAX_MESSAGE_CHARS + JSON_VALUES_ROOM:
+        raise TooManyValues(f"the body holds some {values} JSON values, more than any hub-to-hub body")
+    return json.loads(raw)
 
 
 def hub_call(
@@ -66,8 +86,8 @@ def hub_call(
     except httpx.HTTPError as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}"[:300]) from exc
     try:
-        answer = json.loads(content) if content else None
-    except ValueError:
+        answer = hub_json(content) if content else None
+    except (ValueError, RecursionError):
         answer = {"error": "bad_json", "detail": content[:200].decode("utf-8", "replace")}
     if response.status_code >= 500 or response.status_code == 429:
         raise TransientError(

@@ -14,7 +14,6 @@ relay's `GET /api/v1/federation/hub`.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -90,13 +89,13 @@ def relay_key() -> str:
     hit = _relay_keys.get(relay)
     if hit and hit[0] > time.monotonic():
         return hit[1]
-    from federation.transport import answer_read
+    from federation.transport import answer_read, hub_json
 
     try:
         with httpx.stream(
             "GET", relay + "/api/v1/federation/hub", timeout=settings.SWITCHBOARD_FEDERATION_TIMEOUT
         ) as response:
-            answer = json.loads(answer_read(response))
+            answer = hub_json(answer_read(response))
     except httpx.ConnectError as exc:
         raise Unreachable(f"the relay did not answer: {exc}"[:300]) from exc
     except (httpx.HTTPError, ValueError) as exc:

@@ -30,7 +30,7 @@ from federation.models import FederationTier, InboundMessage, RemoteDelivery
 from federation.services.keys import relay_key
 from federation.services.peers import peer_vouched
 from federation.services.signatures import receipt_batch_problem, receipt_batch_sign
-from federation.transport import hub_call
+from federation.transport import hub_call, hub_json
 from messaging.models import Delivery
 from messaging.principals import HUB
 from messaging.services.audit import audit_event
@@ -219,8 +219,8 @@ def receipts_open_relayed(*, payload: bytes) -> int:
     from federation.services.identity import hub_identity
 
     try:
-        data = json.loads(payload)
-    except ValueError:
+        data = hub_json(payload)
+    except (ValueError, RecursionError):
         return 0
     if not isinstance(data, dict):
         return 0

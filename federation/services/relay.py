@@ -16,7 +16,6 @@ for them, hands each to `inbound_accept`, and acknowledges (done) or releases it
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import time
 import uuid
@@ -32,7 +31,7 @@ from django.utils import timezone
 from federation.errors import LeaseHeld, NotRelay, PermanentError, RelayQuotaFull, TransientError
 from federation.models import FederationTier, RelayLease, RelayMessage, RelayStorer
 from federation.services.keys import relay_key
-from federation.transport import hub_call
+from federation.transport import TooManyValues, hub_call, hub_json
 from messaging.errors import Invalid, NotFound, SwitchboardError, TooLarge
 from messaging.liveness import LIVE
 from messaging.names import normalize_name
@@ -424,10 +423,13 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
     release: list[str] = []
     for item in messages:
         try:
-            envelope = json.loads(unseal(base64.b64decode(item["sealed"])))
+            envelope = hub_json(unseal(base64.b64decode(item["sealed"])))
             # No carrying hub to vouch for: the origin's signature must name this hub's key.
             inbound_accept(envelope=envelope, tier=FederationTier.RELAY, caller_key=None)
             done.append(item["id"])
+        except TooManyValues as exc:
+            log.info("relay message %s refused here: %s", item.get("message_id"), exc)
+            done.append(item["id"])  # the same bytes come back the same: drop it
         except SwitchboardError as exc:
             # 400/403 (bad envelope, hop limit, revoked sender): a retry can't help, drop it.
             log.info("relay message %s refused here: %s", item.get("message_id"), exc.detail)
