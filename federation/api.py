@@ -51,7 +51,7 @@ from federation.services.signatures import (
     request_precheck,
 )
 from federation.transport import MAX_HUB_BODY, TooManyValues, hub_json
-from messaging.auth import AUTH, operator, principal
+from messaging.auth import AUTH, operator, principal, request_peer_address
 from messaging.errors import Invalid, SwitchboardError, TooLarge
 
 router = Router(tags=["federation"])
@@ -181,7 +181,7 @@ def receive(request: HttpRequest) -> Status:
     body = _json(envelope_open(raw, content_type=request.content_type or ""))
     # The tier and trust come from how this hub vouches for `hub_key`; a `tier` in the body is ignored.
     result = inbound_accept(
-        envelope=body.get("envelope"), caller_key=hub_key, caller_address=request.META.get("REMOTE_ADDR", "")
+        envelope=body.get("envelope"), caller_key=hub_key, caller_address=request_peer_address(request)
     )
     answer = {
         "message_id": result.message_id,

@@ -880,11 +880,13 @@ def inbound_accept(
     """Take a message another hub forwarded (directly, or pulled from the relay) for a local agent.
 
     `caller_key` is the key that signed the request carrying it, `caller_address` the IP address
-    that request came from; None and "" for what this hub pulled from its relay (`tier` relay). The tier and trust follow from how this hub vouches for the
-    keys (`peer_vouched_tier`), never from the body: a direct call is `channel` or `lan` as the
-    caller's key is vouched for, a relay pull is `relay`. A message whose origin (or carrier) no
-    one vouched for is at most `unverified` and held for an operator (`unknown_peer`). A message
-    whose signature fails names no hub this hub believes: it is kept under the calling key."""
+    that request came from ("" through a proxy: `messaging.auth.request_peer_address`); None and
+    "" for what this hub pulled from its relay (`tier` relay). The tier and trust follow from how
+    this hub vouches for the keys (`peer_vouched_tier`), never from the body: a direct call is
+    `channel` or `lan` as the caller's key is vouched for, a relay pull is `relay`. A message
+    whose origin (or carrier) no one vouched for is at most `unverified` and held for an operator
+    (`unknown_peer`). A message whose signature fails names no hub this hub believes: it is kept
+    under the calling key."""
     from messaging.services.pipeline import message_send
     from messaging.services.request import Origin, SendRequest
 
@@ -1049,15 +1051,17 @@ def _reply_url(origin_hub: str, *, claimed: str, caller_address: str) -> str:
 
 
 def _url_at_address(url: str, address: str) -> bool:
-    """True when `url` is http(s) to the IP address `address` itself (its host an IP literal)."""
+    """True when `url` is http(s) to the IP address `address` itself (its host an IP literal;
+    an IPv4-mapped one as IPv4). False for no `address` (the call came through a proxy)."""
     import ipaddress
     from urllib.parse import urlsplit
 
     try:
         split = urlsplit(url)
-        return split.scheme in ("http", "https") and ipaddress.ip_address(
-            split.hostname or ""
-        ) == ipaddress.ip_address(address)
+        host = ipaddress.ip_address(split.hostname or "")
+        if isinstance(host, ipaddress.IPv6Address) and host.ipv4_mapped is not None:
+            host = host.ipv4_mapped
+        return split.scheme in ("http", "https") and host == ipaddress.ip_address(address)
     except ValueError:
         return False
 

@@ -138,6 +138,29 @@ def test_a_hub_pinned_by_key_alone_gets_receipts_only_at_the_address_it_calls_fr
     assert calls == [("POST", own, "/federation/receipts")]
 
 
+def test_behind_a_proxy_the_callers_address_is_not_a_way_back(client, api, register, calls):
+    """Behind a proxy every caller's connection comes from the proxy's address (often this very
+    machine's loopback), and the address in its forwarding header is the client's claim: a hub
+    pinned by key alone that calls through one is sent no receipt at the URL it names, not even
+    at the proxy's address."""
+    from federation.services.receipts import receipts_flush
+
+    bob = register("bob")
+    peer = OtherHub(SigningKey.generate(), name="peer")
+    pin_hub(peer, "lan")
+    through_proxy = Client(REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="127.0.0.1")
+    for claimed in ("http://127.0.0.1:9/internal-admin#", f"http://{CALLER_ADDRESS}:18766"):
+        sent = peer.call(
+            through_proxy, "POST", URL, {"envelope": _claiming(peer, claimed, to="bob", text=claimed)}
+        )
+        assert sent.json_body["status"] == "queued", sent.json_body
+    assert len(api.get("inbox", bob.token).json_body["messages"]) == 2
+
+    receipts_flush()
+
+    assert calls == []
+
+
 def _pulled_from_relay(monkeypatch: pytest.MonkeyPatch, envelopes: list[dict[str, Any]], agent: str) -> None:
     """This hub pulls `envelopes` (sealed to it) from its relay for `agent`, as a relay hands them over."""
     import base64
