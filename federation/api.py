@@ -4,7 +4,6 @@ key), never by a session token; the body is read raw so large envelopes skip the
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -51,11 +50,11 @@ from federation.services.signatures import (
     request_accept,
     request_precheck,
 )
-from messaging.auth import AUTH, operator, principal
+from federation.transport import MAX_HUB_BODY, TooManyValues, hub_json
+from messaging.auth import AUTH, operator, principal, request_peer_address
 from messaging.errors import Invalid, SwitchboardError, TooLarge
 
 router = Router(tags=["federation"])
-MAX_HUB_BODY = 280 * 1024 * 1024  # 200 MB of files as base64, plus the envelope
 READ_CHUNK = 1024 * 1024
 # The endpoints other hubs call, authenticated by a request signature (never a session token).
 HUB_SIGNED_PATHS = (
@@ -133,8 +132,12 @@ def _signed(request: HttpRequest) -> tuple[str, Any]:
 
 def _json(raw: bytes) -> Any:
     try:
-        return json.loads(raw) if raw else {}
-    except ValueError as exc:
+        return hub_json(raw) if raw else {}
+    except TooManyValues as exc:
+        raise Invalid(
+            "too_many_values", "The body holds more JSON values than any hub-to-hub body does."
+        ) from exc
+    except (ValueError, RecursionError) as exc:
         raise Invalid("bad_json", "The body is not JSON.") from exc
 
 
@@ -177,7 +180,9 @@ def receive(request: HttpRequest) -> Status:
     hub_key, raw = _signed_raw(request)
     body = _json(envelope_open(raw, content_type=request.content_type or ""))
     # The tier and trust come from how this hub vouches for `hub_key`; a `tier` in the body is ignored.
-    result = inbound_accept(envelope=body.get("envelope"), caller_key=hub_key)
+    result = inbound_accept(
+        envelope=body.get("envelope"), caller_key=hub_key, caller_address=request_peer_address(request)
+    )
     answer = {
         "message_id": result.message_id,
         "status": result.state,

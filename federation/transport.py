@@ -17,6 +17,30 @@ from federation.services.signatures import request_headers
 
 API_PREFIX = "/api/v1"
 SEALED_TYPE = "application/x-switchboard-sealed"  # a body sealed to the receiving hub's key
+# The most a hub-to-hub body carries, either way: 200 MB of files as base64, plus the envelope. A
+# hub reads no more of a request (`federation.api`) nor of an answer (`hub_call`): the relay's
+# largest pull answer, one 80 MB message and a receipt batch as base64, fits with room to spare.
+MAX_HUB_BODY = 280 * 1024 * 1024
+# Room for the JSON values of a hub-to-hub body besides a message's text (summary, names, files,
+# receipts, lease names, claim ids): far more than any hub puts in one.
+JSON_VALUES_ROOM = 100_000
+
+
+class TooManyValues(ValueError):
+    """A hub-to-hub body holds more JSON values than any hub body does (`hub_json`)."""
+
+
+def hub_json(raw: bytes) -> Any:
+    """The JSON of a hub-to-hub body: a request, a sealed forward, a relay item, an answer.
+    TooManyValues, before parsing, when it holds more values than any hub body does (a message's
+    text of at most SWITCHBOARD_MAX_MESSAGE_CHARS, all of it `,[{` at worst, and JSON_VALUES_ROOM
+    for the rest; counted from those characters, which every value after the first needs one of).
+    Parsed, a tiny value (`{}`) takes some twenty times its bytes: a 280 MB body of them, which
+    any key may sign and anyone may seal to this hub, would take gigabytes."""
+    values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+    if values > settings.SWITCHBOARD_MAX_MESSAGE_CHARS + JSON_VALUES_ROOM:
+        raise TooManyValues(f"the body holds some {values} JSON values, more than any hub-to-hub body")
+    return json.loads(raw)
 
 
 def hub_call(
@@ -49,21 +73,22 @@ def hub_call(
     )
     headers["Content-Type"] = content_type
     try:
-        response = httpx.request(
+        with httpx.stream(
             method,
             url,
             content=data,
             headers=headers,
             timeout=timeout or settings.SWITCHBOARD_FEDERATION_TIMEOUT,
-        )
+        ) as response:
+            content = answer_read(response)
     except httpx.ConnectError as exc:
         raise Unreachable(f"{type(exc).__name__}: {exc}"[:300]) from exc
     except httpx.HTTPError as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}"[:300]) from exc
     try:
-        answer = response.json() if response.content else None
-    except ValueError:
-        answer = {"error": "bad_json", "detail": response.text[:200]}
+        answer = hub_json(content) if content else None
+    except (ValueError, RecursionError):
+        answer = {"error": "bad_json", "detail": content[:200].decode("utf-8", "replace")}
     if response.status_code >= 500 or response.status_code == 429:
         raise TransientError(
             f"HTTP {response.status_code}: {answer!r}"[:300], status=response.status_code, body=answer
@@ -71,3 +96,21 @@ def hub_call(
     if response.status_code >= 400:
         raise PermanentError(response.status_code, answer)
     return answer
+
+
+def answer_read(response: httpx.Response) -> bytes:
+    """The answer's body, read in chunks up to MAX_HUB_BODY: whoever answers (the relay, another
+    hub, anything at their URL) chooses its size, so a larger one is refused, as no answer
+    (TransientError), before it fills this hub's memory."""
+    declared = response.headers.get("Content-Length", "")
+    too_large = f"the answer is larger than a hub-to-hub body may be ({MAX_HUB_BODY} bytes)"
+    if declared.isdigit() and int(declared) > MAX_HUB_BODY:
+        raise TransientError(too_large)
+    parts: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > MAX_HUB_BODY:
+            raise TransientError(too_large)
+        parts.append(chunk)
+    return b"".join(parts)

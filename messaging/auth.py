@@ -102,6 +102,17 @@ def request_from_this_machine(request: HttpRequest) -> bool:
     return address.is_loopback or address == reached
 
 
+def request_peer_address(request: HttpRequest) -> str:
+    """The caller's own IP address as the connection shows it (an IPv4-mapped one as IPv4); ""
+    when the request came through a proxy (a forwarding header: the peer is the proxy, the header
+    the client's claim) or over a Unix socket."""
+    meta = request.META
+    if any(meta.get(header) for header in FORWARDING_HEADERS):
+        return ""
+    address = _ip_address(meta.get("REMOTE_ADDR") or "")
+    return str(address) if address is not None else ""
+
+
 def _ip_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """`text` as an IP address, an IPv4-mapped IPv6 one as the IPv4 address it maps (a dual-stack
     socket shows IPv4 callers so); None when it is not one."""

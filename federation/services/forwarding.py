@@ -37,7 +37,7 @@ from federation.errors import HopLimit, PermanentError, RelayQuotaFull, Transien
 from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
 from federation.services.files import envelope_file_heads, files_for_envelope, files_limits_check
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
-from federation.services.keys import hub_key_pinned, lan_peer_key, relay_key
+from federation.services.keys import hub_key_pinned, hub_urls_verified, lan_peer_key, relay_key
 from federation.services.peers import PeerStanding, peer_seen, peer_vouched_tier
 from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
 from federation.services.signatures import MESSAGE_SIGNATURE_VERSION, envelope_sign, envelope_verify
@@ -871,16 +871,22 @@ def _check_envelope(envelope: Any) -> dict[str, Any]:
 
 
 def inbound_accept(
-    *, envelope: Any, caller_key: str | None, tier: str = FederationTier.RELAY, reply_url: str = ""
+    *,
+    envelope: Any,
+    caller_key: str | None,
+    tier: str = FederationTier.RELAY,
+    caller_address: str = "",
 ) -> InboundResult:
     """Take a message another hub forwarded (directly, or pulled from the relay) for a local agent.
 
-    `caller_key` is the key that signed the request carrying it; None for what this hub pulled
-    from its relay (`tier` relay). The tier and trust follow from how this hub vouches for the
-    keys (`peer_vouched_tier`), never from the body: a direct call is `channel` or `lan` as the
-    caller's key is vouched for, a relay pull is `relay`. A message whose origin (or carrier) no
-    one vouched for is at most `unverified` and held for an operator (`unknown_peer`). A message
-    whose signature fails names no hub this hub believes: it is kept under the calling key."""
+    `caller_key` is the key that signed the request carrying it, `caller_address` the IP address
+    that request came from ("" through a proxy: `messaging.auth.request_peer_address`); None and
+    "" for what this hub pulled from its relay (`tier` relay). The tier and trust follow from how
+    this hub vouches for the keys (`peer_vouched_tier`), never from the body: a direct call is
+    `channel` or `lan` as the caller's key is vouched for, a relay pull is `relay`. A message
+    whose origin (or carrier) no one vouched for is at most `unverified` and held for an operator
+    (`unknown_peer`). A message whose signature fails names no hub this hub believes: it is kept
+    under the calling key."""
     from messaging.services.pipeline import message_send
     from messaging.services.request import Origin, SendRequest
 
@@ -895,7 +901,8 @@ def inbound_accept(
     origin_hub = origin["hub"]
     message_id = uuid.UUID(str(envelope["id"]))
     # The origin hub's signature proves who wrote it and for which hub, whoever carried it here;
-    # only the origin itself calling proves its URL is a way back. From the origin (directly or
+    # only the origin itself calling earns it receipts straight back, and only at an address this
+    # hub holds for its key or the caller's own (`_reply_url`). From the origin (directly or
     # through the relay) it must be signed for this hub; carried onward by another hub, for that
     # hub (which must be vouched for as well). Signed for any other hub, it is a replay: it does
     # not verify here.
@@ -991,8 +998,11 @@ def inbound_accept(
                 delivery_id=outcome.delivery.pk,
                 tier=tier,
                 trust=trust,
-                # Receipts go back only to a hub that proved it sent this (never to a claimed URL).
-                reply_url=str(origin.get("url", ""))[:512] if direct else "",
+                reply_url=_reply_url(
+                    origin_hub, claimed=str(origin.get("url", "")), caller_address=caller_address
+                )
+                if direct
+                else "",
                 reported_state=outcome.delivery.state,
             )
     except IntegrityError:
@@ -1021,6 +1031,39 @@ def inbound_accept(
         delivery_id=outcome.delivery.pk,
         detail=outcome_sentence(outcome.delivery, outcome.recipient) if held else "",
     )
+
+
+def _reply_url(origin_hub: str, *, claimed: str, caller_address: str) -> str:
+    """Where receipts for a message the origin hub sent here itself go: an address this hub holds
+    for that key from a verified source (`hub_urls_verified`; the one the message names when it is
+    one of them), else the URL the message names when its host is the very IP address the call
+    came from (a hub pinned by key alone); "" otherwise. The URL in the message is the sender's
+    word only: any key signs its own envelopes, so taken as it came it would have this hub call
+    any address the sender chose; bound to the caller's own address, it reaches nothing the
+    caller does not hold."""
+    claimed = claimed.rstrip("/")
+    verified = hub_urls_verified(origin_hub)
+    if claimed in verified:
+        return claimed[:512]
+    if verified:
+        return verified[0][:512]
+    return claimed[:512] if _url_at_address(claimed, caller_address) else ""
+
+
+def _url_at_address(url: str, address: str) -> bool:
+    """True when `url` is http(s) to the IP address `address` itself (its host an IP literal;
+    an IPv4-mapped one as IPv4). False for no `address` (the call came through a proxy)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        split = urlsplit(url)
+        host = ipaddress.ip_address(split.hostname or "")
+        if isinstance(host, ipaddress.IPv6Address) and host.ipv4_mapped is not None:
+            host = host.ipv4_mapped
+        return split.scheme in ("http", "https") and host == ipaddress.ip_address(address)
+    except ValueError:
+        return False
 
 
 def _forward_onward(*, envelope: dict[str, Any], hops: int, exclude: set[str]) -> InboundResult | None:

@@ -61,6 +61,26 @@ def lan_peer_key(url: str) -> str | None:
     return None
 
 
+def hub_urls_verified(hub_key: str) -> list[str]:
+    """The addresses this hub holds for the hub holding `hub_key` from a verified source: its
+    registry entry (channel), a configured LAN peer (`url#key`), an operator's pin with a URL.
+    What a message, a request or an mDNS announcement claims is never one: signing with a key
+    proves the key, not an address, and anyone on the network can announce any key anywhere."""
+    from federation.services.registry import registry_hub_urls
+
+    urls: list[str] = []
+    registered = registry_hub_urls().get(hub_key)
+    if registered:
+        urls.append(registered)
+    urls += [url for url, key in settings.SWITCHBOARD_LAN_PEER_KEYS.items() if key == hub_key]
+    urls += (
+        Peer.objects.filter(public_key=hub_key, pinned=True, revoked=False)
+        .exclude(url="")
+        .values_list("url", flat=True)
+    )
+    return list(dict.fromkeys(u.rstrip("/") for u in urls if u))
+
+
 def relay_key() -> str:
     """The relay's key, for binding requests to it: configured, or read from the relay (cached)."""
     relay = settings.SWITCHBOARD_RELAY_URL
@@ -69,10 +89,13 @@ def relay_key() -> str:
     hit = _relay_keys.get(relay)
     if hit and hit[0] > time.monotonic():
         return hit[1]
+    from federation.transport import answer_read, hub_json
+
     try:
-        answer = httpx.get(
-            relay + "/api/v1/federation/hub", timeout=settings.SWITCHBOARD_FEDERATION_TIMEOUT
-        ).json()
+        with httpx.stream(
+            "GET", relay + "/api/v1/federation/hub", timeout=settings.SWITCHBOARD_FEDERATION_TIMEOUT
+        ) as response:
+            answer = hub_json(answer_read(response))
     except httpx.ConnectError as exc:
         raise Unreachable(f"the relay did not answer: {exc}"[:300]) from exc
     except (httpx.HTTPError, ValueError) as exc:

@@ -2,14 +2,18 @@
 
 A hub advertises `_switchboard._tcp.local.` with its address, port, name and public key, and
 browses for the others; every hub found becomes a LAN peer of this process (asked "do you host X?"
-like a configured one). Anyone on the network can advertise, as with any LAN discovery: what a
-discovered hub forwards here is still checked by its signature, and an operator can revoke it.
+like a configured one) once an operator pinned its key. Anyone on the network can advertise any
+key at any address, as with any LAN discovery: what a discovered hub forwards here is still
+checked by its signature, an address no LAN hub can have (loopback, link-local, ...) is ignored,
+and a key announced at two addresses (or two keys at one) is used at neither until the
+disagreement is FORGET_AFTER_SECONDS old.
 Discovery runs in the `switchboard serve` process (embedded footprint); Celery workers of a
 production hub use configured or pinned peers.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import threading
@@ -25,22 +29,76 @@ log = logging.getLogger(__name__)
 SERVICE = "_switchboard._tcp.local."
 FORGET_AFTER_SECONDS = 600
 _found: dict[str, tuple[str, float]] = {}  # hub key -> (url, last seen)
+# A hub key announced at two addresses, or an address announced for two keys -> when they last
+# disagreed. Announcements are anyone's word: while they disagree, neither is used.
+_conflicts: dict[str, float] = {}
 _lock = threading.Lock()
 _running: Any = None
+
+
+def _fresh(seen: float, now: float) -> bool:
+    return now - seen < FORGET_AFTER_SECONDS
+
+
+def _usable(now: float) -> dict[str, str]:
+    """Key → URL of what was announced recently and not disputed (call with `_lock` held)."""
+    return {
+        key: url
+        for key, (url, seen) in _found.items()
+        if _fresh(seen, now)
+        and not _fresh(_conflicts.get(key, -FORGET_AFTER_SECONDS), now)
+        and not _fresh(_conflicts.get(url, -FORGET_AFTER_SECONDS), now)
+    }
 
 
 def mdns_peer_urls() -> list[str]:
     """URLs of hubs discovered on the LAN recently (empty when discovery is off)."""
     now = time.monotonic()
     with _lock:
-        return [url for url, seen in _found.values() if now - seen < FORGET_AFTER_SECONDS]
+        return list(_usable(now).values())
 
 
 def mdns_peer_keys() -> dict[str, str]:
     """URL → the key a hub discovered on the LAN announced there (a claim: see `lan_peer_key`)."""
     now = time.monotonic()
     with _lock:
-        return {url: key for key, (url, seen) in _found.items() if now - seen < FORGET_AFTER_SECONDS}
+        return {url: key for key, url in _usable(now).items()}
+
+
+def _lan_address(text: str) -> bool:
+    """Whether a hub on the LAN can be at `text` (an IPv4 address): not this machine's loopback,
+    link-local (cloud metadata), multicast, unspecified or reserved, where an announcement would
+    only point this hub at something that is no hub."""
+    try:
+        address = ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return not (
+        address.is_loopback
+        or address.is_link_local
+        or address.is_multicast
+        or address.is_unspecified
+        or address.is_reserved
+    )
+
+
+def _announced(key: str, urls: list[str], now: float) -> None:
+    """Record that `key` was announced at `urls` (one per address the announcement lists, in its
+    order): at the one already known for it when it is still among them (a hub on several
+    networks lists them all, in no fixed order), else at the first. A fresh announcement that
+    disagrees (the key at another address, or another key at this one) disputes both (call with
+    `_lock` held)."""
+    known = _found.get(key)
+    url = known[0] if known is not None and known[0] in urls else urls[0]
+    if known is not None and known[0] != url and _fresh(known[1], now):
+        _conflicts[key] = now
+        log.warning(
+            "LAN discovery: hub key %s announced at %s and at %s; using neither", key[:12], known[0], url
+        )
+    if any(u == url and k != key and _fresh(seen, now) for k, (u, seen) in _found.items()):
+        _conflicts[url] = now
+        log.warning("LAN discovery: two hub keys announced at %s; using neither", url)
+    _found[key] = (url, now)
 
 
 def _on_change(zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
@@ -57,13 +115,12 @@ def _on_change(zeroconf: Any, service_type: str, name: str, state_change: Any) -
     key = props.get("key", "")
     if not key or key == hub_identity().public_key:
         return
-    addresses = [a for a in info.parsed_addresses() if ":" not in a]
+    addresses = [a for a in info.parsed_addresses() if ":" not in a and _lan_address(a)]
     if not addresses:
         return
-    url = f"http://{addresses[0]}:{info.port}"
     with _lock:
-        _found[key] = (url, time.monotonic())
-    log.info("LAN discovery: hub %s at %s", props.get("name", key[:12]), url)
+        _announced(key, [f"http://{a}:{info.port}" for a in addresses], time.monotonic())
+    log.info("LAN discovery: hub %s at %s", props.get("name", key[:12]), ", ".join(addresses))
 
 
 def mdns_start() -> bool:

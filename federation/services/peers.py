@@ -204,6 +204,12 @@ def peer_is_revoked(public_key: str) -> bool:
     return Peer.objects.filter(public_key=public_key, revoked=True).exists()
 
 
+def peer_vouched(public_key: str) -> bool:
+    """Whether this hub vouches for `public_key` now, as `PeerStanding.vouched` says of a caller:
+    a source vouches for it (`peer_vouched_tier`) and no operator revoked it."""
+    return bool(peer_vouched_tier(public_key)) and not peer_is_revoked(public_key)
+
+
 def session_isolation_set(*, session_id: str, isolated: bool, actor: Principal) -> bool:
     """An operator marks a session isolated (every message it sends off this machine is held for
     an operator) or lifts the mark. Returns the new setting."""

@@ -2,8 +2,10 @@
 sender sees delivered / read (or refused, expired) across hubs.
 
 The receiving hub compares each inbound message's delivery state with the state it last reported
-and sends the changes: straight back to the origin hub's URL (channel, LAN; the request's signature
-names both hubs), or through the relay, signed for the origin hub and sealed to it. The sending hub
+and sends the changes, to origin hubs it vouches for only: straight back to an address it holds for
+the origin's key (channel, LAN; the request's signature names both hubs), or through the relay,
+signed for the origin hub and sealed to it. A hub nobody vouched for gets none: a batch for it
+would wait at the relay under this hub's key, unpulled, and count against its quota. The sending hub
 moves its own `relayed` delivery accordingly, for messages it forwarded to the reporting hub only,
 and shows the far side's state (`remote_state`) only ever moving forward in the delivery state
 order (`messaging.states`): receipts that arrive out of order never take it back.
@@ -26,8 +28,9 @@ from django.utils import timezone
 from federation.errors import PermanentError, TransientError
 from federation.models import FederationTier, InboundMessage, RemoteDelivery
 from federation.services.keys import relay_key
+from federation.services.peers import peer_vouched
 from federation.services.signatures import receipt_batch_problem, receipt_batch_sign
-from federation.transport import hub_call
+from federation.transport import hub_call, hub_json
 from messaging.models import Delivery
 from messaging.principals import HUB
 from messaging.services.audit import audit_event
@@ -137,12 +140,18 @@ def receipts_pending(*, batch: int = RECEIPTS_PER_BATCH) -> dict[tuple[str, str]
         )
     )
     out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    vouched: dict[str, bool] = {}
     for row in rows:
         state = states.get(row.delivery_id)
         if state is None or state == row.reported_state:
             continue
-        if not row.reply_url and (row.tier != FederationTier.RELAY or row.origin_hub == UNSIGNED_SENDER):
-            # No proven way back (the signature failed): nobody to tell.
+        if row.origin_hub not in vouched:
+            vouched[row.origin_hub] = row.origin_hub != UNSIGNED_SENDER and peer_vouched(row.origin_hub)
+        if not vouched[row.origin_hub] or (not row.reply_url and row.tier != FederationTier.RELAY):
+            # Nobody to tell: no proven way back (the signature failed, or no address this hub
+            # holds for the key), or a hub this hub does not vouch for. A batch for a stranger's
+            # key would wait at the relay under this hub's key, unpulled, counting against its
+            # quota there, so receipts go to vouched hubs only.
             InboundMessage.objects.filter(pk=row.pk).update(reported_state=state)
             continue
         route = row.reply_url or "relay"
@@ -210,8 +219,8 @@ def receipts_open_relayed(*, payload: bytes) -> int:
     from federation.services.identity import hub_identity
 
     try:
-        data = json.loads(payload)
-    except ValueError:
+        data = hub_json(payload)
+    except (ValueError, RecursionError):
         return 0
     if not isinstance(data, dict):
         return 0

@@ -325,6 +325,26 @@ def registry_hub_keys() -> dict[str, str]:
     return keys
 
 
+def registry_hub_urls() -> dict[str, str]:
+    """Public key → URL of every hub with a fresh entry (the addresses the channel tier trusts),
+    from the same trusted entries as `registry_hub_keys`."""
+    folder = _trusted_dir("hubs")
+    if folder is None:
+        return {}
+    now = time.time()
+    urls = {}
+    for path in folder.glob("*.json"):
+        data = _read(path)
+        if (
+            data
+            and not _stale(data.get("updated_at"), now)
+            and isinstance(data.get("public_key"), str)
+            and isinstance(data.get("url"), str)
+        ):
+            urls[data["public_key"]] = data["url"].rstrip("/")
+    return urls
+
+
 def registry_status() -> str:
     """One line for the operator: where the registry is, or why this hub ignores it (a folder
     someone else could write; entries not this user's own private files)."""

@@ -16,7 +16,6 @@ for them, hands each to `inbound_accept`, and acknowledges (done) or releases it
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import time
 import uuid
@@ -32,7 +31,7 @@ from django.utils import timezone
 from federation.errors import LeaseHeld, NotRelay, PermanentError, RelayQuotaFull, TransientError
 from federation.models import FederationTier, RelayLease, RelayMessage, RelayStorer
 from federation.services.keys import relay_key
-from federation.transport import hub_call
+from federation.transport import TooManyValues, hub_call, hub_json
 from messaging.errors import Invalid, NotFound, SwitchboardError, TooLarge
 from messaging.liveness import LIVE
 from messaging.names import normalize_name
@@ -41,6 +40,7 @@ from messaging.services.audit import audit_event
 log = logging.getLogger(__name__)
 MAX_SEALED_BYTES = 80 * 1024 * 1024  # 50 MB of files, base64, plus the text
 RECEIPTS_PER_PULL = 20
+MESSAGES_PER_PULL = 50
 # Hub side: pulls in one cycle while the relay says more waits, and how long a cycle keeps going
 # back (the embedded scheduler runs the other periodic jobs on the same thread).
 PULL_ROUNDS_PER_CYCLE = 8
@@ -312,7 +312,7 @@ def relay_claim_finish(*, hub_key: str, claim_id: str, outcome: str) -> bool:
     return bool(qs.update(claimed_by="", claimed_until=None))
 
 
-def relay_pull(*, hub_key: str, agents: list[str], limit: int = 50) -> dict[str, Any]:
+def relay_pull(*, hub_key: str, agents: list[str], limit: int = MESSAGES_PER_PULL) -> dict[str, Any]:
     """One pull cycle for a hub in one call: take or renew the lease on each of its live agents,
     claim their messages (only where the lease is this hub's; oldest first across them), and
     claim its receipts, all within one answer's byte budget (`PullBudget`). `more` says that
@@ -409,7 +409,9 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
     except (TransientError, PermanentError) as exc:
         log.info("relay pull failed: %s", exc)
         return False, 0
-    refused = [name for name, state in (answer.get("leases") or {}).items() if state != "ok"]
+    messages, receipts, leases = _pull_answer_items(answer)
+    # Only the names this hub asked for: the relay's answer is its own word, any size it likes.
+    refused = [name for name in agents if name in leases and leases[name] != "ok"]
     counts["refused_leases"] = len(refused)
     for name in set(refused) - _warned_leases:
         # Another hub holds this name's lease: its relay messages go there, not to this copy.
@@ -419,12 +421,15 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
     _warned_leases.update(refused)
     done: list[str] = []
     release: list[str] = []
-    for item in answer.get("messages") or []:
+    for item in messages:
         try:
-            envelope = json.loads(unseal(base64.b64decode(item["sealed"])))
+            envelope = hub_json(unseal(base64.b64decode(item["sealed"])))
             # No carrying hub to vouch for: the origin's signature must name this hub's key.
             inbound_accept(envelope=envelope, tier=FederationTier.RELAY, caller_key=None)
             done.append(item["id"])
+        except TooManyValues as exc:
+            log.info("relay message %s refused here: %s", item.get("message_id"), exc)
+            done.append(item["id"])  # the same bytes come back the same: drop it
         except SwitchboardError as exc:
             # 400/403 (bad envelope, hop limit, revoked sender): a retry can't help, drop it.
             log.info("relay message %s refused here: %s", item.get("message_id"), exc.detail)
@@ -432,13 +437,13 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
         except Exception:
             log.exception("relay message %s failed to deliver; releasing it", item.get("message_id"))
             release.append(item["id"])
-    for item in answer.get("receipts") or []:
+    for item in receipts:
         try:
             counts["receipts"] += receipts_open_relayed(payload=unseal(base64.b64decode(item["sealed"])))
         except Exception:
             log.exception("relay receipt %s could not be opened", item.get("id"))
         done.append(item["id"])
-    counts["delivered"] += len(done) - len(answer.get("receipts") or [])
+    counts["delivered"] += len(done) - len(receipts)
     counts["released"] += len(release)
     if done or release:
         try:
@@ -452,7 +457,29 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
         except (TransientError, PermanentError) as exc:
             log.info("relay: claims not finished (they lapse and come back): %s", exc)
             return False, len(release)
-    return bool(answer.get("more")), len(release)
+    return bool(isinstance(answer, dict) and answer.get("more")), len(release)
+
+
+def _pull_answer_items(
+    answer: Any,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """The messages, receipt batches and lease states of a pull answer, as far as a relay gives
+    them: at most MESSAGES_PER_PULL messages and RECEIPTS_PER_PULL batches, each an object with
+    a string id (the rest is left: an item not finished lapses at the relay and comes back)."""
+    if not isinstance(answer, dict):
+        return [], [], {}
+
+    def items(key: str, limit: int) -> list[dict[str, Any]]:
+        given = answer.get(key)
+        listed = given[:limit] if isinstance(given, list) else []
+        return [i for i in listed if isinstance(i, dict) and isinstance(i.get("id"), str)]
+
+    leases = answer.get("leases")
+    return (
+        items("messages", MESSAGES_PER_PULL),
+        items("receipts", RECEIPTS_PER_PULL),
+        leases if isinstance(leases, dict) else {},
+    )
 
 
 def relay_lease_drop(*, name: str) -> None:

@@ -521,14 +521,15 @@ def relay_http(monkeypatch) -> list[object]:
     body) or an httpx exception to raise. Nothing leaves the process."""
     answers: list[object] = []
 
-    def request(method, url, **kw):
+    @contextmanager
+    def stream(method, url, **kw):
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
         status, body = answer
-        return httpx.Response(status, json=body, request=httpx.Request(method, url))
+        yield httpx.Response(status, json=body, request=httpx.Request(method, url))
 
-    monkeypatch.setattr("federation.transport.httpx.request", request)
+    monkeypatch.setattr("federation.transport.httpx.stream", stream)
     return answers
 
 
