@@ -36,6 +36,7 @@ def _no_anti_flood(settings) -> None:
     settings.SWITCHBOARD_RATE_PAIR = 1_000_000
     settings.SWITCHBOARD_RATE_HUB = 1_000_000
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 1_000_000
+    settings.SWITCHBOARD_UNREAD_PER_SENDER = 1_000_000
 
 
 def assert_counts_match() -> None:
