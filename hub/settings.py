@@ -348,6 +348,16 @@ SWITCHBOARD_DEDUPE_SECONDS = _env_int("SWITCHBOARD_DEDUPE_SECONDS", 60)
 # A sender's single sends in flight at the same time are written together (messaging.services.together).
 SWITCHBOARD_SEND_TOGETHER = _env_bool("SWITCHBOARD_SEND_TOGETHER", True)
 SWITCHBOARD_UNREAD_PER_RECIPIENT = _env_int("SWITCHBOARD_UNREAD_PER_RECIPIENT", 50)
+# Of those, at most this many from one sender (default: half the cap, rounded up), so one sender
+# alone never fills a recipient's inbox for every other.
+SWITCHBOARD_UNREAD_PER_SENDER = _env_int(
+    "SWITCHBOARD_UNREAD_PER_SENDER", (SWITCHBOARD_UNREAD_PER_RECIPIENT + 1) // 2
+)
+if SWITCHBOARD_UNREAD_PER_SENDER > SWITCHBOARD_UNREAD_PER_RECIPIENT:
+    raise ImproperlyConfigured(
+        f"SWITCHBOARD_UNREAD_PER_SENDER ({SWITCHBOARD_UNREAD_PER_SENDER}) is at most "
+        f"SWITCHBOARD_UNREAD_PER_RECIPIENT ({SWITCHBOARD_UNREAD_PER_RECIPIENT})."
+    )
 # A reply loop: both directions of a pair above this many messages within the window → held.
 SWITCHBOARD_LOOP_EXCHANGES = _env_int("SWITCHBOARD_LOOP_EXCHANGES", 20)
 SWITCHBOARD_LOOP_WINDOW_SECONDS = _env_int("SWITCHBOARD_LOOP_WINDOW_SECONDS", 1800)

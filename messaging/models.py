@@ -280,6 +280,29 @@ class UnreadCount(models.Model):
         return f"unread {self.recipient_id}/{self.stripe}: {self.n}"
 
 
+class UnreadShare(models.Model):
+    """How many of a recipient's unread deliveries (queued or delivered) come from one sender: what
+    bounds one sender's share of the recipient's unread cap on every send, kept by database triggers
+    on the delivery table (migration 0011) with the sender read from the delivery's message, striped
+    on PostgreSQL as `UnreadCount` is. Messages with no sender (the hub's notices) are not counted.
+    Written only by the triggers."""
+
+    pk = models.CompositePrimaryKey("recipient", "sender", "stripe")
+    # No database constraints, as `UnreadCount`: a delivery deleted with either session may touch
+    # the count after it.
+    recipient = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
+    sender = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
+    stripe = models.SmallIntegerField()
+    n = models.IntegerField()
+
+    def __str__(self) -> str:
+        return f"unread {self.sender_id} -> {self.recipient_id}/{self.stripe}: {self.n}"
+
+
 class Pin(models.Model):
     """Once a sender has reached a name, that name stays bound to that recipient for that sender."""
 

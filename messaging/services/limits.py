@@ -5,18 +5,21 @@ All keyed by session ids, never by anything a client sends:
   is not sent again: the sender gets the original message back (`duplicate: true`);
 - a token bucket per sender→recipient (`SWITCHBOARD_RATE_PAIR` per `SWITCHBOARD_RATE_PAIR_SECONDS`)
   and one for the whole hub (`SWITCHBOARD_RATE_HUB` per `SWITCHBOARD_RATE_HUB_SECONDS`);
-- at most `SWITCHBOARD_UNREAD_PER_RECIPIENT` accepted-but-unread messages per recipient;
+- at most `SWITCHBOARD_UNREAD_PER_RECIPIENT` accepted-but-unread messages per recipient, and of
+  those at most `SWITCHBOARD_UNREAD_PER_SENDER` from one sender, so one sender alone cannot fill a
+  recipient's inbox for everyone else;
 - a reply loop (both directions of a pair above `SWITCHBOARD_LOOP_EXCHANGES` messages within
   `SWITCHBOARD_LOOP_WINDOW_SECONDS`) is held for an operator instead of delivered.
 
-Dedupe, the unread cap and loop detection are database queries, exact across processes (the
-unread cap reads a count the database keeps up to date with triggers: models.UnreadCount). The
-buckets live in Redis when REDIS_URL is set (one Lua script per take, atomic across every web
-process), else in this process's memory (embedded mode is one process).
+Dedupe, the unread caps and loop detection are database queries, exact across processes (the
+unread caps read counts the database keeps up to date with triggers: models.UnreadCount and
+models.UnreadShare). The buckets live in Redis when REDIS_URL is set (one Lua script per take,
+atomic across every web process), else in this process's memory (embedded mode is one process).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -31,7 +34,7 @@ from django.db.models import QuerySet, Sum
 
 from messaging.errors import RateLimited
 from messaging.metrics import RATE_LIMIT_REFUSALS
-from messaging.models import AgentSession, Delivery, UnreadCount
+from messaging.models import AgentSession, Delivery, UnreadCount, UnreadShare
 from messaging.states import DeliveryState
 
 log = logging.getLogger(__name__)
@@ -219,6 +222,21 @@ def unread_count(recipient_id: object) -> int:
     return int(found or 0)
 
 
+def unread_counted(*, recipient_id: object, sender_id: object) -> tuple[int, int]:
+    """The recipient's unread count and, of it, the sender's (what the sender's share of the cap
+    checks), in one query of the counts the database keeps (models.UnreadCount, UnreadShare)."""
+    ident = functools.partial(AgentSession._meta.pk.get_db_prep_value, connection=connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT COALESCE(SUM(n), 0) FROM {UnreadCount._meta.db_table} WHERE recipient_id = %s), "
+            f"(SELECT COALESCE(SUM(n), 0) FROM {UnreadShare._meta.db_table} "
+            "WHERE recipient_id = %s AND sender_id = %s)",
+            [ident(recipient_id), ident(recipient_id), ident(sender_id)],
+        )
+        unread, own = cursor.fetchone()
+    return int(unread), int(own)
+
+
 def unread_waiting(recipient_id: object) -> QuerySet[Delivery]:
     """The recipient's accepted-but-unread deliveries, row by row (`unread_count` is their number)."""
     return Delivery.objects.filter(recipient_id=recipient_id, state__in=UNREAD_STATES)
@@ -250,6 +268,17 @@ def queue_full(recipient: AgentSession, unread: int) -> RateLimited:
         f"{recipient.label} already has {unread} unread messages waiting (the limit is "
         f"{settings.SWITCHBOARD_UNREAD_PER_RECIPIENT}). Wait until they read them before sending more.",
         reason="recipient_queue_full",
+        retry_after=settings.SWITCHBOARD_RATE_PAIR_SECONDS,
+    )
+
+
+def unread_share_full(recipient: AgentSession, own: int) -> RateLimited:
+    RATE_LIMIT_REFUSALS.labels("unread_share_full").inc()
+    return RateLimited(
+        f"{recipient.label} has not read {own} of your messages yet, and one sender may have at most "
+        f"{settings.SWITCHBOARD_UNREAD_PER_SENDER} unread messages waiting there. Wait until they read "
+        "them before sending more.",
+        reason="unread_share_full",
         retry_after=settings.SWITCHBOARD_RATE_PAIR_SECONDS,
     )
 

@@ -1,11 +1,11 @@
 """What the send pipeline needs to know about a sender → recipient pair, read in one round trip.
 
-A send checks observers, the dedupe window, the recipient's unread cap, the recipient's per-sender
-policy, both directions of a possible reply loop and the sender's pin for the name it used. Asked
-one query at a time that is seven round trips through the ORM, most of a send's cost; here they
-are scalar subqueries of one SELECT (plain SQL that SQLite and PostgreSQL both run), each bounded
-by the index it uses and by a LIMIT where it counts, so the cost does not grow with an inbox (the
-unread count is read from the counts the database keeps, not counted).
+A send checks observers, the dedupe window, the recipient's unread cap and the sender's share of
+it, the recipient's per-sender policy, both directions of a possible reply loop and the sender's pin
+for the name it used. Asked one query at a time that is eight round trips through the ORM, most of
+a send's cost; here they are scalar subqueries of one SELECT (plain SQL that SQLite and PostgreSQL
+both run), each bounded by the index it uses and by a LIMIT where it counts, so the cost does not
+grow with an inbox (the unread counts are read from the counts the database keeps, not counted).
 The rules that use these facts stay in their modules (limits, policy, observers, addressing).
 """
 
@@ -20,7 +20,16 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import connection
 
-from messaging.models import AgentSession, Delivery, Message, MessageKind, Pin, SenderPolicy, UnreadCount
+from messaging.models import (
+    AgentSession,
+    Delivery,
+    Message,
+    MessageKind,
+    Pin,
+    SenderPolicy,
+    UnreadCount,
+    UnreadShare,
+)
 from messaging.plugins import PLUGINS
 from messaging.services.bulk import as_uuid
 
@@ -33,6 +42,7 @@ class PairFacts:
     recipient_is_observer: bool
     duplicate_of: uuid.UUID | None  # same text to the same recipient within the dedupe window
     unread: int  # the recipient's queued + delivered messages (models.UnreadCount)
+    unread_own: int  # of those, the sender's (models.UnreadShare)
     policy: str | None  # the recipient's rule for this sender (accept / hold / refuse), if any
     policy_by_operator: bool
     loop_replies: int  # recipient → sender texts within the loop window, up to the threshold
@@ -91,7 +101,7 @@ def _statement() -> str:
     message, delivery = Message._meta.db_table, Delivery._meta.db_table
     policy, pin = SenderPolicy._meta.db_table, Pin._meta.db_table
     restricted = PLUGINS.send_guard.restricted_sql
-    unread = UnreadCount._meta.db_table
+    unread, share = UnreadCount._meta.db_table, UnreadShare._meta.db_table
     return f"""
         SELECT
           {restricted},
@@ -100,6 +110,7 @@ def _statement() -> str:
             WHERE m.dedupe_key = %s AND m.kind = %s AND m.created_at >= %s AND d.recipient_id = %s
             ORDER BY m.created_at DESC LIMIT 1),
           (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s),
+          (SELECT COALESCE(SUM(n), 0) FROM {share} WHERE recipient_id = %s AND sender_id = %s),
           (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
           (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
           loop.replies,
@@ -130,6 +141,7 @@ def pair_facts(
         r,
         *(dedupe_key(sender.id, sha256), text, since(settings.SWITCHBOARD_DEDUPE_SECONDS), r),
         r,
+        *(r, s),
         *(r, s, r, s),
         loop_limit,
         *pair_texts_params(sender.id, recipient.id, since=loop_start, limit=loop_limit),
@@ -143,12 +155,13 @@ def pair_facts(
     with connection.cursor() as cursor:
         cursor.execute(_statement(), params)
         row = cursor.fetchone()
-    observer_s, observer_r, duplicate, unread, policy, by_operator, replies, sends, pinned = row
+    observer_s, observer_r, duplicate, unread, own, policy, by_operator, replies, sends, pinned = row
     return PairFacts(
         sender_is_observer=bool(observer_s),
         recipient_is_observer=bool(observer_r),
         duplicate_of=as_uuid(duplicate) if settings.SWITCHBOARD_DEDUPE_SECONDS > 0 else None,
         unread=int(unread),
+        unread_own=int(own),
         policy=policy,
         policy_by_operator=bool(by_operator),
         loop_replies=int(replies),

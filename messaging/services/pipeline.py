@@ -9,7 +9,8 @@ Every send is a `SendRequest` and goes through the same steps, in this order:
    an address no local session takes is tried on the other hubs
    (`messaging.plugins.OtherHubs.route`) unless the message was forwarded here;
 3. guard: no self-sends, replies only to the sender's own messages, the observer rule, the dedupe
-   window, the rate limits and the recipient's unread cap (a hub-made message skips the last three);
+   window, the rate limits, the recipient's unread cap and the sender's share of it (a hub-made
+   message skips the last four);
    a message to be held makes room only among its own sender's holds (`holds.holds_make_room`);
 4. decide: `decision.decide`, a pure function over the pair's facts (or the route's own decision
    for a message that leaves this hub), adjusted by the forwarding hub's standing;
@@ -59,6 +60,7 @@ from messaging.models import (
     SenderPolicy,
     Tier,
     UnreadCount,
+    UnreadShare,
 )
 from messaging.plugins import PLUGINS, RemoteSend
 from messaging.policy import Verdict
@@ -68,7 +70,13 @@ from messaging.services.bulk import as_uuid
 from messaging.services.decision import Decision, decide
 from messaging.services.events import Announcement
 from messaging.services.holds import holds_counted, holds_full, holds_make_room
-from messaging.services.limits import TokenReservation, limits_reserve, queue_full, unread_count
+from messaging.services.limits import (
+    TokenReservation,
+    limits_reserve,
+    queue_full,
+    unread_counted,
+    unread_share_full,
+)
 from messaging.services.pair import dedupe_key, pair_facts, pair_texts_params, pair_texts_sql
 from messaging.services.recipients import (
     PIN_CHECKED_RULES,
@@ -243,15 +251,16 @@ def read_ahead(batches: list[tuple[_Batch, list[_Item]]], *, now: Any) -> None:
 def pair_facts_read(pairs: list[tuple[Any, Any]], *, now: Any) -> dict[tuple[Any, Any], PairRead]:
     """Per (sender id, recipient id), in one query for all: whether either is an observer, the
     recipient's rule for the sender (action, set by an operator), the recipient's texts to the
-    sender within the loop window (counted up to the threshold) and the recipient's unread count
-    (the counts the database keeps, models.UnreadCount); the sender's own texts there are left
-    to be counted when a loop needs them (None). Separately they are four round trips per
-    pair; none of them changes with what a batch sends but the counts (see `_Writes`)."""
+    sender within the loop window (counted up to the threshold), the recipient's unread count and
+    the sender's share of it (the counts the database keeps, models.UnreadCount and UnreadShare);
+    the sender's own texts there are left to be counted when a loop needs them (None). Separately
+    they are five round trips per pair; none of them changes with what a batch sends but the
+    counts (see `_Writes`)."""
     pairs = list(dict.fromkeys(pairs))
     if not pairs:
         return {}
     restricted, policy = PLUGINS.send_guard.restricted_sql, SenderPolicy._meta.db_table
-    unread = UnreadCount._meta.db_table
+    unread, share = UnreadCount._meta.db_table, UnreadShare._meta.db_table
     ident = functools.partial(Message._meta.pk.get_db_prep_value, connection=connection)
     threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
     since = now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
@@ -264,20 +273,21 @@ def pair_facts_read(pairs: list[tuple[Any, Any]], *, now: Any) -> dict[tuple[Any
               (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
               (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
               (SELECT COUNT(*) FROM ({pair_texts_sql()}) AS replies),
-              (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s)
+              (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s),
+              (SELECT COALESCE(SUM(n), 0) FROM {share} WHERE recipient_id = %s AND sender_id = %s)
             """
         )
         sender, recipient = ident(sender_id), ident(recipient_id)
         params += [sender, recipient, recipient, sender, recipient, sender]
         params += pair_texts_params(recipient_id, sender_id, since=since, limit=max(threshold, 1))
-        params += [recipient]
+        params += [recipient, recipient, sender]
     # Prepared like the single send's pair read: its loop count has one good plan for any values.
     with connection.cursor() as cursor:
         cursor.execute(" UNION ALL ".join(parts), params)
         rows = cursor.fetchall()
     return {
-        pairs[place]: (bool(observed), action, bool(by_operator), int(replies), int(count), None)
-        for place, observed, action, by_operator, replies, count in rows
+        pairs[place]: (bool(observed), action, bool(by_operator), int(replies), int(count), int(own), None)
+        for place, observed, action, by_operator, replies, count, own in rows
     }
 
 
@@ -371,10 +381,10 @@ class _Item:
 
 # A pair's facts as read ahead (`pair_facts_read`, or a lone send's `pair_facts`): either side an
 # observer, the recipient's rule for the sender (action, set by an operator), the recipient's texts
-# to the sender within the loop window (up to the threshold), the recipient's unread count, and
-# the sender's texts to the recipient within the window when they were counted with the rest
-# (None: counted when a loop needs them, `_Batch._looping`).
-PairRead = tuple[bool, str | None, bool, int, int, int | None]
+# to the sender within the loop window (up to the threshold), the recipient's unread count, the
+# sender's share of it, and the sender's texts to the recipient within the window when they were
+# counted with the rest (None: counted when a loop needs them, `_Batch._looping`).
+PairRead = tuple[bool, str | None, bool, int, int, int, int | None]
 
 
 @dataclass
@@ -387,6 +397,7 @@ class _Inbox:
     override: tuple[str | None, bool] | None = None
     verdicts: dict[tuple[bool, str], Verdict] = field(default_factory=dict)  # by (sensitive, trust)
     unread: int | None = None
+    unread_own: int | None = None  # of `unread`, the batch's sender's (read with it)
     looping_back: bool | None = None  # the recipient has sent the sender the loop threshold
     sent_there: int | None = None  # the sender's recent texts to the recipient, up to the threshold
     holds: int | None = None  # holds waiting for an operator
@@ -424,8 +435,10 @@ class _Writes:
         self.pending: list[_Accepted] = []
         self.batches: list[_Batch] = []  # whose pins are written with the messages
         # What the send accepted, written or not, that changes the facts read before it
-        # (`pair_facts_read`): messages queued per recipient, texts per (sender, recipient).
+        # (`pair_facts_read`): messages queued per recipient and per (sender, recipient), texts
+        # per (sender, recipient).
         self.queued_for: Counter[Any] = Counter()
+        self.queued_between: Counter[tuple[Any, Any]] = Counter()
         self.texts_between: Counter[tuple[Any, Any]] = Counter()
         # False once something else was written (holds expired to make room): the facts read
         # ahead no longer count everything, so each is read again.
@@ -443,6 +456,7 @@ class _Writes:
         outcome = accepted.outcome
         if outcome.delivery.state == S.QUEUED:
             self.queued_for[outcome.recipient.id] += 1
+            self.queued_between[(outcome.message.sender_id, outcome.recipient.id)] += 1
         if outcome.message.kind == MessageKind.TEXT:
             self.texts_between[(outcome.message.sender_id, outcome.recipient.id)] += 1
 
@@ -646,6 +660,7 @@ class _Batch:
             facts.policy_by_operator,
             facts.loop_replies,
             facts.unread,
+            facts.unread_own,
             facts.loop_sends,
         )
         if item.dedupes and facts.duplicate_of is not None:
@@ -715,17 +730,19 @@ class _Batch:
 
     def _facts_kept(self, inbox: _Inbox, facts: PairRead, *, read_ahead: bool) -> None:
         """Keep a pair's facts (`PairRead`); when they were read ahead of the send's writes, with
-        what it accepted since: its messages queued for the recipient, its texts each way."""
-        observed, action, by_operator, replies_read, unread, sends = facts
+        what it accepted since: its messages queued for the recipient (the sender's among them), its
+        texts each way."""
+        observed, action, by_operator, replies_read, unread, own, sends = facts
         replies = replies_read
         if read_ahead:
             replies += self.writes.texts_between[(inbox.recipient.id, self.sender.id)]
             unread += self.writes.queued_for[inbox.recipient.id]
+            own += self.writes.queued_between[(self.sender.id, inbox.recipient.id)]
         threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
         inbox.observed = observed
         inbox.override = (action, bool(by_operator)) if action is not None else (None, False)
         inbox.looping_back = threshold > 0 and replies >= threshold
-        inbox.unread = unread
+        inbox.unread, inbox.unread_own = unread, own
         # `pair_facts` counts the sender's texts only once the replies it read reach the threshold.
         if inbox.looping_back and sends is not None and replies_read >= threshold:
             inbox.sent_there = sends + (
@@ -834,6 +851,8 @@ class _Batch:
             inbox.sent_there += 1
         if decision.state == S.QUEUED and inbox.unread is not None:
             inbox.unread += 1
+            if inbox.unread_own is not None:
+                inbox.unread_own += 1
         if decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD and inbox.holds is not None:
             inbox.holds += 1
             assert inbox.own_holds is not None  # counted with `holds` (`_make_room`)
@@ -876,13 +895,17 @@ class _Batch:
             self.recent[(item.sha256, outcome.recipient.id)] = (outcome.message, outcome.delivery)
 
     def _check_unread(self, inbox: _Inbox) -> None:
-        """The recipient's unread cap: read with the recipient, then counted along (read again
-        after something else wrote to its inbox)."""
-        if inbox.unread is None:
+        """The recipient's unread cap, then the sender's share of it: read with the recipient,
+        then counted along (both read again after something else wrote to its inbox)."""
+        if inbox.unread is None or inbox.unread_own is None:
             self._write_for(inbox)
-            inbox.unread = unread_count(inbox.recipient.id)
+            inbox.unread, inbox.unread_own = unread_counted(
+                recipient_id=inbox.recipient.id, sender_id=self.sender.id
+            )
         if inbox.unread >= settings.SWITCHBOARD_UNREAD_PER_RECIPIENT:
             raise queue_full(inbox.recipient, inbox.unread)
+        if inbox.unread_own >= settings.SWITCHBOARD_UNREAD_PER_SENDER:
+            raise unread_share_full(inbox.recipient, inbox.unread_own)
 
     def _decide(self, item: _Item, inbox: _Inbox, classification: Classification, trust: str) -> Decision:
         """`decide` for a recipient of this hub, with its reads done once per recipient."""

@@ -275,3 +275,28 @@ def test_files_over_the_tiers_limit_are_left_out(hub_client, register, api, othe
     problems = [f.get("problem", "") for f in frame["files"]]
     assert problems[0] == "" and "larger than the lan tier" in problems[1] and "larger" in problems[2]
     assert "FILES=1" in frame["marker"]
+
+
+def test_a_forwarded_message_counts_against_its_remote_senders_stand_in(
+    hub_client, register, send, other_hub, settings
+):
+    """The unread share is keyed by the session this hub knows: each remote sender's stand-in has
+    its own, so one remote sender is bounded by it, and another sender of the same hub has a share
+    of its own (a hub gets up to SWITCHBOARD_REMOTE_SESSIONS_PER_PEER stand-ins)."""
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 6
+    settings.SWITCHBOARD_UNREAD_PER_SENDER = 2
+    register("bob")
+    carol = register("carol")
+
+    def forwarded(remote_id: str, text: str):
+        sender = {"hub": other_hub.public_key, "hub_name": other_hub.name, "url": "", "id": remote_id}
+        envelope = other_hub.envelope(
+            to="bob", text=text, **{"from": {**sender, "name": remote_id, "ref": ""}}
+        )
+        return _forward(hub_client, other_hub, envelope)
+
+    assert [forwarded("r1", f"one {i}").status_code for i in range(2)] == [201, 201]
+    refused = forwarded("r1", "one more")
+    assert refused.status_code == 429 and refused.json_body["reason"] == "unread_share_full"
+    assert [forwarded("r2", f"two {i}").status_code for i in range(2)] == [201, 201]
+    assert send(carol, "bob", "local").status_code == 201

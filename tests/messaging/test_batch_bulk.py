@@ -248,6 +248,7 @@ def test_a_batch_reads_the_database_the_same_number_of_times_for_10_or_100_messa
 ):
     settings.SWITCHBOARD_RATE_PAIR = settings.SWITCHBOARD_RATE_HUB = 100_000
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 100_000
+    settings.SWITCHBOARD_UNREAD_PER_SENDER = 100_000
     alice, names = world["alice"], ("bob", "carol", "dave")
     AgentSession.objects.filter(name__in=names).update(inbound_policy=None)
 

@@ -63,6 +63,7 @@ def test_the_lookup_reads_only_the_texts_asked_for_however_much_the_sender_wrote
         pytest.skip("the plan is PostgreSQL's")
     settings.SWITCHBOARD_RATE_PAIR = settings.SWITCHBOARD_RATE_HUB = 10**7
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 10**7
+    settings.SWITCHBOARD_UNREAD_PER_SENDER = 10**7
     sender = session_register(name="chatty").session
     session_register(name="sink")
     _send("chatty", "earlier", 20)

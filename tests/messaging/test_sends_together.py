@@ -235,6 +235,7 @@ def test_concurrent_sends_of_one_sender_each_get_their_own_message(
 ) -> None:
     settings.SWITCHBOARD_RATE_PAIR = settings.SWITCHBOARD_RATE_HUB = 10_000
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 10_000
+    settings.SWITCHBOARD_UNREAD_PER_SENDER = 10_000
     settings.SWITCHBOARD_LIMITS_PREFIX = f"test-together-{uuid.uuid4().hex}"
     alice, _bob = register("alice"), register("bob")
     from messaging.models import AgentSession
@@ -287,6 +288,7 @@ def test_concurrent_sends_of_many_senders_go_together_and_keep_each_pairs_order(
     its sender's texts in the order they were sent."""
     settings.SWITCHBOARD_RATE_PAIR = settings.SWITCHBOARD_RATE_HUB = 10_000
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 10_000
+    settings.SWITCHBOARD_UNREAD_PER_SENDER = 10_000
     settings.SWITCHBOARD_LIMITS_PREFIX = f"test-together-{uuid.uuid4().hex}"
     from messaging.models import AgentSession, Delivery
 

@@ -1,8 +1,10 @@
-"""The unread counts the database keeps (models.UnreadCount, migration 0004's triggers).
+"""The unread counts the database keeps (models.UnreadCount and UnreadShare, migrations 0004's and
+0011's triggers).
 
-Every send reads a recipient's unread count for the unread cap; the triggers keep it, so it must
-equal a real count of queued + delivered deliveries after anything that moves, adds or removes
-one. Run on SQLite by the fast suite and on PostgreSQL (statement triggers) by the PG stage."""
+Every send reads a recipient's unread count for the unread cap, and the sender's share of it; the
+triggers keep both, so they must equal a real count of queued + delivered deliveries (all of them,
+and per sender) after anything that moves, adds or removes one. Run on SQLite by the fast suite
+and on PostgreSQL (statement triggers) by the PG stage."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import threading
 
 import pytest
 from django.db import connection, connections
+from django.db.models import Count, Sum
 
 from messaging.errors import SwitchboardError
-from messaging.models import AgentSession, Delivery, SenderPolicy, SessionStatus
+from messaging.models import AgentSession, Delivery, SenderPolicy, SessionStatus, UnreadShare
 from messaging.principals import operator_principal, session_principal
 from messaging.services.delivery import inbox_ack, inbox_pull
 from messaging.services.holds import holds_decide
@@ -33,18 +36,36 @@ def _no_anti_flood(settings) -> None:
     settings.SWITCHBOARD_RATE_PAIR = 1_000_000
     settings.SWITCHBOARD_RATE_HUB = 1_000_000
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 1_000_000
+    settings.SWITCHBOARD_UNREAD_PER_SENDER = 1_000_000
 
 
 def assert_counts_match() -> None:
+    """Every session's kept unread count, and every sender's share of it, equal a real count."""
     for session in AgentSession.objects.all():
         kept, counted = unread_count(session.id), unread_waiting(session.id).count()
         assert kept == counted, f"{session.name}: kept {kept}, counted {counted}"
+    assert shares_kept() == shares_counted()
+
+
+def shares_kept() -> dict[tuple[object, object], int]:
+    """(recipient id, sender id) → the count the database keeps, for sessions that still exist."""
+    sessions = set(AgentSession.objects.values_list("id", flat=True))
+    rows = UnreadShare.objects.values_list("recipient_id", "sender_id").annotate(total=Sum("n"))
+    return {(r, s): n for r, s, n in rows if n and r in sessions and s in sessions}
+
+
+def shares_counted() -> dict[tuple[object, object], int]:
+    """(recipient id, sender id) → queued + delivered deliveries of the sender's messages."""
+    waiting = Delivery.objects.filter(state__in=UNREAD_STATES, message__sender__isnull=False)
+    rows = waiting.values_list("recipient_id", "message__sender_id").annotate(total=Count("id"))
+    return {(r, s): n for r, s, n in rows}
 
 
 def test_the_migration_counts_the_states_the_cap_means() -> None:
-    migration = importlib.import_module("messaging.migrations.0004_unread_counts")
-    written_out = migration.UNREAD
-    assert written_out == "(" + ", ".join(f"'{state.value}'" for state in UNREAD_STATES) + ")"
+    for name in ("0004_unread_counts", "0011_unread_shares"):
+        migration = importlib.import_module(f"messaging.migrations.{name}")
+        written_out = migration.UNREAD
+        assert written_out == "(" + ", ".join(f"'{state.value}'" for state in UNREAD_STATES) + ")"
 
 
 @pytest.mark.django_db
@@ -91,6 +112,74 @@ def test_every_way_a_delivery_moves_keeps_the_count() -> None:
     Delivery.objects.filter(recipient=bob, state=S.QUEUED).order_by("id")[:1].get().delete()
     assert unread_count(bob.id) == 2
     bob.delete()
+    assert_counts_match()
+
+
+def share(recipient: AgentSession, sender: AgentSession) -> int:
+    return shares_kept().get((recipient.id, sender.id), 0)
+
+
+@pytest.mark.django_db
+def test_each_senders_share_follows_its_deliveries_to_the_end() -> None:
+    """The per-sender counts through failure, expiry, the hub's notices (no sender: not counted),
+    retention, an operator deleting a sender's data and a sender's session purged."""
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from messaging.models import Message
+    from messaging.principals import HUB
+    from messaging.services.delivery import delivery_transition
+    from messaging.services.notifications import Notice, notifications_send
+    from messaging.services.retention import (
+        messages_purge_expired,
+        session_data_delete,
+        sessions_purge_expired,
+    )
+
+    alice, bob, carol = (session_register(name=n).session for n in ("alice", "bob", "carol"))
+    for i in range(4):
+        message_send(SendRequest(sender=alice, to="bob", text=f"a{i}"))
+        message_send(SendRequest(sender=carol, to="bob", text=f"c{i}"))
+    message_send(SendRequest(sender=bob, to="alice", text="back"))
+    with transaction.atomic():
+        notifications_send([Notice(recipient_id=bob.id, text="from the hub")])
+    assert (share(bob, alice), share(bob, carol), share(alice, bob), unread_count(bob.id)) == (4, 4, 1, 9)
+    assert_counts_match()
+
+    # Failed and expired deliveries leave the share; so does a read one.
+    first, second, third = Delivery.objects.filter(recipient=bob, message__sender=alice).order_by("id")[:3]
+    with transaction.atomic():
+        delivery_transition(Delivery.objects.filter(pk=first.pk), to=S.FAILED, actor=HUB)
+        delivery_transition(Delivery.objects.filter(pk=second.pk), to=S.EXPIRED, actor=HUB)
+    inbox_ack(recipient=bob, actor=session_principal(bob), message_ids=[str(third.message_id)])
+    assert (share(bob, alice), share(bob, carol)) == (1, 4)
+    assert_counts_match()
+
+    # Retention takes final deliveries only: the share does not move.
+    later = timezone.now() + timedelta(days=365)
+    assert messages_purge_expired(now=later)[0] == 3
+    assert (share(bob, alice), share(bob, carol)) == (1, 4)
+    assert_counts_match()
+
+    # An operator deletes Carol's data: her unread messages go, and her share with them.
+    session_data_delete(session_id=carol.id, actor=OPERATOR)
+    assert (share(bob, carol), unread_count(bob.id)) == (0, 2)
+    assert_counts_match()
+
+    # Alice exits and, past retention, is purged: her share row goes with her session, and Bob
+    # reading her last message afterwards (now of no sender) leaves every count right.
+    session_set_status(session=alice, status=SessionStatus.EXITED, actor=session_principal(alice))
+    AgentSession.objects.filter(pk=alice.pk).update(last_seen=timezone.now() - timedelta(days=365))
+    messages_purge_expired(now=later)  # Bob's message to her, expired by her exit
+    assert sessions_purge_expired() == 1
+    assert not UnreadShare.objects.filter(sender_id=alice.id).exists()
+    orphan = Message.objects.get(text="a3")
+    assert orphan.sender_id is None
+    inbox_ack(recipient=bob, actor=session_principal(bob), message_ids=[str(orphan.id)])
+    # (Bob's two notices from the hub are left: the first, and the one saying his message expired.)
+    assert unread_count(bob.id) == 2 and not UnreadShare.objects.filter(sender_id=alice.id).exists()
     assert_counts_match()
 
 
