@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
-from switchboard_agent.config import enroll_key, hub_url
+from switchboard_agent.config import enroll_key, hub_of_this_home, hub_url
 from switchboard_agent.transport import (
     HTTPTransport,
     Request,
@@ -167,12 +167,16 @@ class HubClient:
         """Register a session with the enrollment key; the answer carries its token (shown once).
         The client then acts as that session. `registration_key` (random, kept by the caller until
         it has the answer) makes a retry get the same session back instead of a second one."""
-        key = key or enroll_key()
+        key = key or enroll_key(self.url)
         if not key:
             raise NotConfigured(
                 "no_enroll_key",
                 "No enrollment key: set SWITCHBOARD_ENROLL_KEY or put the hub's key in "
-                "$SWITCHBOARD_HOME/enroll.key.",
+                "$SWITCHBOARD_HOME/enroll.key."
+                if hub_of_this_home(self.url)
+                else f"No enrollment key for the hub at {self.url}: set SWITCHBOARD_ENROLL_KEY to that "
+                "hub's key ($SWITCHBOARD_HOME/enroll.key is kept for the hub of this home and is "
+                "sent to no other).",
             )
         body = {
             "name": name,

@@ -4,7 +4,8 @@ Read from the environment (and `$SWITCHBOARD_HOME`), never from Django settings,
 an MCP server can run on a machine with no hub at all:
 
 - `SWITCHBOARD_URL`: the hub (default http://127.0.0.1:8765);
-- `SWITCHBOARD_ENROLL_KEY`, else `$SWITCHBOARD_HOME/enroll.key`: the key that registers sessions;
+- `SWITCHBOARD_ENROLL_KEY`, else `$SWITCHBOARD_HOME/enroll.key`: the key that registers sessions
+  (the file's key only for that home's hub: the address in `hub.url`, or a hub on loopback);
 - `SWITCHBOARD_NAME`, else the working folder's name: the session's name;
 - `SWITCHBOARD_TOKEN`: act as an already registered session instead of registering one.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -28,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from switchboard_agent.home import home_dir, write_private
 
@@ -52,15 +55,35 @@ def hub_url() -> str:
     return (url or DEFAULT_URL).rstrip("/")
 
 
-def enroll_key() -> str | None:
-    """The enrollment key from the environment or the hub's home folder; None when neither has one."""
+def enroll_key(url: str) -> str | None:
+    """The enrollment key for the hub at `url`: SWITCHBOARD_ENROLL_KEY, else the key in the home
+    folder when `url` is that home's hub (`hub_of_this_home`); None otherwise."""
     key = os.environ.get("SWITCHBOARD_ENROLL_KEY", "").strip()
     if key:
         return key
+    if not hub_of_this_home(url):
+        return None
     try:
         return (home_dir() / "enroll.key").read_text(encoding="utf-8").strip() or None
     except OSError:
         return None
+
+
+def hub_of_this_home(url: str) -> bool:
+    """Whether `url` is the hub whose enrollment key this home keeps: the address that hub wrote
+    here (`HUB_URL_FILE`), or any hub on this machine's loopback. A key sent elsewhere would let
+    that hub's operator, or anyone on the way, register sessions on this one."""
+    url = url.strip().rstrip("/")
+    with contextlib.suppress(OSError):
+        if url == (home_dir() / HUB_URL_FILE).read_text(encoding="utf-8").strip().rstrip("/"):
+            return True
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def session_name(cwd: str | None = None) -> str:

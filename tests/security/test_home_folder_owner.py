@@ -52,7 +52,7 @@ def test_a_home_others_can_write_is_refused(shared: Path, mode: int) -> None:
     with pytest.raises(UnsafeHome, match="other users can write"):
         hub_url()
     with pytest.raises(UnsafeHome):
-        enroll_key()
+        enroll_key("http://127.0.0.1:8765")
 
 
 @needs_root
@@ -62,7 +62,7 @@ def test_a_home_another_user_owns_is_refused(shared: Path) -> None:
     with pytest.raises(UnsafeHome, match="uid 65534"):
         hub_url()
     with pytest.raises(UnsafeHome):
-        enroll_key()
+        enroll_key("http://127.0.0.1:8765")
     with pytest.raises(UnsafeHome):
         session_find("planted", ATTACKER_URL)
 
@@ -80,7 +80,7 @@ def test_a_symlink_to_another_users_folder_is_refused(shared: Path, tmp_path: Pa
 def test_a_private_home_is_used(shared: Path) -> None:
     _planted(shared).chmod(0o700)
     assert hub_url() == ATTACKER_URL  # the folder is this user's own: what is in it stands
-    assert enroll_key() == ATTACKER_KEY
+    assert enroll_key(hub_url()) == ATTACKER_KEY
 
 
 def test_a_home_others_can_only_read_is_used(shared: Path) -> None:
