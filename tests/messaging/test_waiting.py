@@ -420,17 +420,26 @@ async def test_a_long_poll_waiting_with_a_token_that_is_reissued_ends_401_and_ta
     alice, bob = await register("alice"), await register_with_key("bob", BOB_KEY)
     renewed: list[Registration] = []
 
-    async def reissue_then_send() -> None:
+    async def reissue_then_send(poll: asyncio.Task) -> None:
         await asyncio.sleep(0.3)
         renewed.append(await register_with_key("bob", BOB_KEY))
+        # The send waits for the poll's answer, up to a second: a poll that went on waiting would
+        # take it. (The test's in-memory SQLite refuses a write from this thread while the
+        # request's thread reads: "table is locked".)
+        await asyncio.wait([poll], timeout=1)
         await send(alice, "bob", "for the rightful holder")
 
     async with client() as http:
         started = time.monotonic()
-        stolen = http.get(
-            "/api/v1/inbox", params={"wait": 5}, headers={"Authorization": f"Bearer {bob.token}"}, timeout=30
+        stolen = asyncio.ensure_future(
+            http.get(
+                "/api/v1/inbox",
+                params={"wait": 5},
+                headers={"Authorization": f"Bearer {bob.token}"},
+                timeout=30,
+            )
         )
-        answer, _ = await asyncio.gather(stolen, reissue_then_send())
+        answer, _ = await asyncio.gather(stolen, reissue_then_send(stolen))
         elapsed = time.monotonic() - started
         assert renewed[0].reissued
         assert answer.status_code == 401
