@@ -409,6 +409,21 @@ async def test_with_the_layer_down_a_wait_ends_when_its_session_is_ended(
     assert time.monotonic() - started < 10
 
 
+def first_wait_started(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Set when a wait has read the database and waits on its channel (its first `woken`). A test
+    that writes only after it keeps its thread off the database while the request's thread reads:
+    the fast suite's in-memory SQLite refuses a write then ("database table is locked")."""
+    started = asyncio.Event()
+    woken = waiting.InboxSubscription.woken
+
+    async def first_woken(self: waiting.InboxSubscription, seconds: float) -> bool:
+        started.set()
+        return await woken(self, seconds)
+
+    monkeypatch.setattr(waiting.InboxSubscription, "woken", first_woken)
+    return started
+
+
 @pytest.mark.asyncio
 async def test_a_long_poll_waiting_with_a_token_that_is_reissued_ends_401_and_takes_nothing(
     monkeypatch: pytest.MonkeyPatch,
@@ -417,15 +432,15 @@ async def test_a_long_poll_waiting_with_a_token_that_is_reissued_ends_401_and_ta
     with bob's registration key replaces the token and a message is sent to bob, then the poll
     answers 401 at once and takes nothing: the message stays queued for the new token's holder."""
     monkeypatch.setattr(waiting, "RECHECK_SECONDS", LONG)
+    waiting_now = first_wait_started(monkeypatch)
     alice, bob = await register("alice"), await register_with_key("bob", BOB_KEY)
     renewed: list[Registration] = []
 
     async def reissue_then_send(poll: asyncio.Task) -> None:
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(waiting_now.wait(), 10)
         renewed.append(await register_with_key("bob", BOB_KEY))
         # The send waits for the poll's answer, up to a second: a poll that went on waiting would
-        # take it. (The test's in-memory SQLite refuses a write from this thread while the
-        # request's thread reads: "table is locked".)
+        # take it (and the send stays off the database while the woken poll reads it).
         await asyncio.wait([poll], timeout=1)
         await send(alice, "bob", "for the rightful holder")
 
@@ -461,10 +476,11 @@ async def test_a_long_poll_waiting_when_its_session_is_ended_ends_401_at_once(
     """Given a long-poll waiting with bob's token, when an operator ends bob's session, then the
     poll answers 401 at once instead of waiting out its deadline."""
     monkeypatch.setattr(waiting, "RECHECK_SECONDS", LONG)
+    waiting_now = first_wait_started(monkeypatch)
     bob = await register("bob")
 
     async def end_later() -> None:
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(waiting_now.wait(), 10)
         await end_session(bob.session)
 
     async with client() as http:
