@@ -153,6 +153,8 @@ class Identity:
         self._saved_key: str | None = None
         self._registration_key: str | None = None  # of a registration of its own not answered yet
         self._lock = threading.Lock()
+        self._ended = threading.Event()  # set when a close that took the client has finished
+        self._ending = False  # a close took the client and may still be telling the hub
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> Identity:
@@ -296,14 +298,19 @@ class Identity:
     def close(self, *, wait: float = 1.0) -> None:
         """End the session this process registered. A registration still under way (the server
         registers in the background) gets up to `wait` seconds to finish, so that the session it
-        makes is ended too; one that takes longer is not waited for."""
+        makes is ended too; one that takes longer is not waited for. A close while another is
+        still ending the session waits up to `wait` seconds for it (the MCP server's signal
+        handler exits the process when this returns)."""
         held = self._lock.acquire(timeout=wait)
         try:
             client, self._client = self._client, None
+            ending_elsewhere, self._ending = self._ending, self._ending or client is not None
         finally:
             if held:
                 self._lock.release()
         if client is None:
+            if ending_elsewhere:  # the process may exit when this returns: let that close finish
+                self._ended.wait(wait)
             return
         try:
             if self.owned:
@@ -312,6 +319,7 @@ class Identity:
             client.close()
             if self._saved_key:
                 session_forget(self._saved_key)
+            self._ended.set()
 
 
 def anchor_alive(anchor: str) -> bool:
