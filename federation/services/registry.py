@@ -310,39 +310,34 @@ def registry_entries(*, include_own: bool = False) -> list[RegistryEntry]:
     return found
 
 
-def registry_hub_keys() -> dict[str, str]:
-    """Fingerprint → public key of every hub with a fresh entry (the keys the channel tier trusts).
-    Only entries this user wrote, in folders only this user can write, count (see the module doc)."""
+def _fresh_hub_entries() -> list[dict[str, Any]]:
+    """The data of every hub entry that is fresh and names a public key. Only entries this user
+    wrote, in folders only this user can write, count (see the module doc)."""
     folder = _trusted_dir("hubs")
     if folder is None:
-        return {}
+        return []
     now = time.time()
-    keys = {}
+    entries = []
     for path in folder.glob("*.json"):
         data = _read(path)
         if data and not _stale(data.get("updated_at"), now) and isinstance(data.get("public_key"), str):
-            keys[key_fingerprint(data["public_key"])] = data["public_key"]
-    return keys
+            entries.append(data)
+    return entries
+
+
+def registry_hub_keys() -> dict[str, str]:
+    """Fingerprint → public key of every hub with a fresh entry (the keys the channel tier trusts)."""
+    return {key_fingerprint(data["public_key"]): data["public_key"] for data in _fresh_hub_entries()}
 
 
 def registry_hub_urls() -> dict[str, str]:
-    """Public key → URL of every hub with a fresh entry (the addresses the channel tier trusts),
-    from the same trusted entries as `registry_hub_keys`."""
-    folder = _trusted_dir("hubs")
-    if folder is None:
-        return {}
-    now = time.time()
-    urls = {}
-    for path in folder.glob("*.json"):
-        data = _read(path)
-        if (
-            data
-            and not _stale(data.get("updated_at"), now)
-            and isinstance(data.get("public_key"), str)
-            and isinstance(data.get("url"), str)
-        ):
-            urls[data["public_key"]] = data["url"].rstrip("/")
-    return urls
+    """Public key → URL of every hub with a fresh entry that names one (the addresses the channel
+    tier trusts), from the same entries as `registry_hub_keys`."""
+    return {
+        data["public_key"]: data["url"].rstrip("/")
+        for data in _fresh_hub_entries()
+        if isinstance(data.get("url"), str)
+    }
 
 
 def registry_status() -> str:
