@@ -215,6 +215,13 @@ def bucket_take(*parts: object, capacity: int, per: float) -> float:
     return 0.0 if taken else max(wait, 1e-6)
 
 
+# The kept counts as scalar subqueries, for the reads that take them with other facts in one
+# statement: the recipient's unread count (parameter: recipient id) and the sender's share of it
+# (parameters: recipient id, sender id).
+UNREAD_SQL = f"(SELECT COALESCE(SUM(n), 0) FROM {UnreadCount._meta.db_table} WHERE recipient_id = %s)"
+UNREAD_SHARE_SQL = f"(SELECT COALESCE(SUM(n), 0) FROM {UnreadShare._meta.db_table} WHERE recipient_id = %s AND sender_id = %s)"
+
+
 def unread_count(recipient_id: object) -> int:
     """How many of the recipient's deliveries are accepted but unread (what the unread cap checks):
     the count the database keeps (models.UnreadCount), so reading it costs the same for any inbox."""
@@ -228,9 +235,7 @@ def unread_counted(*, recipient_id: object, sender_id: object) -> tuple[int, int
     ident = functools.partial(AgentSession._meta.pk.get_db_prep_value, connection=connection)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT (SELECT COALESCE(SUM(n), 0) FROM {UnreadCount._meta.db_table} WHERE recipient_id = %s), "
-            f"(SELECT COALESCE(SUM(n), 0) FROM {UnreadShare._meta.db_table} "
-            "WHERE recipient_id = %s AND sender_id = %s)",
+            f"SELECT {UNREAD_SQL}, {UNREAD_SHARE_SQL}",
             [ident(recipient_id), ident(recipient_id), ident(sender_id)],
         )
         unread, own = cursor.fetchone()

@@ -27,11 +27,10 @@ from messaging.models import (
     MessageKind,
     Pin,
     SenderPolicy,
-    UnreadCount,
-    UnreadShare,
 )
 from messaging.plugins import PLUGINS
 from messaging.services.bulk import as_uuid
+from messaging.services.limits import UNREAD_SHARE_SQL, UNREAD_SQL
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,6 @@ def _statement() -> str:
     message, delivery = Message._meta.db_table, Delivery._meta.db_table
     policy, pin = SenderPolicy._meta.db_table, Pin._meta.db_table
     restricted = PLUGINS.send_guard.restricted_sql
-    unread, share = UnreadCount._meta.db_table, UnreadShare._meta.db_table
     return f"""
         SELECT
           {restricted},
@@ -109,8 +107,8 @@ def _statement() -> str:
           (SELECT m.id FROM {message} m JOIN {delivery} d ON d.message_id = m.id
             WHERE m.dedupe_key = %s AND m.kind = %s AND m.created_at >= %s AND d.recipient_id = %s
             ORDER BY m.created_at DESC LIMIT 1),
-          (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s),
-          (SELECT COALESCE(SUM(n), 0) FROM {share} WHERE recipient_id = %s AND sender_id = %s),
+          {UNREAD_SQL},
+          {UNREAD_SHARE_SQL},
           (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
           (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
           loop.replies,

@@ -59,8 +59,6 @@ from messaging.models import (
     Priority,
     SenderPolicy,
     Tier,
-    UnreadCount,
-    UnreadShare,
 )
 from messaging.plugins import PLUGINS, RemoteSend
 from messaging.policy import Verdict
@@ -71,6 +69,8 @@ from messaging.services.decision import Decision, decide
 from messaging.services.events import Announcement
 from messaging.services.holds import holds_counted, holds_full, holds_make_room
 from messaging.services.limits import (
+    UNREAD_SHARE_SQL,
+    UNREAD_SQL,
     TokenReservation,
     limits_reserve,
     queue_full,
@@ -260,7 +260,6 @@ def pair_facts_read(pairs: list[tuple[Any, Any]], *, now: Any) -> dict[tuple[Any
     if not pairs:
         return {}
     restricted, policy = PLUGINS.send_guard.restricted_sql, SenderPolicy._meta.db_table
-    unread, share = UnreadCount._meta.db_table, UnreadShare._meta.db_table
     ident = functools.partial(Message._meta.pk.get_db_prep_value, connection=connection)
     threshold = settings.SWITCHBOARD_LOOP_EXCHANGES
     since = now - timedelta(seconds=settings.SWITCHBOARD_LOOP_WINDOW_SECONDS)
@@ -273,8 +272,8 @@ def pair_facts_read(pairs: list[tuple[Any, Any]], *, now: Any) -> dict[tuple[Any
               (SELECT action FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
               (SELECT by_operator FROM {policy} WHERE recipient_id = %s AND sender_id = %s),
               (SELECT COUNT(*) FROM ({pair_texts_sql()}) AS replies),
-              (SELECT COALESCE(SUM(n), 0) FROM {unread} WHERE recipient_id = %s),
-              (SELECT COALESCE(SUM(n), 0) FROM {share} WHERE recipient_id = %s AND sender_id = %s)
+              {UNREAD_SQL},
+              {UNREAD_SHARE_SQL}
             """
         )
         sender, recipient = ident(sender_id), ident(recipient_id)
