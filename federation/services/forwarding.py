@@ -134,7 +134,7 @@ class InboundContext:
     """What `message_send` needs to write a message another hub forwarded here (the context of
     its `messaging.services.request.Origin`)."""
 
-    message_id: uuid.UUID
+    message_id: uuid.UUID | None  # the id it takes here; None: a new one (`_local_message_id`)
     tier: str
     trust: str
     hold_reason: str = ""  # peer_revoked, unknown_peer: hold for an operator with escalate=required
@@ -973,7 +973,7 @@ def inbound_accept(
                     actor=HUB,
                     origin=Origin.forwarded_by(
                         InboundContext(
-                            message_id=message_id,
+                            message_id=_local_message_id(message_id),
                             tier=tier,
                             trust=trust,
                             hold_reason=hold_reason,
@@ -1107,6 +1107,14 @@ def _forward_onward(*, envelope: dict[str, Any], hops: int, exclude: set[str]) -
         trust=str(answer.get("trust", "")),
         delivery_id=None,
     )
+
+
+def _local_message_id(message_id: uuid.UUID) -> uuid.UUID | None:
+    """The id a forwarded message takes here: the sending hub's, so both hubs name it alike,
+    unless a message here already has it (a local one, or another hub's sent under the same id):
+    then a new one. Another hub's choice of id never keeps a message out; receipts still name
+    the sending hub's id (`InboundMessage`)."""
+    return None if Message.objects.filter(pk=message_id).exists() else message_id
 
 
 def _inbound_earlier(origin_hub: str, message_id: uuid.UUID) -> InboundResult | None:

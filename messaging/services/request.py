@@ -27,7 +27,9 @@ class ForwardedContext(Protocol):
     """What a message another hub forwarded here carries (federation's `InboundContext`)."""
 
     @property
-    def message_id(self) -> uuid.UUID: ...
+    def message_id(self) -> uuid.UUID | None:
+        """The id the message takes on this hub (None: a new one)."""
+        ...
 
     @property
     def tier(self) -> str: ...

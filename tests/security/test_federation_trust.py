@@ -449,3 +449,53 @@ def test_stand_ins_nothing_refers_to_expire(client, register, attacker, settings
     [kept] = RemoteSession.objects.all()
     assert Message.objects.filter(sender_id=kept.session_id).exists()
     assert Peer.objects.filter(public_key=attacker.public_key).exists()
+
+
+# --- message ids chosen by another hub ---------------------------------------------------------------
+
+
+def test_a_forger_that_takes_a_pinned_hubs_message_id_first_does_not_keep_the_real_one_out(
+    client, register, attacker
+):
+    """Given a pinned hub B whose message id the attacker has seen (it carried it, or relayed it),
+    when the attacker forwards its own envelope under that id first, then B's real message still
+    arrives, verified, and the forgery stays unverified under the attacker's key."""
+    register("bob")
+    b = OtherHub(SigningKey.generate(), name="b-hub")
+    pin_hub(b, "lan")
+    genuine = b.envelope(to="bob", text="the real one")
+    forged = attacker.envelope(to="bob", text="the forgery", id=genuine["id"])
+    assert _forward(client, attacker, forged).json_body["trust"] == "unverified"
+
+    sent = _forward(client, b, genuine)
+
+    assert sent.status_code == 201 and sent.json_body["trust"] == "lan-verified", sent.json_body
+    assert sent.json_body["message_id"] == genuine["id"]  # the sending hub's own id, for its receipts
+    hub_of = dict(RemoteSession.objects.values_list("session_id", "hub_key"))
+    assert {m.text: hub_of[m.sender_id] for m in Message.objects.all()} == {
+        "the real one": b.public_key,
+        "the forgery": attacker.public_key,
+    }
+    again = _forward(client, b, genuine)  # a retry is still the one message
+    assert again.json_body["duplicate"] and Message.objects.count() == 2
+
+
+def test_a_remote_message_under_a_local_messages_id_gets_an_id_of_its_own(
+    client, api, register, attacker, django_capture_on_commit_callbacks
+):
+    """A hub that learned a local message's id (a local agent wrote to one of its agents) sends a
+    message under that id: it is taken, under a new id here; the local message is untouched."""
+    alice, bob = register("alice"), register("bob")
+    pin_hub(attacker, "lan")
+    local = _send(api, alice, "bob", "between us", django_capture_on_commit_callbacks).json_body["id"]
+    envelope = attacker.envelope(to="bob", text="same id, other hub", id=local)
+
+    sent = _forward(client, attacker, envelope)
+
+    assert sent.status_code == 201, sent.json_body
+    remote = Message.objects.exclude(pk=local).get()
+    assert remote.text == "same id, other hub" and Message.objects.get(pk=local).text == "between us"
+    assert {f["text"] for f in api.get("inbox", bob.token).json_body["messages"]} == {
+        "between us",
+        "same id, other hub",
+    }
