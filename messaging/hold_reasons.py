@@ -23,6 +23,9 @@ STOPPED_HOLD = "recipient_stopped"
 UNKNOWN_PEER_HOLD = "unknown_peer"
 REVOKED_PEER_HOLD = "peer_revoked"
 ISOLATION_HOLD = "isolation"
+# Holds for the hub key a message came from, which anyone can make at home: they are counted apart
+# from a recipient's other holds for an operator (`messaging.services.holds`).
+PEER_HOLDS = (UNKNOWN_PEER_HOLD, REVOKED_PEER_HOLD)
 
 
 @dataclass(frozen=True)

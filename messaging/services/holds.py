@@ -2,9 +2,11 @@
 
 An operator approves (→ queued, then pushed) or denies (→ denied) each one, alone or many at once.
 No decision before the deadline → expired by the periodic sweeper (database clock). At most
-`SWITCHBOARD_HOLDS_PER_RECIPIENT` wait per recipient. A sender makes room only among its own
-holds: at the cap, its own oldest is expired for its new one; with none to give up, its new message
-is refused (`hold_full`) and nothing expires. One sender's messages never expire another's.
+`SWITCHBOARD_HOLDS_PER_RECIPIENT` wait per recipient, counted apart for the holds of hub keys
+nobody vouched for (`PEER_HOLDS`: first contact, revoked with mode hold) and for all others, so keys
+made at home never take the room of other holds. A sender makes room only among its own holds (of
+its kind): at the cap, its own oldest is expired for its new one; with none to give up, its new
+message is refused (`hold_full`) and nothing expires. One sender's messages never expire another's.
 The sender learns every outcome from the delivery's state and from a hub notification.
 
 What an operator reads of a sensitive message has its matched secrets masked; approving an
@@ -23,7 +25,7 @@ from django.dispatch import Signal
 
 from messaging.errors import HoldFull, Invalid, NotFound
 from messaging.framing import sender_facts
-from messaging.hold_reasons import STOPPED_HOLD
+from messaging.hold_reasons import PEER_HOLDS, STOPPED_HOLD
 from messaging.models import AgentSession, Delivery, Message, Tier
 from messaging.policy import VERIFIED_TRUSTS
 from messaging.principals import HUB, Principal
@@ -62,13 +64,20 @@ def hold_expiry_for(recipient: AgentSession, now: datetime) -> datetime:
     return now + timedelta(seconds=hold_expiry_seconds_of(recipient))
 
 
-def _human_holds(recipient_id: Any) -> QuerySet[Delivery]:
-    return Delivery.objects.filter(recipient_id=recipient_id, state=S.HELD).exclude(hold_reason=STOPPED_HOLD)
+def _holds_counted_with(recipient_id: Any, hold_reason: str) -> QuerySet[Delivery]:
+    """The holds for an operator that a new hold for `hold_reason` shares the cap with: those of
+    hub keys nobody vouched for (`PEER_HOLDS`), or all the others (never the stopped recipient's,
+    which have their own cap)."""
+    held = Delivery.objects.filter(recipient_id=recipient_id, state=S.HELD)
+    if hold_reason in PEER_HOLDS:
+        return held.filter(hold_reason__in=PEER_HOLDS)
+    return held.exclude(hold_reason__in=(STOPPED_HOLD, *PEER_HOLDS))
 
 
-def holds_counted(*, recipient_id: Any, sender_id: Any) -> tuple[int, int]:
-    """The holds waiting for an operator for `recipient_id`: (all of them, `sender_id`'s), in one query."""
-    counts = _human_holds(recipient_id).aggregate(
+def holds_counted(*, recipient_id: Any, sender_id: Any, hold_reason: str) -> tuple[int, int]:
+    """The holds for `recipient_id` that a new hold for `hold_reason` shares the cap with: (all of
+    them, `sender_id`'s), in one query."""
+    counts = _holds_counted_with(recipient_id, hold_reason).aggregate(
         held=Count("id"), own=Count("id", filter=Q(message__sender_id=sender_id))
     )
     return int(counts["held"]), int(counts["own"])
@@ -85,19 +94,19 @@ def holds_full(recipient: AgentSession, *, held: int, own: int) -> HoldFull:
     )
 
 
-def holds_make_room(*, recipient: AgentSession, sender: AgentSession) -> list[Moved]:
-    """Before holding one more message from `sender` for `recipient`: when the recipient's holds
-    are at the cap, expire the sender's own oldest so the new one fits, and tell the sender. Never
-    another sender's: when the sender has too few to give up, raise HoldFull and expire nothing.
-    Runs inside the send transaction."""
+def holds_make_room(*, recipient: AgentSession, sender: AgentSession, hold_reason: str) -> list[Moved]:
+    """Before holding one more message from `sender` for `recipient` (for `hold_reason`): when the
+    holds it shares the cap with are at the cap, expire the sender's own oldest of them so the new
+    one fits, and tell the sender. Never another sender's: when the sender has too few to give up,
+    raise HoldFull and expire nothing. Runs inside the send transaction."""
     cap = settings.SWITCHBOARD_HOLDS_PER_RECIPIENT
-    held, own = holds_counted(recipient_id=recipient.id, sender_id=sender.id)
+    held, own = holds_counted(recipient_id=recipient.id, sender_id=sender.id, hold_reason=hold_reason)
     over = held - cap + 1
     if over <= 0:
         return []
     if over > own:
         raise holds_full(recipient, held=held, own=own)
-    own_holds = _human_holds(recipient.id).filter(message__sender_id=sender.id)
+    own_holds = _holds_counted_with(recipient.id, hold_reason).filter(message__sender_id=sender.id)
     oldest = list(own_holds.order_by("held_at", "id").values_list("id", flat=True)[:over])
     moved = delivery_transition(
         Delivery.objects.filter(pk__in=oldest),

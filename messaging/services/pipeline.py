@@ -399,7 +399,10 @@ class _Inbox:
     unread_own: int | None = None  # of `unread`, the batch's sender's (read with it)
     looping_back: bool | None = None  # the recipient has sent the sender the loop threshold
     sent_there: int | None = None  # the sender's recent texts to the recipient, up to the threshold
-    holds: int | None = None  # holds waiting for an operator
+    # Holds waiting for an operator that the batch's holds share the cap with (`holds_counted`):
+    # one kind for the whole batch, as only a forwarded message, always sent alone, is held for
+    # its hub (`PEER_HOLDS`).
+    holds: int | None = None
     own_holds: int | None = None  # of those, the batch's sender's (counted with `holds`)
 
 
@@ -807,7 +810,7 @@ class _Batch:
         if forwarded is not None:
             decision = forwarded.adjust(decision, recipient=recipient, now=self.now)
         if decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD:
-            self._make_room(inbox)
+            self._make_room(inbox, decision.hold_reason)
         message = accepted_message(
             message_id=forwarded.message_id if forwarded is not None else None,
             sender=self.sender,
@@ -951,15 +954,15 @@ class _Batch:
             (count,) = cursor.fetchone()
         return int(count)
 
-    def _make_room(self, inbox: _Inbox) -> None:
-        """`holds_make_room` only when the recipient's holds are at the cap (all of them and the
-        sender's, counted once, in one query); raises HoldFull, expiring nothing, when the sender
-        has no hold of its own to give up."""
+    def _make_room(self, inbox: _Inbox, hold_reason: str) -> None:
+        """`holds_make_room` only when the recipient's holds that a hold for `hold_reason` shares
+        the cap with are at the cap (all of them and the sender's, counted once, in one query);
+        raises HoldFull, expiring nothing, when the sender has no hold of its own to give up."""
         self.writes.transaction()  # the holds it expires and the hold it makes room for go together
         if inbox.holds is None or inbox.own_holds is None:
             self._write_for(inbox)
             inbox.holds, inbox.own_holds = holds_counted(
-                recipient_id=inbox.recipient.id, sender_id=self.sender.id
+                recipient_id=inbox.recipient.id, sender_id=self.sender.id, hold_reason=hold_reason
             )
         over = inbox.holds - settings.SWITCHBOARD_HOLDS_PER_RECIPIENT + 1
         if over <= 0:
@@ -967,7 +970,7 @@ class _Batch:
         if over > inbox.own_holds:
             raise holds_full(inbox.recipient, held=inbox.holds, own=inbox.own_holds)
         self._write()  # the oldest holds may be this batch's own
-        moved = holds_make_room(recipient=inbox.recipient, sender=self.sender)
+        moved = holds_make_room(recipient=inbox.recipient, sender=self.sender, hold_reason=hold_reason)
         # Only the sender's own holds are expired (so only the sender is notified, below).
         inbox.holds -= len(moved)
         inbox.own_holds -= len(moved)

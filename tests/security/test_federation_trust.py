@@ -499,3 +499,30 @@ def test_a_remote_message_under_a_local_messages_id_gets_an_id_of_its_own(
         "between us",
         "same id, other hub",
     }
+
+
+# --- the recipient's room for holds ----------------------------------------------------------------
+
+
+def test_holds_from_keys_nobody_pinned_never_fill_the_room_of_other_holds(
+    client, api, register, send, operator_token, settings
+):
+    """Given a recipient whose messages are held for an operator, when keys made at home (free to
+    make) send it as many first-contact messages as the cap, then a local sender's held message
+    still has room, and the strangers' next one is refused (429 `hold_full`) with nothing expired."""
+    settings.SWITCHBOARD_HOLDS_PER_RECIPIENT = 3
+    alice, bob = register("alice"), register("bob")
+    assert api.call("PUT", f"sessions/{bob.id}/policy", operator_token, {"policy": "hold"}).status_code == 200
+    for n in range(3):
+        stranger = OtherHub(SigningKey.generate(), name=f"stranger-{n}")
+        sent = _forward(client, stranger, stranger.envelope(to="bob", text=f"first contact {n}"))
+        assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
+
+    local = send(alice, "bob", "please review PR 12")
+
+    assert local.status_code == 201 and local.json_body["status"] == "held", local.json_body
+    one_more = OtherHub(SigningKey.generate(), name="stranger-3")
+    refused = _forward(client, one_more, one_more.envelope(to="bob", text="first contact 3"))
+    assert refused.status_code == 429 and refused.json_body["error"] == "hold_full", refused.json_body
+    assert not Delivery.objects.filter(recipient_id=bob.id, state="expired").exists()
+    assert Delivery.objects.filter(recipient_id=bob.id, state="held").count() == 4
