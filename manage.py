@@ -1,15 +1,13 @@
 #!/usr/bin/env python
-"""Django's command-line utility for administrative tasks."""
+"""Django's command-line utility for administrative tasks: `switchboard manage`, from a clone."""
 
-import os
 import sys
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hub.settings")
-    from django.core.management import execute_from_command_line
+    from hub.cli import run_manage
 
-    execute_from_command_line(sys.argv)
+    sys.exit(run_manage(sys.argv[1:], prog="manage.py"))
 
 
 if __name__ == "__main__":

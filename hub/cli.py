@@ -28,14 +28,20 @@ def _django_setup() -> None:
     django.setup()
 
 
-def run_manage(arguments: Sequence[str]) -> int:
+def run_manage(arguments: Sequence[str], *, prog: str = "switchboard manage") -> int:
     """`switchboard manage COMMAND ...`: Django's management commands with the hub's settings, from any
-    folder and with the interpreter the hub is installed in (no manage.py or system Python needed)."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hub.settings")
+    folder and with the interpreter the hub is installed in (no manage.py or system Python needed).
+    Whatever a command changes of the operator accounts (Django's own `createsuperuser` and
+    `changepassword` too) is audited as the command-line operator's change."""
+    _django_setup()
     from django.core.management import execute_from_command_line
 
+    from messaging.principals import command_line_operator
+    from messaging.services.operators import operator_accounts_changed_by
+
     try:
-        execute_from_command_line(["switchboard manage", *arguments])
+        with operator_accounts_changed_by(command_line_operator()):
+            execute_from_command_line([prog, *arguments])
     except SystemExit as exc:  # a command's CommandError exits 1; --help exits 0
         return exc.code if isinstance(exc.code, int) else 1
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+import os
 from dataclasses import dataclass
 
 from messaging.errors import Forbidden
@@ -54,3 +56,13 @@ def session_principal(session: AgentSession) -> Principal:
 
 def operator_principal(name: str) -> Principal:
     return Principal(kind="operator", operator_name=name)
+
+
+def command_line_operator() -> Principal:
+    """Whoever runs a management command on the hub's machine: an operator named after their
+    account there (`operator:manage.py:<user>` in the audit), never the hub itself."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # an account with no name (a container's bare uid)
+        user = f"uid-{os.getuid()}"
+    return operator_principal(f"manage.py:{user}")

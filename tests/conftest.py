@@ -164,9 +164,10 @@ def register(api: Api, enroll_key: str) -> Callable[..., Agent]:
 @pytest.fixture
 def operator_token(db: None) -> str:
     """A fresh operator token (acts as a human at the switchboard)."""
+    from messaging.principals import HUB
     from messaging.services.operator_tokens import operator_token_create
 
-    return operator_token_create(name="test-operator")
+    return operator_token_create(name="test-operator", actor=HUB)
 
 
 @pytest.fixture

@@ -15,14 +15,15 @@ from messaging.principals import Principal
 from messaging.services.audit import audit_event
 
 
-def operator_token_create(*, name: str) -> str:
-    """Mint an operator token named `name` and return it (shown once; only its hash is kept)."""
+def operator_token_create(*, name: str, actor: Principal) -> str:
+    """`actor` mints an operator token named `name` and gets it back (shown once; only its hash
+    is kept)."""
     if not name or len(name) > 100:
         raise ValueError("An operator token needs a name of 1 to 100 characters.")
     token, token_hash = new_token(OPERATOR_PREFIX)
     with transaction.atomic():
         OperatorToken.objects.create(name=name, token_hash=token_hash)
-        audit_event("operator_token.created", actor="hub", target=name)
+        audit_event("operator_token.created", actor=actor.actor, target=name)
     return token
 
 

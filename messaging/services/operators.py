@@ -6,8 +6,9 @@ admin's user pages, `createsuperuser` and `changepassword`, a shell. So the audi
 where every one of them passes: the user model's save and delete signals (`connect`, from
 `MessagingConfig.ready`), in the same transaction as the change when the caller has one (the
 admin's views and `operator_create` do). A surface that knows who acts names the operator with
-`operator_accounts_changed_by`; any other change is the hub's (`actor="hub"`), as a management
-command run on the hub's machine is. A bulk `QuerySet.update` sends no signal and is not seen:
+`operator_accounts_changed_by`: the admin's views name the logged-in operator, management commands
+(`switchboard manage`, `operator_create`) the account that runs them (`command_line_operator`);
+any other change is the hub's (`actor="hub"`). A bulk `QuerySet.update` sends no signal and is not seen:
 nothing in the hub changes users that way.
 
 Unlocking a login (django-axes' lockout) is an operator's change too: `operator_unlock`.

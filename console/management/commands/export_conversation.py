@@ -3,7 +3,6 @@ as JSON Lines or a Markdown transcript, to a file (0600) or stdout. See docs/dat
 
 from __future__ import annotations
 
-import getpass
 import os
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from messaging.errors import SwitchboardError
-from messaging.principals import operator_principal
+from messaging.principals import command_line_operator
 from messaging.services.export import (
     FORMATS,
     export_pair_scope,
@@ -51,7 +50,7 @@ class Command(BaseCommand):
                 scope = export_pair_scope(a=a, b=b, since=since, until=until)
             else:
                 scope = team_export_scope(team_id=options["team"], since=since, until=until)
-            actor = operator_principal(f"manage.py:{getpass.getuser()}")
+            actor = command_line_operator()
             chunks = export_stream(
                 scope, fmt=options["fmt"], actor=actor, include_held=options["include_held"]
             )

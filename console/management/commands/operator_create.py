@@ -17,6 +17,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from messaging.principals import command_line_operator
+from messaging.services.operators import operator_accounts_changed_by
+
 
 class Command(BaseCommand):
     help = (
@@ -61,7 +64,7 @@ class Command(BaseCommand):
         created = user.pk is None
         # The save is audited (`operator.created`, or `operator.changed` with what changed) by
         # `messaging.services.operators`, which sees every change to a user, in this transaction.
-        with transaction.atomic():
+        with transaction.atomic(), operator_accounts_changed_by(command_line_operator()):
             user.is_staff = True
             user.is_active = True
             user.is_superuser = admin

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from messaging.principals import HUB
+from messaging.principals import command_line_operator
 from messaging.services.operators import operator_unlock
 
 
@@ -19,7 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, name: str, **options: Any) -> None:
         name = name.strip()
-        cleared = operator_unlock(name=name, actor=HUB)
+        cleared = operator_unlock(name=name, actor=command_line_operator())
         self.stdout.write(
             f"Login of {name!r} unlocked." if cleared else f"{name!r} had no failed logins recorded."
         )

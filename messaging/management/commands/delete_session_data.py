@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import uuid
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from messaging.errors import SwitchboardError
-from messaging.principals import operator_principal
+from messaging.principals import command_line_operator
 from messaging.services.retention import session_data_delete
 
 
@@ -34,9 +33,7 @@ class Command(BaseCommand):
         except ValueError:
             raise CommandError(f"{session_id!r} is not a session id (a UUID).") from None
         try:
-            counts = session_data_delete(
-                session_id=session_id, actor=operator_principal(f"manage.py:{getpass.getuser()}")
-            )
+            counts = session_data_delete(session_id=session_id, actor=command_line_operator())
         except SwitchboardError as exc:
             raise CommandError(exc.detail) from exc
         self.stdout.write(json.dumps(counts))

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from messaging.errors import SwitchboardError
-from messaging.principals import HUB
+from messaging.principals import command_line_operator
 from messaging.services.operator_tokens import operator_token_create, operator_tokens_named_set_revoked
 
 
@@ -38,7 +38,7 @@ class Command(BaseCommand):
             self._set_revoked(name, revoked=revoke)
             return
         try:
-            token = operator_token_create(name=name)
+            token = operator_token_create(name=name, actor=command_line_operator())
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stderr.write(f"Operator token {name!r} created. It is shown once; keep it secret.")
@@ -46,7 +46,9 @@ class Command(BaseCommand):
 
     def _set_revoked(self, name: str, *, revoked: bool) -> None:
         try:
-            changed, named = operator_tokens_named_set_revoked(name=name, revoked=revoked, actor=HUB)
+            changed, named = operator_tokens_named_set_revoked(
+                name=name, revoked=revoked, actor=command_line_operator()
+            )
         except SwitchboardError as exc:
             raise CommandError(exc.detail) from exc
         verb = "revoked" if revoked else "restored"
