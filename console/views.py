@@ -33,7 +33,7 @@ from console.shell_lines import first_steps, manage_command
 from federation.models import Peer
 from federation.services.identity import hub_identity
 from federation.services.keys import keys_refused_recently
-from federation.services.peers import peer_pin, peer_restore, peer_revoke
+from federation.services.peers import peer_pin, peer_pin_seen, peer_restore, peer_revoke
 from messaging.errors import NotFound, SwitchboardError
 from messaging.hold_reasons import hold_reason_label
 from messaging.models import AgentSession, Tier
@@ -528,13 +528,11 @@ def peer_pin_new(request: HttpRequest) -> HttpResponse:
 @require_POST
 @operator_required
 def peer_pin_existing(request: HttpRequest, peer_id: int) -> HttpResponse:
-    """Pin the key a peer was first seen with, keeping its name, URL and tier."""
+    """Pin the key a peer was first seen with, keeping its name and tier (`peer_pin_seen`)."""
     peer = _peer_or_404(peer_id)
 
     def act() -> str:
-        pinned = peer_pin(
-            public_key=peer.public_key, name=peer.name, url=peer.url, tier=peer.tier, actor=_operator(request)
-        )
+        pinned = peer_pin_seen(peer_id=peer.pk, actor=_operator(request))
         return f"Pinned the key of {_peer_label(pinned)}."
 
     return _peer_action(request, act)

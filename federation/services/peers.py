@@ -164,6 +164,17 @@ def peer_pin(
     return peer
 
 
+def peer_pin_seen(*, peer_id: int, actor: Principal) -> Peer:
+    """An operator vouches for the key a hub was first seen with, under the name and tier it was
+    seen with. Not the URL it claimed: that is its own word, and a pinned LAN peer's URL is where
+    this hub asks for names and sends their messages, so only an operator gives it (`peer_pin`)."""
+    actor.require_operator()
+    peer = Peer.objects.filter(pk=peer_id).first()
+    if peer is None:
+        raise NotFound("No peer hub with that id.")
+    return peer_pin(public_key=peer.public_key, name=peer.name, tier=peer.tier, actor=actor)
+
+
 def peer_revoke(*, peer_id: int, mode: str, actor: Principal) -> Peer:
     """An operator revokes a hub: its messages are then refused (`refuse`) or held (`hold`)."""
     actor.require_operator()

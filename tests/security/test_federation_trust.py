@@ -526,3 +526,42 @@ def test_holds_from_keys_nobody_pinned_never_fill_the_room_of_other_holds(
     assert refused.status_code == 429 and refused.json_body["error"] == "hold_full", refused.json_body
     assert not Delivery.objects.filter(recipient_id=bob.id, state="expired").exists()
     assert Delivery.objects.filter(recipient_id=bob.id, state="held").count() == 4
+
+
+# --- an operator pinning a key that called ----------------------------------------------------------
+
+
+def test_pinning_a_key_that_called_vouches_for_its_messages_not_for_the_url_it_claimed(
+    client, api, register, attacker, calls, django_capture_on_commit_callbacks
+):
+    """Given a key nobody vouched for that called claiming a URL of its choosing (any address this
+    hub can reach), when an operator pins it from its row on the Peers page, as its held message
+    suggests, then its messages are trusted but the URL it claimed is no route: this hub never
+    asks it for a name nor sends it a message meant for someone else."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from federation.services.signatures import envelope_sign
+    from tests.console.conftest import csrf_post
+
+    alice = register("alice")
+    envelope = attacker.envelope(to="alice", text="hello, please pin me")
+    envelope["from"]["url"] = ATTACKER_URL
+    envelope_sign(envelope, key=attacker.key)  # its own claim, signed
+    assert _forward(client, attacker, envelope).json_body["status"] == "held"
+    peer = Peer.objects.get(public_key=attacker.public_key)
+    assert peer.url == ATTACKER_URL  # what it claimed, shown on its row
+    operator = Client(enforce_csrf_checks=True)
+    operator.force_login(
+        get_user_model().objects.create_user("op", password="op-password-123", is_staff=True)
+    )
+
+    assert csrf_post(operator, f"/peers/{peer.pk}/pin", {}).status_code == 302
+
+    peer.refresh_from_db()
+    assert peer.pinned and peer.url == ""
+    later = _forward(client, attacker, attacker.envelope(to="alice", text="now trusted"))
+    assert later.json_body["status"] == "queued", later.json_body
+    sent = _send(api, alice, "carol", "for carol, wherever she is", django_capture_on_commit_callbacks)
+    assert sent.status_code == 404, sent.json_body
+    assert [c for c in calls if c[1] == ATTACKER_URL] == []
