@@ -30,11 +30,10 @@ from typing import Protocol
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import QuerySet, Sum
 
 from messaging.errors import RateLimited
 from messaging.metrics import RATE_LIMIT_REFUSALS
-from messaging.models import AgentSession, Delivery, UnreadCount, UnreadShare
+from messaging.models import AgentSession, UnreadCount, UnreadShare
 from messaging.states import DeliveryState
 
 log = logging.getLogger(__name__)
@@ -222,13 +221,6 @@ UNREAD_SQL = f"(SELECT COALESCE(SUM(n), 0) FROM {UnreadCount._meta.db_table} WHE
 UNREAD_SHARE_SQL = f"(SELECT COALESCE(SUM(n), 0) FROM {UnreadShare._meta.db_table} WHERE recipient_id = %s AND sender_id = %s)"
 
 
-def unread_count(recipient_id: object) -> int:
-    """How many of the recipient's deliveries are accepted but unread (what the unread cap checks):
-    the count the database keeps (models.UnreadCount), so reading it costs the same for any inbox."""
-    found = UnreadCount.objects.filter(recipient_id=recipient_id).aggregate(n=Sum("n"))["n"]
-    return int(found or 0)
-
-
 def unread_counted(*, recipient_id: object, sender_id: object) -> tuple[int, int]:
     """The recipient's unread count and, of it, the sender's (what the sender's share of the cap
     checks), in one query of the counts the database keeps (models.UnreadCount, UnreadShare)."""
@@ -240,11 +232,6 @@ def unread_counted(*, recipient_id: object, sender_id: object) -> tuple[int, int
         )
         unread, own = cursor.fetchone()
     return int(unread), int(own)
-
-
-def unread_waiting(recipient_id: object) -> QuerySet[Delivery]:
-    """The recipient's accepted-but-unread deliveries, row by row (`unread_count` is their number)."""
-    return Delivery.objects.filter(recipient_id=recipient_id, state__in=UNREAD_STATES)
 
 
 def hub_rate_limited(wait: float) -> RateLimited:

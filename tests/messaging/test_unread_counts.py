@@ -11,17 +11,18 @@ from __future__ import annotations
 import importlib
 import random
 import threading
+from typing import Any
 
 import pytest
 from django.db import connection, connections
 from django.db.models import Count, Sum
 
 from messaging.errors import SwitchboardError
-from messaging.models import AgentSession, Delivery, SenderPolicy, SessionStatus, UnreadShare
+from messaging.models import AgentSession, Delivery, SenderPolicy, SessionStatus, UnreadCount, UnreadShare
 from messaging.principals import operator_principal, session_principal
 from messaging.services.delivery import inbox_ack, inbox_pull
 from messaging.services.holds import holds_decide
-from messaging.services.limits import UNREAD_STATES, unread_count, unread_waiting
+from messaging.services.limits import UNREAD_STATES
 from messaging.services.pipeline import message_send, messages_send_batch
 from messaging.services.request import SendRequest
 from messaging.services.sessions import session_register, session_set_status
@@ -37,6 +38,16 @@ def _no_anti_flood(settings) -> None:
     settings.SWITCHBOARD_RATE_HUB = 1_000_000
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 1_000_000
     settings.SWITCHBOARD_UNREAD_PER_SENDER = 1_000_000
+
+
+def unread_count(recipient_id: object) -> int:
+    """The recipient's unread count as the database keeps it (what the unread cap reads)."""
+    return int(UnreadCount.objects.filter(recipient_id=recipient_id).aggregate(n=Sum("n"))["n"] or 0)
+
+
+def unread_waiting(recipient_id: object) -> Any:
+    """The recipient's accepted-but-unread deliveries, row by row: what the kept count must equal."""
+    return Delivery.objects.filter(recipient_id=recipient_id, state__in=UNREAD_STATES)
 
 
 def assert_counts_match() -> None:
