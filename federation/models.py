@@ -129,6 +129,7 @@ class RelayMessage(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(db_index=True)
     claimed_by = models.CharField(max_length=64, blank=True, default="")
+    # No pull takes the row before this: a live claim's end, or a released row's wait.
     claimed_until = models.DateTimeField(null=True, blank=True)
     done = models.BooleanField(default=False)
 

@@ -3,8 +3,10 @@
 Relay role (`switchboard serve --role relay`): store sealed messages for hubs that pull them.
 A hub takes a lease on an agent name before it pulls that agent's messages; while it holds the
 lease (renewed on every pull cycle) other hubs' leases and pulls are refused (409). Claims are
-conditional updates, so two pulling hubs never both get one message; a claim that is released
-(local delivery failed) or runs out goes back for another try. Messages expire (default 24 h).
+conditional updates, so two pulling hubs never both get one message; a claim that runs out goes
+back for another try, and one that is released (local delivery failed) too, after a wait as long as
+the message is old (`RELEASED_WAIT`), so messages a hub keeps releasing never head the queue of
+newer ones. Messages expire (default 24 h).
 The relay keeps routing metadata only: the payload is a sealed box to the destination hub.
 Bounds, because any key may call a relay that takes first-use keys: what one storing key keeps
 waiting (count and bytes), a receipt batch's size, and the bytes of one pull answer.
@@ -45,6 +47,9 @@ MESSAGES_PER_PULL = 50
 # back (the embedded scheduler runs the other periodic jobs on the same thread).
 PULL_ROUNDS_PER_CYCLE = 8
 PULL_CYCLE_SECONDS = 5.0
+# A released message is offered again after a wait as long as its age, within these bounds: what
+# a hub releases every time comes back ever more rarely, and never ahead of newer messages.
+RELEASED_WAIT = (timedelta(seconds=5), timedelta(minutes=15))
 _warned_leases: set[str] = set()  # names whose refused lease was already reported (per process)
 
 
@@ -237,11 +242,16 @@ class PullBudget:
         self.left += size
 
 
+def _takeable(now: Any) -> Q:
+    """Rows no pull is kept from at `now`: never claimed, or their claim (or a release's wait) over."""
+    return Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
+
+
 def _waiting(*, kind: str, hub_key: str, now: Any) -> QuerySet[RelayMessage]:
-    """Items of `kind` for `hub_key` that nobody holds a live claim on, oldest first."""
+    """Items of `kind` for `hub_key` that a pull may take now, oldest first."""
     return (
         RelayMessage.objects.filter(kind=kind, dest_hub=hub_key, done=False, expires_at__gt=now)
-        .filter(Q(claimed_by="") | Q(claimed_until__lte=now))
+        .filter(_takeable(now))
         .order_by("created_at", "id")
     )
 
@@ -261,7 +271,7 @@ def _claim_in_order(
         with transaction.atomic():
             won = (
                 RelayMessage.objects.filter(pk=row_id, done=False)
-                .filter(Q(claimed_by="") | Q(claimed_until__lte=now))
+                .filter(_takeable(now))
                 .update(claimed_by=hub_key, claimed_until=until)
             )
         if not won:
@@ -301,15 +311,22 @@ def relay_claim(
     return claimed
 
 
-def relay_claim_finish(*, hub_key: str, claim_id: str, outcome: str) -> bool:
-    """`done`: delivered, forget the ciphertext. `release`: local delivery failed, let it go back."""
+def relay_claim_finish(*, hub_key: str, claim_id: str, outcome: str, now: Any = None) -> bool:
+    """`done`: delivered, forget the ciphertext. `release`: local delivery failed, let it go back
+    once it has waited as long as it is old (`RELEASED_WAIT`)."""
     require_relay()
     if outcome not in ("done", "release"):
         raise Invalid("bad_outcome", "outcome is `done` or `release`.")
     qs = RelayMessage.objects.filter(pk=claim_id, claimed_by=hub_key, done=False)
     if outcome == "done":
         return bool(qs.update(done=True, sealed=b"", claimed_until=None))
-    return bool(qs.update(claimed_by="", claimed_until=None))
+    now = now or timezone.now()
+    row = qs.values_list("created_at", flat=True).first()
+    if row is None:
+        return False
+    shortest, longest = RELEASED_WAIT
+    wait = min(max(now - row, shortest), longest)
+    return bool(qs.update(claimed_by="", claimed_until=now + wait))
 
 
 def relay_pull(*, hub_key: str, agents: list[str], limit: int = MESSAGES_PER_PULL) -> dict[str, Any]:
@@ -391,16 +408,16 @@ def relay_pull_once(*, sessions: list[dict[str, str]] | None = None) -> dict[str
     agents = sorted({s["name"] for s in sessions})
     started = time.monotonic()
     for _ in range(PULL_ROUNDS_PER_CYCLE):
-        more, released = _relay_pull_round(relay=relay, agents=agents, counts=counts)
-        # A released claim is free again at once: pulling again now would take it straight back.
-        if not more or released or time.monotonic() - started >= PULL_CYCLE_SECONDS:
+        # What this round released waits at the relay (`RELEASED_WAIT`): the next round gets newer.
+        more = _relay_pull_round(relay=relay, agents=agents, counts=counts)
+        if not more or time.monotonic() - started >= PULL_CYCLE_SECONDS:
             break
     return counts
 
 
-def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) -> tuple[bool, int]:
+def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) -> bool:
     """One pull from the relay, its items handed over here and its claims finished; adds to
-    `counts`. Returns whether the relay said more waits, and how many claims went back."""
+    `counts`. Returns whether the relay said more waits."""
     from federation.services.forwarding import inbound_accept, unseal
     from federation.services.receipts import receipts_open_relayed
 
@@ -408,7 +425,7 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
         answer = hub_call("POST", relay, "/relay/pull", {"agents": agents}, dest_key=relay_key()) or {}
     except (TransientError, PermanentError) as exc:
         log.info("relay pull failed: %s", exc)
-        return False, 0
+        return False
     messages, receipts, leases = _pull_answer_items(answer)
     # Only the names this hub asked for: the relay's answer is its own word, any size it likes.
     refused = [name for name in agents if name in leases and leases[name] != "ok"]
@@ -456,8 +473,8 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
             )
         except (TransientError, PermanentError) as exc:
             log.info("relay: claims not finished (they lapse and come back): %s", exc)
-            return False, len(release)
-    return bool(isinstance(answer, dict) and answer.get("more")), len(release)
+            return False
+    return bool(isinstance(answer, dict) and answer.get("more"))
 
 
 def _pull_answer_items(

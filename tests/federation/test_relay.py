@@ -13,12 +13,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import time_machine
 from django.utils import timezone
 from nacl.signing import SigningKey
 
 from federation.errors import LeaseHeld, NotRelay
 from federation.models import RelayMessage, RelayStorer
 from federation.services.relay import (
+    RELEASED_WAIT,
     relay_claim,
     relay_claim_finish,
     relay_expire,
@@ -82,17 +84,38 @@ def test_pulls_need_the_lease_and_each_message_is_claimed_once(relay):
     assert relay_claim(hub_key=A, agent="carol") == []
 
 
-def test_a_released_claim_comes_back_and_a_done_one_loses_its_ciphertext(relay):
+def test_a_released_claim_comes_back_after_a_wait_and_a_done_one_loses_its_ciphertext(relay):
     relay_lease_take(hub_key=A, agent="carol")
     _store()
     [claim] = relay_claim(hub_key=A, agent="carol")
     assert relay_claim_finish(hub_key=A, claim_id=claim["id"], outcome="release")
-    [again] = relay_claim(hub_key=A, agent="carol")
+    assert relay_claim(hub_key=A, agent="carol") == []  # it waits at least RELEASED_WAIT's shortest
+    later = timezone.now() + RELEASED_WAIT[0] + timedelta(seconds=1)
+    [again] = relay_claim(hub_key=A, agent="carol", now=later)
     assert again["id"] == claim["id"]
     assert relay_claim_finish(hub_key=A, claim_id=claim["id"], outcome="done")
     row = RelayMessage.objects.get(pk=claim["id"])
     assert row.done and bytes(row.sealed) == b""
     assert relay_claim(hub_key=A, agent="carol") == []
+
+
+def test_messages_a_hub_keeps_releasing_never_keep_newer_ones_from_it(relay):
+    """Given a full pull's worth of messages for an agent that its hub releases each time (a
+    stranger's, refused here for now or failing every time), when a genuine message is stored
+    after them, then the next pull takes it: a released message waits before it is offered again,
+    longer the older it is, instead of heading the queue for its whole day at the relay."""
+    relay_lease_take(hub_key=A, agent="carol")
+    stuck = {_store().id for _ in range(5)}
+    genuine = _store()
+    for _ in range(3):
+        claimed = relay_claim(hub_key=A, agent="carol", limit=5)
+        if genuine.id in {uuid.UUID(c["id"]) for c in claimed}:
+            break
+        assert {uuid.UUID(c["id"]) for c in claimed} == stuck
+        for claim in claimed:
+            assert relay_claim_finish(hub_key=A, claim_id=claim["id"], outcome="release")
+    else:
+        pytest.fail("the genuine message never came past the released ones")
 
 
 def test_an_expired_claim_can_be_claimed_again(relay, settings):
@@ -140,7 +163,9 @@ def test_one_pull_renews_leases_claims_messages_and_reports_names_held_elsewhere
     [claim] = answer["messages"]
     assert relay_pull(hub_key=A, agents=["carol"])["messages"] == []
     assert relay_claims_finish(hub_key=A, done=[], release=[claim["id"]]) == 1
-    assert [m["id"] for m in relay_pull(hub_key=A, agents=["carol"])["messages"]] == [claim["id"]]
+    assert relay_pull(hub_key=A, agents=["carol"])["messages"] == []  # released: it waits a while
+    with time_machine.travel(timezone.now() + RELEASED_WAIT[0] + timedelta(seconds=1), tick=False):
+        assert [m["id"] for m in relay_pull(hub_key=A, agents=["carol"])["messages"]] == [claim["id"]]
     assert relay_claims_finish(hub_key=B, done=[claim["id"]], release=[]) == 0  # not B's claim
 
 
@@ -492,8 +517,8 @@ def test_a_hubs_pull_cycle_is_bounded_whatever_the_relay_says(
     db: None, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Given a relay that always says more waits, when the hub runs one pull cycle, then it stops
-    after PULL_ROUNDS_PER_CYCLE pulls (the next cycle goes on); and a round that had to release a
-    claim ends the cycle (the claim would come straight back)."""
+    after PULL_ROUNDS_PER_CYCLE pulls (the next cycle goes on), also when each round has to release
+    what it took (a relay that offers it straight back gets it back at most that often)."""
     from federation.services.relay import PULL_ROUNDS_PER_CYCLE, relay_pull_once
 
     called = _fake_relay(monkeypatch, settings, [_pull_answer(more=True)])
@@ -508,7 +533,7 @@ def test_a_hubs_pull_cycle_is_bounded_whatever_the_relay_says(
     }
     called = _fake_relay(monkeypatch, settings, [_pull_answer(more=True, messages=[broken])])
     counts = relay_pull_once(sessions=[])
-    assert (called.count("/relay/pull"), counts["released"]) == (1, 1)
+    assert (called.count("/relay/pull"), counts["released"]) == (PULL_ROUNDS_PER_CYCLE, PULL_ROUNDS_PER_CYCLE)
 
 
 # --- the quota under concurrent stores ---------------------------------------------------------------
