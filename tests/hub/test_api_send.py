@@ -22,6 +22,7 @@ from django.urls import get_resolver
 from ninja.renderers import JSONRenderer
 
 import hub.asgi
+from messaging.principals import HUB
 from messaging.services.operator_tokens import operator_token_create
 from messaging.services.sessions import session_register
 
@@ -95,7 +96,7 @@ async def test_each_kind_of_send_gets_its_answer_with_the_apis_headers(case: str
     who, body, (status, error, reason) = CASES[case]
     token = {
         "sender": await sender_token(),
-        "operator": await sync_to_async(operator_token_create)(name="ops"),
+        "operator": await sync_to_async(operator_token_create)(name="ops", actor=HUB),
     }
     answer = await post(token.get(who, who) if who else None, body)
     assert answer.status_code == status, answer.text
