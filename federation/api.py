@@ -50,7 +50,7 @@ from federation.services.signatures import (
     request_accept,
     request_precheck,
 )
-from federation.transport import MAX_HUB_BODY, TooManyValues, hub_json
+from federation.transport import MAX_HUB_BODY, RefusedBody, hub_json
 from messaging.auth import AUTH, operator, principal, request_peer_address
 from messaging.errors import Invalid, SwitchboardError, TooLarge
 
@@ -133,10 +133,8 @@ def _signed(request: HttpRequest) -> tuple[str, Any]:
 def _json(raw: bytes) -> Any:
     try:
         return hub_json(raw) if raw else {}
-    except TooManyValues as exc:
-        raise Invalid(
-            "too_many_values", "The body holds more JSON values than any hub-to-hub body does."
-        ) from exc
+    except RefusedBody as exc:
+        raise Invalid(exc.reason, str(exc)) from exc
     except (ValueError, RecursionError) as exc:
         raise Invalid("bad_json", "The body is not JSON.") from exc
 

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from federation.errors import PermanentError, TransientError, Unreachable
 from federation.services.signatures import request_headers
+from messaging.storable import unstorable_text
 
 API_PREFIX = "/api/v1"
 SEALED_TYPE = "application/x-switchboard-sealed"  # a body sealed to the receiving hub's key
@@ -26,8 +27,23 @@ MAX_HUB_BODY = 280 * 1024 * 1024
 JSON_VALUES_ROOM = 100_000
 
 
-class TooManyValues(ValueError):
-    """A hub-to-hub body holds more JSON values than any hub body does (`hub_json`)."""
+class RefusedBody(ValueError):
+    """A hub-to-hub body this hub never takes, however often it comes (`hub_json`): the API answers
+    400 with `reason`; a relay item is dropped."""
+
+    reason = "refused_body"
+
+
+class TooManyValues(RefusedBody):
+    """A hub-to-hub body holds more JSON values than any hub body does."""
+
+    reason = "too_many_values"
+
+
+class UnstorableText(RefusedBody):
+    """A hub-to-hub body holds text the database cannot store (`messaging.storable`)."""
+
+    reason = "unstorable_text"
 
 
 def hub_json(raw: bytes) -> Any:
@@ -36,11 +52,16 @@ def hub_json(raw: bytes) -> Any:
     text of at most SWITCHBOARD_MAX_MESSAGE_CHARS, all of it `,[{` at worst, and JSON_VALUES_ROOM
     for the rest; counted from those characters, which every value after the first needs one of).
     Parsed, a tiny value (`{}`) takes some twenty times its bytes: a 280 MB body of them, which
-    any key may sign and anyone may seal to this hub, would take gigabytes."""
+    any key may sign and anyone may seal to this hub, would take gigabytes. UnstorableText when
+    it holds text the database cannot store (a NUL character), as the API refuses it from agents."""
     values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
     if values > settings.SWITCHBOARD_MAX_MESSAGE_CHARS + JSON_VALUES_ROOM:
-        raise TooManyValues(f"the body holds some {values} JSON values, more than any hub-to-hub body")
-    return json.loads(raw)
+        raise TooManyValues(f"The body holds some {values} JSON values, more than any hub-to-hub body does.")
+    data = json.loads(raw)
+    problem = unstorable_text(data)
+    if problem is not None:
+        raise UnstorableText(problem)
+    return data
 
 
 def hub_call(

@@ -23,6 +23,7 @@ from hub.api_metrics import router as metrics_router
 from messaging.api import router as messaging_router
 from messaging.api_holds import router as holds_router
 from messaging.errors import SwitchboardError
+from messaging.storable import unstorable_text
 from teams.api import router as teams_router
 
 
@@ -42,21 +43,10 @@ class StorableTextParser(Parser):
 
 
 def refuse_unstorable(value: Any) -> None:
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                raise HttpError(400, "Text may not contain NUL characters.")
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise HttpError(400, "Text must be valid Unicode (it holds a lone surrogate).") from None
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
+    """A 400 for a body or query holding text the database cannot store (`unstorable_text`)."""
+    problem = unstorable_text(value)
+    if problem is not None:
+        raise HttpError(400, problem)
 
 
 class CompactJSONRenderer(BaseRenderer):

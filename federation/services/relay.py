@@ -33,7 +33,7 @@ from django.utils import timezone
 from federation.errors import LeaseHeld, NotRelay, PermanentError, RelayQuotaFull, TransientError
 from federation.models import FederationTier, RelayLease, RelayMessage, RelayStorer
 from federation.services.keys import relay_key
-from federation.transport import TooManyValues, hub_call, hub_json
+from federation.transport import RefusedBody, hub_call, hub_json
 from messaging.errors import Invalid, NotFound, SwitchboardError, TooLarge
 from messaging.liveness import LIVE
 from messaging.names import normalize_name
@@ -444,7 +444,7 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
             # No carrying hub to vouch for: the origin's signature must name this hub's key.
             inbound_accept(envelope=envelope, tier=FederationTier.RELAY, caller_key=None)
             done.append(item["id"])
-        except TooManyValues as exc:
+        except RefusedBody as exc:
             log.info("relay message %s refused here: %s", item.get("message_id"), exc)
             done.append(item["id"])  # the same bytes come back the same: drop it
         except SwitchboardError as exc:

@@ -136,3 +136,66 @@ def _raw_call(
     )
     meta = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
     return client.post(path, data=raw, content_type=content_type, **meta)
+
+
+# --- text the database cannot store ---------------------------------------------------------------
+
+
+def test_a_forward_whose_text_the_database_cannot_store_is_refused(
+    client: Any, register: Any, settings: Any
+) -> None:
+    """A NUL character (PostgreSQL's text cannot hold one) in a forwarded message is refused with a
+    400, as the API refuses it from an agent: never a server error the sending hub retries."""
+    from messaging.models import Message
+    from tests.federation.conftest import pin_hub
+
+    register("bob")
+    peer = OtherHub(SigningKey.generate(), name="peer")
+    pin_hub(peer, "lan")
+    envelope = peer.envelope(to="bob", text="before\x00after")
+
+    sent = peer.call(client, "POST", "/api/v1/federation/messages", {"envelope": envelope})
+
+    assert sent.status_code == 400, sent.content[:300]
+    assert sent.json()["reason"] == "unstorable_text"
+    assert not Message.objects.exists()
+
+
+def test_a_relay_item_whose_text_the_database_cannot_store_is_dropped(
+    register: Any, settings: Any, monkeypatch: Any
+) -> None:
+    """Pulled from the relay, the same message is done there (dropped): released, it would come
+    back at every pull for its whole day at the relay."""
+    import base64
+    import json
+    import uuid
+
+    from federation.services.forwarding import seal_for_hub
+    from federation.services.identity import hub_identity
+    from federation.services.relay import relay_pull_once
+    from messaging.models import Message
+    from tests.federation.conftest import pin_hub
+
+    register("ops")
+    settings.SWITCHBOARD_RELAY_URL = "http://127.0.0.1:9"
+    settings.SWITCHBOARD_RELAY_KEY = OtherHub(SigningKey.generate()).public_key
+    peer = OtherHub(SigningKey.generate(), name="peer")
+    pin_hub(peer, "relay")
+    envelope = peer.envelope(to="ops", text="before\x00after")
+    sealed = seal_for_hub(hub_key=hub_identity().public_key, payload=json.dumps(envelope).encode())
+    item = {"id": str(uuid.uuid4()), "message_id": envelope["id"], "from_hub": peer.public_key}
+    item["sealed"] = base64.b64encode(sealed).decode()
+    finished: list[Any] = []
+
+    def relay_answers(method: str, base_url: str, path: str, data: Any = None, **kw: Any) -> Any:
+        if path == "/relay/pull":
+            return {"leases": {"ops": "ok"}, "messages": [item], "receipts": [], "more": False}
+        finished.append(data)
+        return {}
+
+    monkeypatch.setattr("federation.services.relay.hub_call", relay_answers)
+
+    relay_pull_once(sessions=[{"name": "ops"}])
+
+    assert finished == [{"done": [item["id"]], "release": []}]
+    assert not Message.objects.exists()
