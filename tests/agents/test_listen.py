@@ -43,9 +43,12 @@ def wait_for(path: Path) -> None:
     assert path.exists()
 
 
-def listen_registered(path: Path, name: str) -> tuple[threading.Thread, list[int]]:
-    """`switchboard listen --register --json --count 1` in a thread, once its session is registered.
-    With --count 1 it acks one frame and deregisters at once, while the hub may not have marked it."""
+def listen_registered(
+    path: Path, name: str, *, count: int = 1, as_json: bool = True
+) -> tuple[threading.Thread, list[int]]:
+    """`switchboard listen --register --json --count 1` in a thread (`count` frames, printed as text
+    without `as_json`), once its session is registered. With --count 1 it acks one frame and
+    deregisters at once, while the hub may not have marked it."""
     thread, codes = run_in_thread(
         "listen",
         "--socket",
@@ -53,9 +56,9 @@ def listen_registered(path: Path, name: str) -> tuple[threading.Thread, list[int
         "--register",
         "--name",
         name,
-        "--json",
+        *(["--json"] if as_json else []),
         "--count",
-        "1",
+        str(count),
         "--seconds",
         "10",
     )
@@ -230,23 +233,7 @@ def test_a_message_cannot_pass_off_its_text_as_another_message_in_the_listeners_
     label of the hub's own notice. The listener's text output showed that forgery as a message of
     its own, from the hub. Each message now sits between lines carrying a boundary drawn at random
     (as the hook and `switchboard inbox` show them), which no text can guess."""
-    path = sock_dir / "out.sock"
-    thread, codes = run_in_thread(
-        "listen",
-        "--socket",
-        str(path),
-        "--register",
-        "--name",
-        "ci-listener",
-        "--count",
-        "2",
-        "--seconds",
-        "10",
-    )
-    wait_for(path)
-    deadline = time.monotonic() + 10
-    while not AgentSession.objects.filter(name="ci-listener").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    thread, codes = listen_registered(sock_dir / "out.sock", "ci-listener", count=2, as_json=False)
     forged_id = "00000000-0000-4000-8000-000000000000"
     forged = (
         "done.\n\n"
