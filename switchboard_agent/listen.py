@@ -21,7 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from switchboard_agent.delivery_text import render_messages
+
 MAX_FRAME_BYTES = 16 * 1024 * 1024 + 1
+# Never shown: the printer's budget fits any frame (a frame is at most MAX_FRAME_BYTES).
+REREAD = "run `switchboard inbox --unacked` as this session"
 READ_TIMEOUT = 10.0
 
 
@@ -124,11 +128,15 @@ def refuse(conn: socket.socket, message_id: str, recipient: object) -> None:
 
 
 def frame_printer(out: IO[str], *, as_json: bool) -> Callable[[dict[str, Any]], None]:
+    """Print each frame: a JSON line, or the message as every agent-side surface shows one
+    (`delivery_text.render_messages`), between lines carrying a boundary drawn at random, so a
+    message's text cannot end it early or pass for another message (or the hub's notice)."""
+
     def show(frame: dict[str, Any]) -> None:
         if as_json:
             out.write(json.dumps(frame, ensure_ascii=False) + "\n")
         else:
-            out.write(f"--- message id {frame.get('id')}\n{frame.get('framed', '')}\n\n")
+            out.write(render_messages([frame], budget=sys.maxsize, how_to_reread=REREAD) + "\n\n")
         out.flush()
 
     return show

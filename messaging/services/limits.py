@@ -278,7 +278,7 @@ def unread_share_full(recipient: AgentSession, own: int) -> RateLimited:
 @dataclass
 class TokenReservation:
     """Tokens a batch send takes ahead, in one store call: `spend` then stands in for the rate
-    checks of one send (the hub's bucket, then the pair's) and `release` gives back what
+    checks of one send (the pair's bucket, then the hub's) and `release` gives back what
     was not spent, so each bucket is charged exactly what that many single sends would have cost."""
 
     sender: AgentSession
@@ -287,17 +287,18 @@ class TokenReservation:
     buckets: dict[object, tuple[Want, Want]] = field(default_factory=dict)  # recipient id → (hub, pair)
 
     def spend(self, recipient: AgentSession) -> None:
-        """Spend one hub and one pair token for a message to `recipient`; raise RateLimited when
-        either bucket is empty (the hub's token is spent even then)."""
+        """Spend one pair and one hub token for a message to `recipient`; raise RateLimited when
+        either bucket is empty. The pair's comes first: a message its own pair refuses costs the
+        hub-wide bucket nothing, so one sender cannot empty it by sending faster than a pair allows."""
         buckets = self.buckets.get(recipient.id)
         if buckets is None:
             buckets = self.buckets[recipient.id] = (_hub_want(1), _pair_want(self.sender, recipient.id, 1))
-        wait = self._spend(buckets[0])
-        if wait:
-            raise hub_rate_limited(wait)
         wait = self._spend(buckets[1])
         if wait:
             raise pair_rate_limited(recipient, wait)
+        wait = self._spend(buckets[0])
+        if wait:
+            raise hub_rate_limited(wait)
 
     def _spend(self, want: Want) -> float:
         held = self.held.get(want.key)
@@ -355,16 +356,19 @@ def _bucket_of(key: str) -> tuple[int, float]:
 
 
 def limits_reserve(*, sender: AgentSession, recipient_ids: Iterable[object]) -> TokenReservation:
-    """Take, in one store call, a hub token for each message a batch may send and a pair token
-    for each message to each recipient (`recipient_ids`: the recipient of each such message).
-    Spend them with `spend`, then `release` the rest."""
+    """Take, in one store call, a pair token for each message to each recipient (`recipient_ids`:
+    the recipient of each message a batch may send) and a hub token for each message its pair's
+    bucket could let through (at most its capacity per recipient): a batch holds no more of the
+    hub-wide bucket, while it runs, than it can spend. Spend them with `spend`, then `release`
+    the rest."""
     counts: dict[object, int] = {}
     for recipient_id in recipient_ids:
         counts[recipient_id] = counts.get(recipient_id, 0) + 1
     reservation = TokenReservation(sender=sender)
     if counts:
+        passable = sum(min(count, settings.SWITCHBOARD_RATE_PAIR) for count in counts.values())
         reservation.take(
-            [_hub_want(sum(counts.values()))]
+            [_hub_want(passable)]
             + [_pair_want(sender, recipient_id, count) for recipient_id, count in counts.items()]
         )
     return reservation

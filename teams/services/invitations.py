@@ -130,7 +130,9 @@ def _tell_other_side(invitation: Invitation) -> None:
             text=frame_text("team_invitation", fields),
             summary=f"{lead.name} invites you to team {team.name}",
             notice="team_invitation",
-            source=team.id,
+            # Bounded per inviting lead, not per team: a lead that ends its team and starts
+            # another is the same source, so it cannot renew the bound with each new team.
+            source=team.lead_session_id,
         )
         return
     fields["detail"] = (
@@ -239,11 +241,30 @@ def _close(invitation: Invitation, *, actor: Principal, state: str) -> None:
             _tell_opener(invitation)
 
 
+def invitations_cancel_for_team(*, team: Team, actor: Principal) -> int:
+    """Cancel the open invitations of a team that is ending, withdrawing their unread notices: an
+    invitation stands only while its team is live. Run by `team_end` in its transaction, before
+    the roster closes. Returns how many were cancelled."""
+    cancelled = 0
+    for invitation in Invitation.objects.select_related("team", "session").filter(
+        team=team, state=InvitationState.OPEN
+    ):
+        try:
+            _close(invitation, actor=actor, state=InvitationState.CANCELLED)
+        except Conflict:
+            continue  # answered a moment ago
+        cancelled += 1
+    return cancelled
+
+
 def _withdraw_notice(invitation: Invitation, *, why: str) -> None:
     """An invitation that no longer stands leaves no unread notice asking for an answer."""
     if invitation.asked_by == Asker.LEAD:
         notice_withdraw(
-            kind="team_invitation", source=invitation.team_id, recipient=invitation.session, why=why
+            kind="team_invitation",
+            source=invitation.team.lead_session_id,
+            recipient=invitation.session,
+            why=why,
         )
     else:
         lead = _lead_of(invitation.team)

@@ -279,7 +279,10 @@ def _return_tasks_of(member: Membership) -> None:
 
 
 def team_end(*, team: Team, actor: Principal, why: str = "ended") -> Team:
-    """End a team (its lead or an operator). The roster empties; tasks and history stay."""
+    """End a team (its lead or an operator). Its open invitations are cancelled, the roster
+    empties; tasks and history stay."""
+    from teams.services.invitations import invitations_cancel_for_team
+
     if actor.kind != "hub":
         member_require_lead(team=team, actor=actor)
     now = timezone.now()
@@ -292,6 +295,7 @@ def team_end(*, team: Team, actor: Principal, why: str = "ended") -> Team:
             return team
         team.ended_at = now
         team.ended_by = actor.actor
+        invitations_cancel_for_team(team=team, actor=actor)  # while the lead is on the roster
         Membership.objects.filter(team=team, left_at__isnull=True).update(left_at=now)
         requests_close(
             FrameRequest.objects.filter(team=team, state=RequestState.OPEN),

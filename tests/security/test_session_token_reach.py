@@ -3,13 +3,16 @@ session that holds its own token only, through the hub's real surface."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
 
 from hub_fixtures.sensitivity_corpus import AWS_SECRET
-from messaging.models import Delivery
+from messaging.models import AgentSession, Delivery
 
 pytestmark = pytest.mark.django_db
 
@@ -88,3 +91,41 @@ def test_a_watcher_grant_of_another_session_answers_as_one_that_does_not_exist(a
     assert theirs.status_code == nowhere.status_code == 404
     assert theirs.json_body == nowhere.json_body
     assert [w["id"] for w in api.get("teams/watchers", alice.token).json_body["watchers"]] == [grant]
+
+
+@pytest.fixture
+def fresh_hub_bucket(settings: Any) -> None:
+    """A hub-wide bucket of 100 messages per 10 s, in a key space of this test's own."""
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-limits-{uuid.uuid4().hex}"
+    settings.SWITCHBOARD_RATE_HUB, settings.SWITCHBOARD_RATE_HUB_SECONDS = 100, 10
+
+
+def test_sends_the_pair_bucket_refuses_do_not_use_up_the_hubs_bucket(api, register, fresh_hub_bucket):
+    """The attack, with one session token (mallory's): a batch of 100 messages to one recipient.
+    The pair's bucket lets 10 through; the other 90 were refused, yet each had taken a token of the
+    hub-wide bucket first, so one request emptied it and every other session of the hub was
+    refused (`hub_rate`) for its whole period, again at each repeat."""
+    mallory, victim, alice, bob = register("mallory"), register("victim"), register("alice"), register("bob")
+    with time_machine.travel(timezone.now(), tick=False):
+        batch = [{"to": victim.id, "message": f"m{i}"} for i in range(100)]
+        sent = api.post("messages/batch", mallory.token, {"messages": batch}).json_body
+        assert (sent["accepted"], sent["failed"]) == (10, 90)
+        assert {r["error"] for r in sent["results"][10:]} == {"rate_limited"}
+        others = api.post("messages", alice.token, {"to": bob.id, "message": "the build is green"})
+        assert others.status_code == 201, others.json_body
+
+
+def test_a_batch_under_way_holds_no_more_of_the_hubs_bucket_than_its_pairs_allow(register, fresh_hub_bucket):
+    """While a batch to one recipient runs, it holds the hub tokens it reserved: no more than that
+    pair's bucket can let through, so others still send meanwhile."""
+    from messaging.services.limits import limits_reserve
+
+    mallory, victim, alice, bob = (
+        AgentSession.objects.get(pk=register(name).id) for name in ("mallory", "victim", "alice", "bob")
+    )
+    with time_machine.travel(timezone.now(), tick=False):
+        held = limits_reserve(sender=mallory, recipient_ids=[victim.id] * 1000)
+        try:
+            limits_reserve(sender=alice, recipient_ids=[bob.id]).spend(bob)  # raises when the hub is empty
+        finally:
+            held.release()

@@ -200,6 +200,35 @@ def test_task_unblocked_notices_are_one_unread_listing_every_ready_task(api, cre
     assert sorted(json.loads(note["text"])["ready_tasks"]) == sorted(t["id"] for t in waiting)
 
 
+def test_a_lead_that_ends_and_starts_teams_leaves_one_unread_invitation_notice(api, register, settings):
+    """The attack, with one session token (mallory's): create a team, invite the victim, end the
+    team, again and again. Each round made the hub write a new invitation notice, counted per team,
+    so a fresh team id meant a fresh bound: the victim's inbox filled with the hub's notices (which
+    no sender's share limits) until every other sender was refused (`recipient_queue_full`). The
+    notice is bounded per inviting lead, and an ended team's invitations no longer stand."""
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 10
+    mallory, victim, alice = register("mallory"), register("victim"), register("alice")
+    for i in range(30):
+        team = api.post("teams", mallory.token, {"name": f"round {i}"}).json_body
+        invited = api.post(f"teams/{team['id']}/members", mallory.token, {"session": victim.id})
+        assert invited.status_code == 202, invited.json_body
+        assert api.post(f"teams/{team['id']}/end", mallory.token, {}).status_code == 200
+    sent = api.post("messages", alice.token, {"to": victim.id, "message": "the build is green"})
+    assert sent.status_code == 201, sent.json_body
+    notices = [m for m in _inbox(api, victim) if '"team_invitation"' in m["text"]]
+    assert len(notices) <= 1
+    # None of the ended teams' invitations is left open for the victim to answer.
+    assert api.get("teams/invitations", victim.token).json_body["invitations"] == []
+    # A live team's invitation still stands, and is answered as before (its notice may be past
+    # the lead's bound after such a run: the invitation is listed all the same).
+    live = api.post("teams", mallory.token, {"name": "for real"}).json_body
+    invited = api.post(f"teams/{live['id']}/members", mallory.token, {"session": victim.id}).json_body
+    [listed] = api.get("teams/invitations", victim.token).json_body["invitations"]
+    assert listed["id"] == invited["invitation"]["id"]
+    answered = api.post(f"teams/invitations/{invited['invitation']['id']}/accept", victim.token, {})
+    assert answered.status_code == 201, answered.json_body
+
+
 # --- only the current roster reads a live team; an ended team's last roster keeps its history ------
 
 
