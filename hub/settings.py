@@ -273,6 +273,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = SWITCHBOARD_MAX_MESSAGE_CHARS * 12 + 64 * 1024
 SWITCHBOARD_STOPPED_HOLD_SECONDS = _env_int("SWITCHBOARD_STOPPED_HOLD_SECONDS", 24 * 3600)
 SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT = _env_int("SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT", 64)
 SWITCHBOARD_STOPPED_HOLDS_PER_HUB = _env_int("SWITCHBOARD_STOPPED_HOLDS_PER_HUB", 1000)
+# Of one stopped recipient's held messages, at most this many from one sender: no sender takes all
+# of its room (messaging.services.sending.stopped_holds_checked).
+SWITCHBOARD_STOPPED_HOLDS_PER_SENDER = _env_int(
+    "SWITCHBOARD_STOPPED_HOLDS_PER_SENDER", (SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT + 1) // 2
+)
 SWITCHBOARD_AUDIT_RETENTION_DAYS = _env_int("SWITCHBOARD_AUDIT_RETENTION_DAYS", 30)
 # Retention (messaging.services.retention; 0 keeps forever): messages whose deliveries are all final,
 # and exited sessions nothing refers to; checked every SWITCHBOARD_PURGE_SECONDS.

@@ -806,7 +806,7 @@ class _Batch:
             decision = self._decide(item, inbox, classification, trust)
             if decision.hold_reason == STOPPED_HOLD:
                 self._write()  # the caps count every message held for a stopped session
-                stopped_holds_checked(recipient)
+                stopped_holds_checked(recipient, self.sender)
         if forwarded is not None:
             decision = forwarded.adjust(decision, recipient=recipient, now=self.now)
         if decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD:

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from messaging.addressing import (
     validate_address,
@@ -247,15 +247,23 @@ def looks_like_protocol_frame(text: str) -> bool:
     return isinstance(parsed, dict) and str(parsed.get("type", "")).lower() in PROTOCOL_FRAME_TYPES
 
 
-def stopped_holds_checked(recipient: AgentSession) -> None:
-    """Raise HoldFull when a stopped `recipient`, or the hub, holds as many messages for stopped
-    sessions as it may: the caps of a decision to hold for a stopped recipient (`decide`)."""
+def stopped_holds_checked(recipient: AgentSession, sender: AgentSession) -> None:
+    """Raise HoldFull when a stopped `recipient` holds as many messages as it may, or as many from
+    `sender` as one sender may (so no sender takes all of its room), or when the hub holds as many
+    for stopped sessions as it may: the caps of a decision to hold for a stopped recipient."""
     held = Delivery.objects.filter(state=S.HELD, hold_reason=STOPPED_HOLD)
-    per_recipient = held.filter(recipient=recipient).count()
-    if per_recipient >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
+    counts = held.filter(recipient=recipient).aggregate(
+        all=Count("id"), own=Count("id", filter=Q(message__sender_id=sender.id))
+    )
+    if counts["all"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
         raise HoldFull(
-            f"{recipient.label} is stopped and already has {per_recipient} messages held for it; "
+            f"{recipient.label} is stopped and already has {counts['all']} messages held for it; "
             "wait until it starts again.",
+        )
+    if counts["own"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER:
+        raise HoldFull(
+            f"{recipient.label} is stopped and already has {counts['own']} of yours held for it, as "
+            "many as one sender may; wait until it starts again.",
         )
     if held.count() >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB:
         raise HoldFull("This hub holds as many messages for stopped sessions as it may; try later.")

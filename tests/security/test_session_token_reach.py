@@ -129,3 +129,24 @@ def test_a_batch_under_way_holds_no_more_of_the_hubs_bucket_than_its_pairs_allow
             limits_reserve(sender=alice, recipient_ids=[bob.id]).spend(bob)  # raises when the hub is empty
         finally:
             held.release()
+
+
+def test_one_sender_cannot_take_all_of_a_stopped_sessions_room_for_held_messages(
+    api, register, send, settings
+):
+    """The attack: eve sends a stopped session as many messages as may be held for it (about a
+    minute at the pair rate), so that every other sender's message to it is refused (429
+    `hold_full`) until it starts again, up to a day later. A sender's share of that room is
+    bounded, as its share of an inbox is."""
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT = 4
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER = 2
+    alice, eve, carol = register("alice"), register("eve"), register("carol")
+    assert api.patch("sessions/me", carol.token, {"status": "stopped"}).status_code == 200
+    answers = [send(eve, "carol", f"filler {n}") for n in range(4)]
+    assert [a.json_body.get("status") for a in answers[:2]] == ["held", "held"]
+    assert {(a.status_code, a.json_body.get("error")) for a in answers[2:]} == {(429, "hold_full")}
+    assert "yours" in answers[2].json_body["detail"]
+
+    sent = send(alice, "carol", "the build is green")
+
+    assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
