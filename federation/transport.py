@@ -13,7 +13,7 @@ import httpx
 from django.conf import settings
 
 from federation.errors import PermanentError, TransientError, Unreachable
-from federation.services.signatures import request_headers
+from federation.services.signatures import request_sign
 
 API_PREFIX = "/api/v1"
 SEALED_TYPE = "application/x-switchboard-sealed"  # a body sealed to the receiving hub's key
@@ -64,13 +64,14 @@ def hub_call(
         content_type = "application/json"
     split = urlsplit(url)
     signed_path = split.path + (f"?{split.query}" if split.query else "")
-    headers = request_headers(
+    request = request_sign(
         method=method,
         path=signed_path,
         body=data,
         dest_key=dest_key,
         public_url=settings.SWITCHBOARD_PUBLIC_URL,
     )
+    headers = request.claim.headers()
     headers["Content-Type"] = content_type
     try:
         with httpx.stream(

@@ -87,7 +87,7 @@ class OtherHub:
         """A signed call to this hub as the other hub would make it (a forward sealed to this hub)."""
         from federation.services.forwarding import seal_for_hub
         from federation.services.identity import hub_identity
-        from federation.services.signatures import request_headers
+        from federation.services.signatures import request_sign
         from federation.transport import SEALED_TYPE
 
         me = hub_identity().public_key
@@ -95,9 +95,9 @@ class OtherHub:
         content_type = "application/json"
         if path.endswith("/federation/messages") and sealed:
             raw, content_type = seal_for_hub(hub_key=me, payload=raw), SEALED_TYPE
-        headers = request_headers(
+        headers = request_sign(
             method=method, path=path, body=raw, dest_key=me, key=self.key, name=self.name
-        )
+        ).claim.headers()
         meta = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
         fn = getattr(client, method.lower())
         if method == "GET":

@@ -20,7 +20,7 @@ from nacl.signing import SigningKey
 from federation.models import RemoteDelivery
 from federation.services.forwarding import RemoteRoute
 from federation.services.identity import hub_identity
-from federation.services.signatures import request_headers
+from federation.services.signatures import request_sign
 from hub.asgi import application
 from messaging.models import AuditEvent, Delivery
 from tests.federation.conftest import (
@@ -69,19 +69,6 @@ class Listener:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture
-def hub_client(db: None) -> Any:
-    from django.test import Client
-
-    return Client()
-
-
-@pytest.fixture
-def sender_hub() -> OtherHub:
-    """Another hub, with its own key."""
-    return OtherHub(SigningKey.generate())
 
 
 @pytest.fixture
@@ -216,13 +203,13 @@ def test_a_request_signed_for_another_hub_is_refused(hub_client, register, sende
     """A hub that received a signed request passes it on to a third hub as if it were the caller."""
     register("bob")
     _, third_hub = _key_pair()
-    headers = request_headers(
+    headers = request_sign(
         method="GET",
         path="/api/v1/federation/agents?to=bob",
         body=b"",
         dest_key=third_hub,
         key=sender_hub.key,
-    )
+    ).claim.headers()
     answer = hub_client.get("/api/v1/federation/agents?to=bob", **_meta(headers))
     assert answer.status_code == 401, answer.content
     assert answer.json()["error"] == "bad_request_signature"
@@ -367,11 +354,11 @@ def _post_big(headers: dict[str, str]) -> FeedingClient:
 def test_a_big_unsigned_or_badly_signed_chunked_post_is_refused_before_its_body_is_read(sender_hub):
     """64 MB posted chunked to the inbound endpoint without a valid signature header set."""
     me = hub_identity().public_key
-    good = request_headers(method="POST", path=URL, body=b"", dest_key=me, key=sender_hub.key)
+    good = request_sign(method="POST", path=URL, body=b"", dest_key=me, key=sender_hub.key).claim.headers()
     stale = dict(good, **{"X-Switchboard-Time": "1000000000"})
-    elsewhere = request_headers(
+    elsewhere = request_sign(
         method="POST", path=URL, body=b"", dest_key=_key_pair()[1], key=sender_hub.key
-    )
+    ).claim.headers()
     for headers in ({}, stale, elsewhere):
         client = _post_big(headers)
         assert client.status == 401
@@ -383,8 +370,8 @@ def test_a_revoked_hubs_big_post_is_refused_before_its_body_is_read(sender_hub):
     from federation.models import Peer
 
     Peer.objects.create(public_key=sender_hub.public_key, revoked=True)
-    headers = request_headers(
+    headers = request_sign(
         method="POST", path=URL, body=b"", dest_key=hub_identity().public_key, key=sender_hub.key
-    )
+    ).claim.headers()
     client = _post_big(headers)
     assert client.status == 403 and client.taken == 0
