@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from federation.services.signatures import request_sign
 from hub.asgi import application
 from messaging.models import AuditEvent, Delivery
 from tests.federation.conftest import (
+    HubAddress,
     OtherHub,
     _federation_dirs,  # noqa: F401  (autouse: registry, files, caches)
 )
@@ -36,44 +36,10 @@ def _meta(headers: dict[str, str]) -> dict[str, str]:
     return {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
 
 
-class Listener:
-    """A loopback HTTP server standing in for another hub or a relay: it records every request's
-    raw bytes (what an eavesdropper on the wire sees) and answers 201 {"status": "queued"}."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        listener = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                listener.requests.append(
-                    {"path": self.path, "wire": bytes(str(self.headers), "latin-1") + body, "body": body}
-                )
-                answer = b'{"status": "queued"}'
-                self.send_response(201)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            do_GET = do_POST  # noqa: N815
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def listener():
-    server = Listener()
+def listener() -> Iterator[HubAddress]:
+    """Another hub (or the relay) at a loopback address, answering `queued` to everything."""
+    server = HubAddress()
     yield server
     server.close()
 
@@ -253,7 +219,7 @@ def test_a_lan_forward_carries_neither_text_nor_file_bytes_in_clear(
     assert secret.encode() not in wire
     assert file_bytes not in wire and base64.b64encode(file_bytes) not in wire
     # ... and the peer holding the key opens it.
-    opened = json.loads(SealedBox(peer_key.to_curve25519_private_key()).decrypt(request["body"]))
+    opened = json.loads(SealedBox(peer_key.to_curve25519_private_key()).decrypt(request["content"]))
     assert opened["envelope"]["text"] == secret
 
 
