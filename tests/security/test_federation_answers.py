@@ -386,21 +386,30 @@ def test_an_answer_to_a_body_refused_past_the_cap_is_not_signed(hub_client, send
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
-async def test_a_refusal_before_the_body_is_read_is_signed_for_the_caller(sender_hub):
-    """Given a hub this hub revoked (mode `refuse`) forwards a message, then the ASGI handler's
-    refusal, made before a byte of the body is read, is signed for that request: the calling hub
-    takes the 403 as this hub's own (a genuine refusal still fails its forward at once)."""
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/api/v1/federation/messages", b"{}"),
+        ("GET", "/api/v1/federation/agents?to=bob%20smith", b""),
+        ("DELETE", "/api/v1/relay/leases/bob%20smith", b""),
+    ],
+    ids=["forward", "do you host", "lease drop"],
+)
+async def test_a_refusal_before_the_body_is_read_is_signed_for_the_caller(sender_hub, method, path, body):
+    """Given a hub this hub revoked (mode `refuse`) calls it (a forward, a question with a query,
+    a path with an escaped name), then the ASGI handler's refusal, made before a byte of the body
+    is read, is signed for that request as the caller signed it: the calling hub takes the 403 as
+    this hub's own (a genuine refusal still fails its forward at once)."""
     from asgiref.sync import sync_to_async
 
     await sync_to_async(Peer.objects.create)(
         public_key=sender_hub.public_key, revoked=True, revocation_mode=RevocationMode.REFUSE
     )
-    path = "/api/v1/federation/messages"
     request = await sync_to_async(request_sign)(
-        method="POST", path=path, body=b"{}", dest_key=hub_identity().public_key, key=sender_hub.key
+        method=method, path=path, body=body, dest_key=hub_identity().public_key, key=sender_hub.key
     )
     transport = httpx.ASGITransport(app=application)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as http:
-        response = await http.post(path, content=b"{}", headers=request.claim.headers())
+        response = await http.request(method, path, content=body, headers=request.claim.headers())
     assert response.status_code == 403 and response.json()["error"] == "peer_revoked"
     assert _problem(request, response) is None
