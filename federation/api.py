@@ -4,11 +4,14 @@ key), never by a session token; the body is read raw so large envelopes skip the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Router, Schema, Status
 
 from federation.models import FederationTier
@@ -44,10 +47,14 @@ from federation.services.relay import (
     require_relay,
 )
 from federation.services.signatures import (
+    BODY_NOT_READ,
     NAME_HEADER,
     URL_HEADER,
+    HubRequest,
     RequestClaim,
+    answer_headers,
     request_accept,
+    request_claim,
     request_precheck,
 )
 from federation.transport import MAX_HUB_BODY, RefusedBody, hub_json
@@ -63,6 +70,9 @@ HUB_SIGNED_PATHS = (
     "/api/v1/federation/receipts",
     "/api/v1/relay/",
 )
+# On a request to one of them: its body's SHA-256 once read whole, None from the start of the read
+# (a read refused past the cap leaves None). Absent: answered from the headers alone.
+_BODY_SHA256 = "switchboard_hub_body_sha256"
 
 
 def hub_request_precheck(headers: Mapping[str, str]) -> RequestClaim:
@@ -76,9 +86,22 @@ def hub_request_precheck(headers: Mapping[str, str]) -> RequestClaim:
     return claim
 
 
-def hub_request_early_answer(path: str, headers: Mapping[str, str]) -> tuple[int, dict[str, Any]] | None:
-    """For the ASGI layer, before it reads a request's body: the error answer for a request to a
-    hub-signed endpoint that `hub_request_precheck` refuses, else None (the view checks again)."""
+@dataclass(frozen=True)
+class EarlyAnswer:
+    """The answer to a hub request refused before its body is read, as the ASGI layer sends it."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+def hub_request_early_answer(
+    *, method: str, path: str, full_path: str, headers: Mapping[str, str]
+) -> EarlyAnswer | None:
+    """For the ASGI layer, before it reads a request's body: the error answer, signed for the
+    calling hub (`_answer_signature`), to a request to a hub-signed endpoint (`path`, below the
+    mount point) that `hub_request_precheck` refuses, else None (the view checks again).
+    `full_path` is the path with the query as the view would see it (`get_full_path`)."""
     from django.db import close_old_connections
 
     if not path.startswith(HUB_SIGNED_PATHS):
@@ -86,28 +109,64 @@ def hub_request_early_answer(path: str, headers: Mapping[str, str]) -> tuple[int
     try:
         hub_request_precheck(headers)
     except SwitchboardError as exc:
-        return exc.status, exc.as_dict()
+        body = json.dumps(exc.as_dict()).encode("utf-8")
+        received = HubRequest(
+            method=method, path=full_path, claim=request_claim(headers), body_sha256=BODY_NOT_READ
+        )
+        return EarlyAnswer(exc.status, body, _answer_signature(received, status=exc.status, body=body))
     finally:
         close_old_connections()  # outside a request's lifecycle: leave no connection behind
     return None
 
 
+def hub_answer_sign(request: HttpRequest, response: HttpResponse) -> None:
+    """Sign an answer to a request to a hub-signed endpoint for the hub that made it
+    (`_answer_signature`), bound to the request as it reached this hub: its headers, method and
+    path, and its body once read whole (an error refused before the body was read binds none).
+    A read refused past the cap leaves the answer unsigned: the body the refusal rests on was
+    never hashed, and bound to the headers alone it would answer the genuine request as well."""
+    body_sha256 = getattr(request, _BODY_SHA256, BODY_NOT_READ)
+    if body_sha256 is None or not request.path_info.startswith(HUB_SIGNED_PATHS):
+        return
+    received = HubRequest(
+        method=request.method or "GET",
+        path=request.get_full_path(),
+        claim=request_claim(request.headers),
+        body_sha256=body_sha256,
+    )
+    for name, value in _answer_signature(
+        received, status=response.status_code, body=response.content
+    ).items():
+        response[name] = value
+
+
+def _answer_signature(received: HubRequest, *, status: int, body: bytes) -> dict[str, str]:
+    """This hub's answer signature headers for `received` (`answer_headers`); none for a request
+    that names no calling key and nonce: no hub could take the answer as its own."""
+    if not (received.claim.hub_key and received.claim.nonce):
+        return {}
+    return answer_headers(received, status=status, body=body)
+
+
 def _body_read(request: HttpRequest) -> bytes:
     """The body, read in chunks with the cap enforced while reading (chunked bodies have no
-    Content-Length to check first)."""
+    Content-Length to check first); its SHA-256 is kept on the request for the answer's
+    signature (`hub_answer_sign`)."""
+    setattr(request, _BODY_SHA256, None)
     length = int(request.META.get("CONTENT_LENGTH") or 0)
     if length > MAX_HUB_BODY:
         raise TooLarge(_TOO_LARGE, limit=MAX_HUB_BODY)
-    if request.method in ("GET", "HEAD"):
-        return b""
     parts: list[bytes] = []
     size = 0
-    while chunk := request.read(READ_CHUNK):
-        size += len(chunk)
-        if size > MAX_HUB_BODY:
-            raise TooLarge(_TOO_LARGE, limit=MAX_HUB_BODY)
-        parts.append(chunk)
-    return b"".join(parts)
+    if request.method not in ("GET", "HEAD"):
+        while chunk := request.read(READ_CHUNK):
+            size += len(chunk)
+            if size > MAX_HUB_BODY:
+                raise TooLarge(_TOO_LARGE, limit=MAX_HUB_BODY)
+            parts.append(chunk)
+    raw = b"".join(parts)
+    setattr(request, _BODY_SHA256, hashlib.sha256(raw).hexdigest())
+    return raw
 
 
 _TOO_LARGE = "A hub-to-hub request carries at most 200 MB of files (base64) and the text."
@@ -118,10 +177,13 @@ def _signed_raw(request: HttpRequest) -> tuple[str, bytes]:
     is read; the signature over the body after; the nonce is then recorded as used."""
     claim = hub_request_precheck(request.headers)
     raw = _body_read(request)
-    hub_key = request_accept(
-        method=request.method or "GET", path=request.get_full_path(), body=raw, claim=claim
+    received = HubRequest(
+        method=request.method or "GET",
+        path=request.get_full_path(),
+        claim=claim,
+        body_sha256=getattr(request, _BODY_SHA256),
     )
-    return hub_key, raw
+    return request_accept(received), raw
 
 
 def _signed(request: HttpRequest) -> tuple[str, Any]:

@@ -32,6 +32,11 @@ class FederationConfig(AppConfig):
 
         messages_purged.connect(files_of_purged_messages_drop, dispatch_uid="federation.files")
 
+        from federation.services.keys import answer_refused_record
+        from federation.transport import answer_refused
+
+        answer_refused.connect(answer_refused_record, dispatch_uid="federation.answer_refused")
+
 
 def federation_jobs() -> list[PeriodicJob]:
     """Federation's periodic jobs, as the settings of this process (beat's, or `serve`'s) call for:

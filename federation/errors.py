@@ -53,6 +53,16 @@ class Unreachable(TransientError):
     """Nothing answered at the hub's address (connection refused or no route)."""
 
 
+class UnverifiedAnswer(TransientError):
+    """Something answered at the hub's address, but not as that hub: the answer is not signed by
+    the key the request was signed for, or not for that request (`answer_problem`). Taken as no
+    answer: its status and body are nobody's word, so `status` and `body` stay None."""
+
+    def __init__(self, message: str, *, problem: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
 class PermanentError(Exception):
     """A hub answered in a way that retrying won't change (4xx). `status` and `body` say how."""
 

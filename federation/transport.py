@@ -1,6 +1,8 @@
 """Hub-to-hub HTTP: one signed JSON request, answered or raising a transient/permanent error.
+An answer counts only when the hub called signed it for that request; any other is no answer.
 
-Knows nothing of the ORM: it sends bytes and says what came back.
+Knows nothing of the ORM: it sends bytes and says what came back (a refused answer is announced on
+`answer_refused` for whoever records it).
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
+from django.dispatch import Signal
 
-from federation.errors import PermanentError, TransientError, Unreachable
-from federation.services.signatures import request_headers
+from federation.errors import PermanentError, ReplayedRequest, TransientError, Unreachable, UnverifiedAnswer
+from federation.services.signatures import answer_problem, request_sign
 from messaging.storable import unstorable_text
 
 API_PREFIX = "/api/v1"
@@ -25,6 +28,9 @@ MAX_HUB_BODY = 280 * 1024 * 1024
 # Room for the JSON values of a hub-to-hub body besides a message's text (summary, names, files,
 # receipts, lease names, claim ids): far more than any hub puts in one.
 JSON_VALUES_ROOM = 100_000
+# Sent by `hub_call` for every answer it refuses (`answer_problem`), with dest_key, url, path,
+# status (as claimed) and problem: whoever keeps the record (the audit) listens.
+answer_refused = Signal()
 
 
 class RefusedBody(ValueError):
@@ -76,7 +82,12 @@ def hub_call(
 ) -> Any:
     """Call `base_url` + /api/v1 + `path` as this hub, signed once for the hub holding `dest_key`
     (it refuses a request signed for another). The body is `body` as JSON, or `sealed` (bytes
-    sealed to `dest_key`) as is. Returns the JSON answer of a 2xx."""
+    sealed to `dest_key`) as is. Returns the JSON answer of a 2xx.
+
+    Only an answer signed by `dest_key` for this very request counts (`answer_problem`): anything
+    else, whoever wrote it, is UnverifiedAnswer (no answer, retried like one), announced once on
+    `answer_refused`. A 4xx so signed is PermanentError, except `replayed_request`: a copy of this
+    request reached the hub first (it was sent twice on the way), so it is transient too."""
     url = base_url.rstrip("/") + API_PREFIX + path
     if sealed is not None:
         data, content_type = sealed, SEALED_TYPE
@@ -85,13 +96,14 @@ def hub_call(
         content_type = "application/json"
     split = urlsplit(url)
     signed_path = split.path + (f"?{split.query}" if split.query else "")
-    headers = request_headers(
+    request = request_sign(
         method=method,
         path=signed_path,
         body=data,
         dest_key=dest_key,
         public_url=settings.SWITCHBOARD_PUBLIC_URL,
     )
+    headers = request.claim.headers()
     headers["Content-Type"] = content_type
     try:
         with httpx.stream(
@@ -106,16 +118,27 @@ def hub_call(
         raise Unreachable(f"{type(exc).__name__}: {exc}"[:300]) from exc
     except httpx.HTTPError as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}"[:300]) from exc
+    status = response.status_code
+    problem = answer_problem(
+        request, status=status, body=content, headers=response.headers, dest_key=dest_key
+    )
+    if problem is not None:
+        answer_refused.send_robust(
+            sender=hub_call, dest_key=dest_key, url=base_url, path=split.path, status=status, problem=problem
+        )
+        raise UnverifiedAnswer(
+            f"the answer (HTTP {status}) is not the hub's own, so it counts as no answer: {problem}"[:300],
+            problem=problem,
+        )
     try:
         answer = hub_json(content) if content else None
     except (ValueError, RecursionError):
         answer = {"error": "bad_json", "detail": content[:200].decode("utf-8", "replace")}
-    if response.status_code >= 500 or response.status_code == 429:
-        raise TransientError(
-            f"HTTP {response.status_code}: {answer!r}"[:300], status=response.status_code, body=answer
-        )
-    if response.status_code >= 400:
-        raise PermanentError(response.status_code, answer)
+    replayed = status == 401 and isinstance(answer, dict) and answer.get("error") == ReplayedRequest.code
+    if status >= 500 or status == 429 or replayed:
+        raise TransientError(f"HTTP {status}: {answer!r}"[:300], status=status, body=answer)
+    if status >= 400:
+        raise PermanentError(status, answer)
     return answer
 
 

@@ -18,6 +18,7 @@ from ninja.renderers import BaseRenderer
 from ninja.responses import NinjaJSONEncoder
 from psycopg_pool import PoolTimeout
 
+from federation.api import hub_answer_sign
 from federation.api import router as federation_router
 from hub.api_metrics import router as metrics_router
 from messaging.api import router as messaging_router
@@ -85,7 +86,24 @@ def docs_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     return page
 
 
-api = NinjaAPI(
+class HubAPI(NinjaAPI):
+    """ninja's API, with the answers to other hubs' signed requests signed for them
+    (`federation.api.hub_answer_sign`): every answer the API renders, an error's too, is made here."""
+
+    def create_response(
+        self,
+        request: HttpRequest,
+        data: Any,
+        *,
+        status: int | None = None,
+        temporal_response: HttpResponse | None = None,
+    ) -> HttpResponse:
+        response = super().create_response(request, data, status=status, temporal_response=temporal_response)
+        hub_answer_sign(request, response)
+        return response
+
+
+api = HubAPI(
     title="Switchboard",
     version="1",
     description="A message hub for AI coding agents, with a human at the switchboard.",

@@ -29,7 +29,6 @@ returned to the pool at the end of every request) never leaks into another reque
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import import_module
@@ -48,6 +47,7 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, ResolverMatch, URLResolver, get_resolver, set_script_prefix
 from django.utils.datastructures import CaseInsensitiveMapping
+from django.utils.encoding import escape_uri_path, iri_to_uri
 from django.utils.functional import SimpleLazyObject
 
 API_PREFIX = "/api/"
@@ -207,7 +207,8 @@ class ApiHandler(ASGIHandler):
 
     async def _hub_request_refused(self, scope: dict[str, Any], send: Any) -> bool:
         """Answer a hub-to-hub request whose signature headers fail before a byte of its body is
-        read (`federation.api.hub_request_early_answer`); True when it was answered."""
+        read (`federation.api.hub_request_early_answer`, signed for the calling hub); True when it
+        was answered."""
         from federation.api import hub_request_early_answer
         from hub.request_guard import HUB_PATHS
 
@@ -217,22 +218,24 @@ class ApiHandler(ASGIHandler):
         headers = CaseInsensitiveMapping(
             {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
         )
-        answer = await sync_to_async(hub_request_early_answer)(path, headers)
+        answer = await sync_to_async(hub_request_early_answer)(
+            method=scope["method"].upper(), path=path, full_path=full_path(scope), headers=headers
+        )
         if answer is None:
             return False
-        body = json.dumps(answer[1]).encode("utf-8")
         await send(
             {
                 "type": "http.response.start",
-                "status": answer[0],
+                "status": answer.status,
                 "headers": [
                     (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode("ascii")),
+                    (b"content-length", str(len(answer.body)).encode("ascii")),
                     (b"connection", b"close"),
+                    *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()),
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": "http.response.body", "body": answer.body})
         return True
 
     def load_middleware(self, is_async: bool = False) -> None:
@@ -258,6 +261,13 @@ def _route(resolver: URLResolver, path: str) -> tuple[ResolverMatch | None, bool
     except Resolver404:
         return None, False
     return match, iscoroutinefunction(match.func)
+
+
+def full_path(scope: dict[str, Any]) -> str:
+    """The request's path with its query, as Django's request for it gives it (`get_full_path`)."""
+    query = scope.get("query_string", b"")
+    query = query.decode("utf-8", "replace") if isinstance(query, bytes) else query
+    return escape_uri_path(scope.get("path", "")) + (f"?{iri_to_uri(query)}" if query else "")
 
 
 def is_api_request(scope: dict[str, Any]) -> bool:

@@ -27,6 +27,7 @@ from federation.services.identity import verify_key_from
 log = logging.getLogger(__name__)
 _relay_keys: dict[str, tuple[float, str]] = {}
 RELAY_KEY_CACHE_SECONDS = 3600
+ANSWER_REFUSED_AUDIT_SECONDS = 600
 
 
 def _well_formed(key: str) -> bool:
@@ -110,6 +111,32 @@ def relay_key() -> str:
 def relay_key_forget() -> None:
     """Drop the cached relay key (the relay answered that a request was not signed for it)."""
     _relay_keys.clear()
+
+
+def answer_refused_record(
+    *, dest_key: str, url: str, path: str, status: int, problem: str, **_: object
+) -> None:
+    """Log an answer `hub_call` refused (not signed by `dest_key` for the request it answers), and
+    audit it as `federation.answer_refused` once per hub key per ANSWER_REFUSED_AUDIT_SECONDS: a
+    peer that answers unsigned (an older version, or something else at its URL) is retried every
+    few seconds, and its operators need the fact, not one row per try."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from messaging.models import AuditEvent
+    from messaging.services.audit import audit_event
+
+    log.warning("answer from %s%s (HTTP %s) refused: %s", url, path, status, problem)
+    since = timezone.now() - timedelta(seconds=ANSWER_REFUSED_AUDIT_SECONDS)
+    if AuditEvent.objects.filter(kind="federation.answer_refused", target=dest_key, at__gte=since).exists():
+        return
+    audit_event(
+        "federation.answer_refused",
+        actor="hub",
+        target=dest_key,
+        detail={"url": url[:200], "path": path[:200], "status": status, "why": problem[:200]},
+    )
 
 
 def keys_refused_recently(*, days: int = 7, limit: int = 20) -> list[dict[str, object]]:

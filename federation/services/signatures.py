@@ -23,6 +23,15 @@ headers before it reads the body (`request_precheck`): well-formed key, fresh ti
 this hub, nonce never seen; after the signature checks out the nonce is recorded (`nonce_record`),
 so the same request inside the time window is refused. Nonces live in the database (one table
 shared by every web process of a hub) until their request could no longer be fresh.
+
+An answer signature (`switchboard-answer-1`) is made by the answering hub over its answer's status
+and body SHA-256, bound to the request as it reached that hub: the caller's key and request
+signature, method, path, time, nonce, destination, name and URL headers, and the request body's
+SHA-256, or BODY_NOT_READ for an error answered from the headers alone (before the body is read).
+The caller takes an answer only when it verifies with the key it signed the request for and binds
+that very request (`answer_problem`): a forged, altered or replayed answer, or one that answers a
+changed copy of the request, counts as no answer. An error answered before the body was read
+depends on nothing but the headers, which it binds; a 2xx always binds the body.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ import re
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +58,7 @@ from federation.services.identity import hub_identity, verify_key_from
 MESSAGE_SIGNATURE_VERSION = 3
 RECEIPT_SIGNATURE_VERSION = 2
 REQUEST_SIGNATURE_VERSION = "switchboard-request-2"
+ANSWER_SIGNATURE_VERSION = "switchboard-answer-1"
 REQUEST_SKEW_SECONDS = 300
 HUB_HEADER = "X-Switchboard-Hub"
 TIME_HEADER = "X-Switchboard-Time"
@@ -57,6 +67,12 @@ DEST_HEADER = "X-Switchboard-Dest"
 SIGNATURE_HEADER = "X-Switchboard-Signature"
 NAME_HEADER = "X-Switchboard-Hub-Name"
 URL_HEADER = "X-Switchboard-Hub-Url"
+ANSWER_VERSION_HEADER = "X-Switchboard-Answer-Version"
+ANSWER_HUB_HEADER = "X-Switchboard-Answer-Hub"
+ANSWER_NONCE_HEADER = "X-Switchboard-Answer-Nonce"
+ANSWER_SIGNATURE_HEADER = "X-Switchboard-Answer-Signature"
+# In place of a request body's SHA-256: the hub answered from the request's headers alone.
+BODY_NOT_READ = "-"
 _NONCE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 
 
@@ -213,63 +229,53 @@ class RequestClaim:
     name: str
     url: str
 
+    def headers(self) -> dict[str, str]:
+        """The signature headers that carry this claim."""
+        headers = {
+            HUB_HEADER: self.hub_key,
+            NAME_HEADER: self.name,
+            TIME_HEADER: self.stamp,
+            NONCE_HEADER: self.nonce,
+            DEST_HEADER: self.dest,
+            SIGNATURE_HEADER: self.signature,
+        }
+        if self.url:
+            headers[URL_HEADER] = self.url
+        return headers
 
-def _request_input(method: str, path: str, claim: RequestClaim, body: bytes) -> bytes:
+
+@dataclass(frozen=True)
+class HubRequest:
+    """A hub-to-hub request as one side holds it: as this hub signed it (`request_sign`), or as it
+    reached this hub (its claim unverified until `request_accept`). `body_sha256` is its body's
+    SHA-256, or BODY_NOT_READ for a request answered from its headers alone."""
+
+    method: str
+    path: str  # with the query
+    claim: RequestClaim
+    body_sha256: str
+
+
+def _request_input(request: HubRequest) -> bytes:
+    claim = request.claim
     return "\n".join(
         [
             REQUEST_SIGNATURE_VERSION,
-            method.upper(),
-            path,
+            request.method.upper(),
+            request.path,
             claim.stamp,
             claim.nonce,
             claim.dest,
             claim.name,
             claim.url,
-            hashlib.sha256(body).hexdigest(),
+            request.body_sha256,
         ]
     ).encode("utf-8")
 
 
-def request_headers(
-    *,
-    method: str,
-    path: str,
-    body: bytes,
-    dest_key: str,
-    public_url: str = "",
-    key: SigningKey | None = None,
-    name: str = "",
-) -> dict[str, str]:
-    """Headers that prove this hub (or the holder of `key`) made this request, once, for the hub
-    holding `dest_key` (path includes the query)."""
-    key = key or hub_identity().signing_key
-    claim = RequestClaim(
-        hub_key=key.verify_key.encode(Base64Encoder).decode("ascii"),
-        stamp=str(int(time.time())),
-        nonce=secrets.token_urlsafe(18),
-        dest=dest_key,
-        signature="",
-        name=(name or hub_identity().name)[:128],
-        url=public_url[:512],
-    )
-    headers = {
-        HUB_HEADER: claim.hub_key,
-        NAME_HEADER: claim.name,
-        TIME_HEADER: claim.stamp,
-        NONCE_HEADER: claim.nonce,
-        DEST_HEADER: claim.dest,
-        SIGNATURE_HEADER: sign_bytes(_request_input(method, path, claim, body), key=key),
-    }
-    if claim.url:
-        headers[URL_HEADER] = claim.url
-    return headers
-
-
-def request_precheck(*, headers: Mapping[str, str], now: float | None = None) -> RequestClaim:
-    """Everything about a hub request that can be checked before its body is read: a well-formed
-    key, a fresh time, a well-formed nonce not seen before, and this hub as its destination.
-    Raises BadRequestSignature or ReplayedRequest; reads no body and writes nothing."""
-    claim = RequestClaim(
+def request_claim(headers: Mapping[str, str]) -> RequestClaim:
+    """What a request's signature headers claim, as they came (nothing checked: `request_precheck`)."""
+    return RequestClaim(
         hub_key=headers.get(HUB_HEADER, ""),
         stamp=headers.get(TIME_HEADER, ""),
         nonce=headers.get(NONCE_HEADER, ""),
@@ -278,6 +284,43 @@ def request_precheck(*, headers: Mapping[str, str], now: float | None = None) ->
         name=headers.get(NAME_HEADER, "")[:128],
         url=headers.get(URL_HEADER, "")[:512],
     )
+
+
+def request_sign(
+    *,
+    method: str,
+    path: str,
+    body: bytes,
+    dest_key: str,
+    public_url: str = "",
+    key: SigningKey | None = None,
+    name: str = "",
+) -> HubRequest:
+    """A request this hub (or the holder of `key`) makes, once, for the hub holding `dest_key`
+    (path includes the query), signed: its headers are `.claim.headers()`, and its answer is
+    checked against it (`answer_problem`)."""
+    key = key or hub_identity().signing_key
+    unsigned = RequestClaim(
+        hub_key=key.verify_key.encode(Base64Encoder).decode("ascii"),
+        stamp=str(int(time.time())),
+        nonce=secrets.token_urlsafe(18),
+        dest=dest_key,
+        signature="",
+        name=(name or hub_identity().name)[:128],
+        url=public_url[:512],
+    )
+    request = HubRequest(
+        method=method.upper(), path=path, claim=unsigned, body_sha256=hashlib.sha256(body).hexdigest()
+    )
+    signed = replace(unsigned, signature=sign_bytes(_request_input(request), key=key))
+    return replace(request, claim=signed)
+
+
+def request_precheck(*, headers: Mapping[str, str], now: float | None = None) -> RequestClaim:
+    """Everything about a hub request that can be checked before its body is read: a well-formed
+    key, a fresh time, a well-formed nonce not seen before, and this hub as its destination.
+    Raises BadRequestSignature or ReplayedRequest; reads no body and writes nothing."""
+    claim = request_claim(headers)
     if not (claim.hub_key and claim.stamp and claim.signature and claim.nonce and claim.dest):
         raise BadRequestSignature(
             "Hub calls carry the calling hub's key, a time, a nonce, the destination hub's key and "
@@ -304,16 +347,22 @@ def request_precheck(*, headers: Mapping[str, str], now: float | None = None) ->
 
 def request_verify(*, method: str, path: str, body: bytes, claim: RequestClaim) -> bool:
     """True when the claim's signature covers this method, path and body."""
-    return verify_bytes(
-        public_key=claim.hub_key, data=_request_input(method, path, claim, body), signature=claim.signature
+    return _request_verified(
+        HubRequest(method=method, path=path, claim=claim, body_sha256=hashlib.sha256(body).hexdigest())
     )
 
 
-def request_accept(*, method: str, path: str, body: bytes, claim: RequestClaim) -> str:
-    """The calling hub's key, once the signature checks out and the nonce is recorded as used
-    (BadRequestSignature or ReplayedRequest otherwise)."""
-    if not request_verify(method=method, path=path, body=body, claim=claim):
+def _request_verified(request: HubRequest) -> bool:
+    claim = request.claim
+    return verify_bytes(public_key=claim.hub_key, data=_request_input(request), signature=claim.signature)
+
+
+def request_accept(received: HubRequest) -> str:
+    """The calling hub's key, once the signature of the request as received (its body read whole)
+    checks out and the nonce is recorded as used (BadRequestSignature or ReplayedRequest otherwise)."""
+    if received.body_sha256 == BODY_NOT_READ or not _request_verified(received):
         raise BadRequestSignature("Hub calls carry a fresh request signature by the calling hub's key.")
+    claim = received.claim
     nonce_record(hub_key=claim.hub_key, nonce=claim.nonce, stamp=int(claim.stamp))
     return claim.hub_key
 
@@ -347,3 +396,65 @@ def nonces_prune(*, now: datetime | None = None) -> int:
 
     deleted, _ = RequestNonce.objects.filter(expires_at__lt=now or timezone.now()).delete()
     return deleted
+
+
+# --- answers --------------------------------------------------------------------------------------
+
+
+def _answer_input(request: HubRequest, *, hub_key: str, status: int, body: bytes) -> bytes:
+    return b"\n".join(
+        [
+            ANSWER_SIGNATURE_VERSION.encode("ascii"),
+            hub_key.encode("utf-8"),
+            str(status).encode("ascii"),
+            hashlib.sha256(body).hexdigest().encode("ascii"),
+            request.claim.hub_key.encode("utf-8"),
+            request.claim.signature.encode("utf-8"),
+            _request_input(request),
+        ]
+    )
+
+
+def answer_headers(
+    request: HubRequest, *, status: int, body: bytes, key: SigningKey | None = None
+) -> dict[str, str]:
+    """Headers that prove this hub (or the holder of `key`) gave this answer (status and body) to
+    `request`, as the request reached it: for the calling hub to check (`answer_problem`)."""
+    key = key or hub_identity().signing_key
+    hub_key = key.verify_key.encode(Base64Encoder).decode("ascii")
+    signed = _answer_input(request, hub_key=hub_key, status=status, body=body)
+    return {
+        ANSWER_VERSION_HEADER: ANSWER_SIGNATURE_VERSION,
+        ANSWER_HUB_HEADER: hub_key,
+        ANSWER_NONCE_HEADER: request.claim.nonce,
+        ANSWER_SIGNATURE_HEADER: sign_bytes(signed, key=key),
+    }
+
+
+def answer_problem(
+    request: HubRequest, *, status: int, body: bytes, headers: Mapping[str, str], dest_key: str
+) -> str | None:
+    """Why an answer (status, body, headers) is not to be taken as the answer of the hub holding
+    `dest_key` to `request` as this hub signed it, or None when it is. An error answer (4xx, 5xx)
+    may be bound to the request without its body (BODY_NOT_READ): the hub refused it from its
+    headers alone, so nothing else went into it; a 2xx never is, since it takes the body verified."""
+    signature = headers.get(ANSWER_SIGNATURE_HEADER, "")
+    version = headers.get(ANSWER_VERSION_HEADER, "")
+    hub_key = headers.get(ANSWER_HUB_HEADER, "")
+    if not signature:
+        return "unsigned"
+    if version != ANSWER_SIGNATURE_VERSION:
+        return f"signed in a format this hub does not know ({version[:40]!r})"
+    if hub_key != dest_key:
+        return f"signed by another hub key ({hub_key[:16]}…), not the one this hub holds for it"
+    if headers.get(ANSWER_NONCE_HEADER, "") != request.claim.nonce:
+        return "the answer to another request"
+    bound = [request, replace(request, body_sha256=BODY_NOT_READ)] if status >= 400 else [request]
+    for candidate in bound:
+        signed = _answer_input(candidate, hub_key=dest_key, status=status, body=body)
+        if verify_bytes(public_key=dest_key, data=signed, signature=signature):
+            return None
+    return (
+        "a signature that does not verify (its status or body was changed on the way, or it "
+        "answers an altered copy of this request)"
+    )

@@ -19,6 +19,7 @@ from federation.models import FileUpload, RemoteDelivery
 from federation.services.forwarding import MAX_FORWARD_ATTEMPTS, RemoteRoute, forward_attempt
 from federation.services.receipts import receipts_from_hub
 from messaging.models import AuditEvent, Delivery
+from tests.federation.conftest import answer_signed
 
 # Transactional: background jobs run after a real commit (and may close the connection, as they do
 # in a hub), which a wrapping test transaction on PostgreSQL would not survive.
@@ -28,6 +29,9 @@ _KEYS = {}
 for _key in (SigningKey.generate(), SigningKey.generate()):
     _KEYS[_key.verify_key.encode(Base64Encoder).decode()] = _key
 HUB_B, HUB_C = list(_KEYS)
+_RELAY_SIGNING_KEY = SigningKey.generate()
+RELAY = _RELAY_SIGNING_KEY.verify_key.encode(Base64Encoder).decode()
+_ANSWERING = {**_KEYS, RELAY: _RELAY_SIGNING_KEY}  # who signs the answers of `relay_http`
 
 
 class FakeHubs:
@@ -54,7 +58,7 @@ def _verified_keys(monkeypatch):
     operator's pin (for the relay tier)."""
     monkeypatch.setattr("federation.services.forwarding.registry_hub_keys", lambda: {"b": HUB_B, "c": HUB_C})
     monkeypatch.setattr("federation.services.forwarding.hub_key_pinned", lambda key: key in _KEYS)
-    monkeypatch.setattr("federation.services.forwarding.relay_key", lambda: "relay-key")
+    monkeypatch.setattr("federation.services.forwarding.relay_key", lambda: RELAY)
 
 
 @pytest.fixture
@@ -517,8 +521,9 @@ def test_a_receipt_batch_that_names_no_destination_is_refused_and_audited(relaye
 
 @pytest.fixture
 def relay_http(monkeypatch) -> list[object]:
-    """The relay as the transport meets it: each request gets the next answer, a (status, JSON
-    body) or an httpx exception to raise. Nothing leaves the process."""
+    """The relay (or the hub) as the transport meets it: each request gets the next answer, a
+    (status, JSON body) signed by the key the request was made for, as a genuine relay or hub
+    signs it, or an httpx exception to raise. Nothing leaves the process."""
     answers: list[object] = []
 
     @contextmanager
@@ -527,7 +532,23 @@ def relay_http(monkeypatch) -> list[object]:
         if isinstance(answer, Exception):
             raise answer
         status, body = answer
-        yield httpx.Response(status, json=body, request=httpx.Request(method, url))
+        raw = json.dumps(body).encode()
+        headers = kw["headers"]
+        signed = answer_signed(
+            _ANSWERING[headers["X-Switchboard-Dest"]],
+            method=method,
+            url=url,
+            headers=headers,
+            content=kw["content"],
+            status=status,
+            body=raw,
+        )
+        yield httpx.Response(
+            status,
+            content=raw,
+            headers={"Content-Type": "application/json", **signed},
+            request=httpx.Request(method, url),
+        )
 
     monkeypatch.setattr("federation.transport.httpx.stream", stream)
     return answers

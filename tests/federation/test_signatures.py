@@ -3,6 +3,7 @@ request signatures."""
 
 from __future__ import annotations
 
+import hashlib
 import stat
 
 import pytest
@@ -11,12 +12,13 @@ from federation.errors import BadRequestSignature, ReplayedRequest
 from federation.services.identity import hub_identity
 from federation.services.signatures import (
     REQUEST_SKEW_SECONDS,
+    HubRequest,
     envelope_sign,
     envelope_verify,
     nonces_prune,
     request_accept,
-    request_headers,
     request_precheck,
+    request_sign,
     request_verify,
 )
 
@@ -102,9 +104,16 @@ def _claim(headers, **kw):
     return request_precheck(headers=headers, **kw)
 
 
+def _received(headers, *, method="GET", path="/p", body=b""):
+    """The request as it reached this hub, its body read whole."""
+    return HubRequest(
+        method=method, path=path, claim=_claim(headers), body_sha256=hashlib.sha256(body).hexdigest()
+    )
+
+
 def test_request_signature_covers_method_path_and_body(db):
     me = hub_identity().public_key
-    headers = request_headers(method="POST", path="/api/v1/x?a=1", body=b"{}", dest_key=me)
+    headers = request_sign(method="POST", path="/api/v1/x?a=1", body=b"{}", dest_key=me).claim.headers()
     claim = _claim(headers)
     assert request_verify(method="POST", path="/api/v1/x?a=1", body=b"{}", claim=claim)
     assert not request_verify(method="POST", path="/api/v1/x?a=2", body=b"{}", claim=claim)
@@ -115,14 +124,18 @@ def test_request_signature_covers_method_path_and_body(db):
 def test_a_stale_request_signature_is_refused(db):
     import time
 
-    headers = request_headers(method="GET", path="/p", body=b"", dest_key=hub_identity().public_key)
+    headers = request_sign(
+        method="GET", path="/p", body=b"", dest_key=hub_identity().public_key
+    ).claim.headers()
     with pytest.raises(BadRequestSignature):
         _claim(headers, now=time.time() + 3600)
 
 
 def test_a_request_is_accepted_once(db):
-    headers = request_headers(method="GET", path="/p", body=b"", dest_key=hub_identity().public_key)
-    assert request_accept(method="GET", path="/p", body=b"", claim=_claim(headers))
+    headers = request_sign(
+        method="GET", path="/p", body=b"", dest_key=hub_identity().public_key
+    ).claim.headers()
+    assert request_accept(_received(headers))
     with pytest.raises(ReplayedRequest):
         _claim(headers)
 
@@ -134,8 +147,69 @@ def test_old_nonces_are_pruned(db):
 
     from federation.models import RequestNonce
 
-    headers = request_headers(method="GET", path="/p", body=b"", dest_key=hub_identity().public_key)
-    request_accept(method="GET", path="/p", body=b"", claim=_claim(headers))
+    headers = request_sign(
+        method="GET", path="/p", body=b"", dest_key=hub_identity().public_key
+    ).claim.headers()
+    request_accept(_received(headers))
     assert nonces_prune(now=timezone.now()) == 0
     assert nonces_prune(now=timezone.now() + timedelta(seconds=REQUEST_SKEW_SECONDS + 2)) == 1
     assert not RequestNonce.objects.exists()
+
+
+# --- answers -------------------------------------------------------------------------------------
+
+
+def _answer_check(request, *, status, body, headers, dest_key=None):
+    from federation.services.signatures import answer_problem
+
+    return answer_problem(
+        request, status=status, body=body, headers=headers, dest_key=dest_key or hub_identity().public_key
+    )
+
+
+def test_an_answer_counts_only_from_the_hub_called_for_the_request_it_answers(other_hub):
+    """Given another hub's request to this hub and this hub's signed answer to it, then the answer
+    checks out for that request, and not once its status or body changed, for another request,
+    unsigned, in a version nobody signs, or checked against another hub's key."""
+    from federation.services.signatures import ANSWER_VERSION_HEADER, answer_headers
+
+    me = hub_identity().public_key
+    sent = request_sign(
+        method="POST", path="/api/v1/federation/messages", body=b"{}", dest_key=me, key=other_hub.key
+    )
+    body = b'{"status": "queued"}'
+    headers = answer_headers(sent, status=201, body=body)
+
+    assert _answer_check(sent, status=201, body=body, headers=headers) is None
+    assert "does not verify" in _answer_check(sent, status=201, body=b'{"status": "read"}', headers=headers)
+    assert "does not verify" in _answer_check(sent, status=403, body=body, headers=headers)
+    another = request_sign(
+        method="POST", path="/api/v1/federation/messages", body=b"{}", dest_key=me, key=other_hub.key
+    )
+    assert _answer_check(another, status=201, body=body, headers=headers) == "the answer to another request"
+    assert _answer_check(sent, status=201, body=body, headers={}) == "unsigned"
+    older = {**headers, ANSWER_VERSION_HEADER: "switchboard-answer-0"}
+    assert "format" in _answer_check(sent, status=201, body=body, headers=older)
+    signed_elsewhere = _answer_check(
+        sent, status=201, body=body, headers=headers, dest_key=other_hub.public_key
+    )
+    assert "another hub key" in signed_elsewhere
+
+
+@pytest.mark.parametrize(
+    ("status", "counts"), [(401, True), (403, True), (503, True), (200, False), (201, False)]
+)
+def test_an_answer_made_before_the_body_was_read_counts_for_an_error_only(other_hub, status, counts):
+    """Given this hub answered a request from its headers alone (refused before its body was read),
+    then the answer counts for an error, and never for a 2xx, which takes the body verified."""
+    from dataclasses import replace
+
+    from federation.services.signatures import BODY_NOT_READ, answer_headers
+
+    me = hub_identity().public_key
+    sent = request_sign(
+        method="POST", path="/api/v1/federation/receipts", body=b"{}", dest_key=me, key=other_hub.key
+    )
+    headers = answer_headers(replace(sent, body_sha256=BODY_NOT_READ), status=status, body=b"{}")
+
+    assert (_answer_check(sent, status=status, body=b"{}", headers=headers) is None) is counts

@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,10 +19,11 @@ from nacl.signing import SigningKey
 from federation.models import RemoteDelivery
 from federation.services.forwarding import RemoteRoute
 from federation.services.identity import hub_identity
-from federation.services.signatures import request_headers
+from federation.services.signatures import request_sign
 from hub.asgi import application
 from messaging.models import AuditEvent, Delivery
 from tests.federation.conftest import (
+    HubAddress,
     OtherHub,
     _federation_dirs,  # noqa: F401  (autouse: registry, files, caches)
 )
@@ -36,57 +36,10 @@ def _meta(headers: dict[str, str]) -> dict[str, str]:
     return {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
 
 
-class Listener:
-    """A loopback HTTP server standing in for another hub or a relay: it records every request's
-    raw bytes (what an eavesdropper on the wire sees) and answers 201 {"status": "queued"}."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        listener = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                listener.requests.append(
-                    {"path": self.path, "wire": bytes(str(self.headers), "latin-1") + body, "body": body}
-                )
-                answer = b'{"status": "queued"}'
-                self.send_response(201)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            do_GET = do_POST  # noqa: N815
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def hub_client(db: None) -> Any:
-    from django.test import Client
-
-    return Client()
-
-
-@pytest.fixture
-def sender_hub() -> OtherHub:
-    """Another hub, with its own key."""
-    return OtherHub(SigningKey.generate())
-
-
-@pytest.fixture
-def listener():
-    server = Listener()
+def listener() -> Iterator[HubAddress]:
+    """Another hub (or the relay) at a loopback address, answering `queued` to everything."""
+    server = HubAddress()
     yield server
     server.close()
 
@@ -216,13 +169,13 @@ def test_a_request_signed_for_another_hub_is_refused(hub_client, register, sende
     """A hub that received a signed request passes it on to a third hub as if it were the caller."""
     register("bob")
     _, third_hub = _key_pair()
-    headers = request_headers(
+    headers = request_sign(
         method="GET",
         path="/api/v1/federation/agents?to=bob",
         body=b"",
         dest_key=third_hub,
         key=sender_hub.key,
-    )
+    ).claim.headers()
     answer = hub_client.get("/api/v1/federation/agents?to=bob", **_meta(headers))
     assert answer.status_code == 401, answer.content
     assert answer.json()["error"] == "bad_request_signature"
@@ -266,7 +219,7 @@ def test_a_lan_forward_carries_neither_text_nor_file_bytes_in_clear(
     assert secret.encode() not in wire
     assert file_bytes not in wire and base64.b64encode(file_bytes) not in wire
     # ... and the peer holding the key opens it.
-    opened = json.loads(SealedBox(peer_key.to_curve25519_private_key()).decrypt(request["body"]))
+    opened = json.loads(SealedBox(peer_key.to_curve25519_private_key()).decrypt(request["content"]))
     assert opened["envelope"]["text"] == secret
 
 
@@ -367,11 +320,11 @@ def _post_big(headers: dict[str, str]) -> FeedingClient:
 def test_a_big_unsigned_or_badly_signed_chunked_post_is_refused_before_its_body_is_read(sender_hub):
     """64 MB posted chunked to the inbound endpoint without a valid signature header set."""
     me = hub_identity().public_key
-    good = request_headers(method="POST", path=URL, body=b"", dest_key=me, key=sender_hub.key)
+    good = request_sign(method="POST", path=URL, body=b"", dest_key=me, key=sender_hub.key).claim.headers()
     stale = dict(good, **{"X-Switchboard-Time": "1000000000"})
-    elsewhere = request_headers(
+    elsewhere = request_sign(
         method="POST", path=URL, body=b"", dest_key=_key_pair()[1], key=sender_hub.key
-    )
+    ).claim.headers()
     for headers in ({}, stale, elsewhere):
         client = _post_big(headers)
         assert client.status == 401
@@ -383,8 +336,8 @@ def test_a_revoked_hubs_big_post_is_refused_before_its_body_is_read(sender_hub):
     from federation.models import Peer
 
     Peer.objects.create(public_key=sender_hub.public_key, revoked=True)
-    headers = request_headers(
+    headers = request_sign(
         method="POST", path=URL, body=b"", dest_key=hub_identity().public_key, key=sender_hub.key
-    )
+    ).claim.headers()
     client = _post_big(headers)
     assert client.status == 403 and client.taken == 0

@@ -129,11 +129,11 @@ def _raw_call(
 ) -> Any:
     """A signed POST of `raw` as it is (not JSON-encoded by the test)."""
     from federation.services.identity import hub_identity
-    from federation.services.signatures import request_headers
+    from federation.services.signatures import request_sign
 
-    headers = request_headers(
+    headers = request_sign(
         method="POST", path=path, body=raw, dest_key=hub_identity().public_key, key=hub.key, name=hub.name
-    )
+    ).claim.headers()
     meta = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
     return client.post(path, data=raw, content_type=content_type, **meta)
 

@@ -232,11 +232,11 @@ def _hub_signed(path: str) -> list[tuple[bytes, bytes]]:
     from nacl.signing import SigningKey
 
     from federation.services.identity import hub_identity
-    from federation.services.signatures import request_headers
+    from federation.services.signatures import request_sign
 
-    signed = request_headers(
+    signed = request_sign(
         method="POST", path=path, body=b"", dest_key=hub_identity().public_key, key=SigningKey.generate()
-    )
+    ).claim.headers()
     return [(k.lower().encode(), v.encode()) for k, v in signed.items()]
 
 
