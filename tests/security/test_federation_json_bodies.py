@@ -77,30 +77,9 @@ def test_a_relay_item_of_tiny_json_values_is_dropped_unparsed(
 ) -> None:
     """A message pulled from the relay (sealed to this hub by anyone who stored it there) made of
     tiny values is dropped unparsed (done at the relay: a retry cannot help)."""
-    import base64
-    import uuid
-
-    from federation.services.forwarding import seal_for_hub
-    from federation.services.identity import hub_identity
-    from federation.services.relay import relay_pull_once
-
-    settings.SWITCHBOARD_RELAY_URL = "http://127.0.0.1:9"
-    settings.SWITCHBOARD_RELAY_KEY = OtherHub(SigningKey.generate()).public_key
     body = _flat(VALUES)
-    sealed = seal_for_hub(hub_key=hub_identity().public_key, payload=body)
-    item = {"id": str(uuid.uuid4()), "message_id": str(uuid.uuid4()), "from_hub": "x"}
-    item["sealed"] = base64.b64encode(sealed).decode()
-    finished: list[Any] = []
 
-    def relay_answers(method: str, base_url: str, path: str, data: Any = None, **kw: Any) -> Any:
-        if path == "/relay/pull":
-            return {"leases": {"ops": "ok"}, "messages": [item], "receipts": [], "more": False}
-        finished.append(data)
-        return {}
-
-    monkeypatch.setattr("federation.services.relay.hub_call", relay_answers)
-
-    _, peak = _peak(lambda: relay_pull_once(sessions=[{"name": "ops"}]))
+    (item, finished), peak = _peak(lambda: _pull_one(body, settings, monkeypatch))
 
     assert finished == [{"done": [item["id"]], "release": []}]
     assert peak < 8 * len(body), f"peak {peak} bytes for a {len(body)} byte item"
@@ -122,6 +101,34 @@ def test_a_legitimate_message_with_a_long_text_of_commas_still_goes_through(
     assert sent.status_code == 201, sent.json_body
     [frame] = api.get("inbox", bob.token).json_body["messages"]
     assert frame["text"] == text
+
+
+def _pull_one(body: bytes, settings: Any, monkeypatch: Any) -> tuple[dict[str, str], list[Any]]:
+    """One pull cycle of the hub for its agent `ops` from a relay whose answer holds one message,
+    `body` sealed to this hub: the item, and what the hub then told the relay (done, released)."""
+    import base64
+    import uuid
+
+    from federation.services.forwarding import seal_for_hub
+    from federation.services.identity import hub_identity
+    from federation.services.relay import relay_pull_once
+
+    settings.SWITCHBOARD_RELAY_URL = "http://127.0.0.1:9"
+    settings.SWITCHBOARD_RELAY_KEY = OtherHub(SigningKey.generate()).public_key
+    sealed = seal_for_hub(hub_key=hub_identity().public_key, payload=body)
+    item = {"id": str(uuid.uuid4()), "message_id": str(uuid.uuid4()), "from_hub": "x"}
+    item["sealed"] = base64.b64encode(sealed).decode()
+    finished: list[Any] = []
+
+    def relay_answers(method: str, base_url: str, path: str, data: Any = None, **kw: Any) -> Any:
+        if path == "/relay/pull":
+            return {"leases": {"ops": "ok"}, "messages": [item], "receipts": [], "more": False}
+        finished.append(data)
+        return {}
+
+    monkeypatch.setattr("federation.services.relay.hub_call", relay_answers)
+    relay_pull_once(sessions=[{"name": "ops"}])
+    return item, finished
 
 
 def _raw_call(
@@ -166,36 +173,17 @@ def test_a_relay_item_whose_text_the_database_cannot_store_is_dropped(
 ) -> None:
     """Pulled from the relay, the same message is done there (dropped): released, it would come
     back at every pull for its whole day at the relay."""
-    import base64
     import json
-    import uuid
 
-    from federation.services.forwarding import seal_for_hub
-    from federation.services.identity import hub_identity
-    from federation.services.relay import relay_pull_once
     from messaging.models import Message
     from tests.federation.conftest import pin_hub
 
     register("ops")
-    settings.SWITCHBOARD_RELAY_URL = "http://127.0.0.1:9"
-    settings.SWITCHBOARD_RELAY_KEY = OtherHub(SigningKey.generate()).public_key
     peer = OtherHub(SigningKey.generate(), name="peer")
     pin_hub(peer, "relay")
     envelope = peer.envelope(to="ops", text="before\x00after")
-    sealed = seal_for_hub(hub_key=hub_identity().public_key, payload=json.dumps(envelope).encode())
-    item = {"id": str(uuid.uuid4()), "message_id": envelope["id"], "from_hub": peer.public_key}
-    item["sealed"] = base64.b64encode(sealed).decode()
-    finished: list[Any] = []
 
-    def relay_answers(method: str, base_url: str, path: str, data: Any = None, **kw: Any) -> Any:
-        if path == "/relay/pull":
-            return {"leases": {"ops": "ok"}, "messages": [item], "receipts": [], "more": False}
-        finished.append(data)
-        return {}
-
-    monkeypatch.setattr("federation.services.relay.hub_call", relay_answers)
-
-    relay_pull_once(sessions=[{"name": "ops"}])
+    item, finished = _pull_one(json.dumps(envelope).encode(), settings, monkeypatch)
 
     assert finished == [{"done": [item["id"]], "release": []}]
     assert not Message.objects.exists()
