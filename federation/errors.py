@@ -63,6 +63,12 @@ class UnverifiedAnswer(TransientError):
         self.problem = problem
 
 
+class RelayKeyChanged(TransientError):
+    """The relay's URL answered with another key than the one it had when this hub first used it
+    (`keys.relay_key`): nothing is sent there, nor taken from there, until an operator configures
+    the relay's key."""
+
+
 class PermanentError(Exception):
     """A hub answered in a way that retrying won't change (4xx). `status` and `body` say how."""
 

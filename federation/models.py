@@ -158,6 +158,18 @@ class RelayStorer(models.Model):
         return f"relay storer {self.hub_key[:12]}"
 
 
+class RelayKey(models.Model):
+    """The key a relay's URL said it had the first time this hub asked (`keys.relay_key`, when the
+    relay's key is not configured): a different key from that URL later is refused."""
+
+    url = models.CharField(max_length=512, unique=True)
+    public_key = models.CharField(max_length=64)
+    first_seen = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"relay key at {self.url}"
+
+
 class RelayLease(models.Model):
     """Which hub may pull an agent's messages from this relay, until when."""
 

@@ -7,9 +7,10 @@ this hub verified, never what an answer over plain HTTP claims:
 - LAN tier: the key configured with the peer's URL (`SWITCHBOARD_LAN_PEERS=url#key`) or a key an
   operator pinned (a pinned Peer row with that URL, or a pinned key an mDNS announcement names);
 - relay tier: the destination hub's key only when an operator pinned it (`hub_key_pinned`).
-The relay's own key (which requests to the relay are bound to, never sealed to) is configured
-(`SWITCHBOARD_RELAY_URL=url#key` or SWITCHBOARD_RELAY_KEY) or, failing that, read once from the
-relay's `GET /api/v1/federation/hub`.
+The relay's own key (which requests to the relay are bound to, never sealed to, and its answers
+are checked against) is configured (`SWITCHBOARD_RELAY_URL=url#key` or SWITCHBOARD_RELAY_KEY) or,
+failing that, read from the relay's `GET /api/v1/federation/hub` and kept from its first use
+(`RelayKey`): a different key from that URL later is refused until an operator configures it.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import time
 import httpx
 from django.conf import settings
 
-from federation.errors import TransientError, Unreachable
-from federation.models import Peer
+from federation.errors import RelayKeyChanged, TransientError, Unreachable
+from federation.models import Peer, RelayKey
 from federation.services.identity import verify_key_from
 
 log = logging.getLogger(__name__)
 _relay_keys: dict[str, tuple[float, str]] = {}
 RELAY_KEY_CACHE_SECONDS = 3600
-ANSWER_REFUSED_AUDIT_SECONDS = 600
+AUDIT_REPEAT_SECONDS = 600
 
 
 def _well_formed(key: str) -> bool:
@@ -104,6 +105,18 @@ def relay_key() -> str:
     key = answer.get("public_key") if isinstance(answer, dict) else None
     if not isinstance(key, str) or not _well_formed(key):
         raise TransientError("the relay did not say its key")
+    kept, _ = RelayKey.objects.get_or_create(url=relay.rstrip("/"), defaults={"public_key": key})
+    if kept.public_key != key:
+        _audit_at_most_every(
+            "federation.relay_key_changed",
+            target=relay[:200],
+            detail={"kept": kept.public_key, "said": key},
+        )
+        raise RelayKeyChanged(
+            f"the relay at {relay} now says its key is {key[:16]}…, not {kept.public_key[:16]}…, the "
+            "key it had when this hub first used it; if the relay's key really changed, configure it "
+            "(SWITCHBOARD_RELAY_URL=url#key)"
+        )
     _relay_keys[relay] = (time.monotonic() + RELAY_KEY_CACHE_SECONDS, key)
     return key
 
@@ -117,9 +130,18 @@ def answer_refused_record(
     *, dest_key: str, url: str, path: str, status: int, problem: str, **_: object
 ) -> None:
     """Log an answer `hub_call` refused (not signed by `dest_key` for the request it answers), and
-    audit it as `federation.answer_refused` once per hub key per ANSWER_REFUSED_AUDIT_SECONDS: a
-    peer that answers unsigned (an older version, or something else at its URL) is retried every
-    few seconds, and its operators need the fact, not one row per try."""
+    audit it as `federation.answer_refused` (`_audit_at_most_every`)."""
+    log.warning("answer from %s%s (HTTP %s) refused: %s", url, path, status, problem)
+    _audit_at_most_every(
+        "federation.answer_refused",
+        target=dest_key,
+        detail={"url": url[:200], "path": path[:200], "status": status, "why": problem[:200]},
+    )
+
+
+def _audit_at_most_every(kind: str, *, target: str, detail: dict[str, object]) -> None:
+    """Audit `kind` for `target` once per AUDIT_REPEAT_SECONDS: what refuses a peer (or the relay)
+    recurs at every retry, every few seconds, and its operators need the fact, not one row per try."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -127,16 +149,10 @@ def answer_refused_record(
     from messaging.models import AuditEvent
     from messaging.services.audit import audit_event
 
-    log.warning("answer from %s%s (HTTP %s) refused: %s", url, path, status, problem)
-    since = timezone.now() - timedelta(seconds=ANSWER_REFUSED_AUDIT_SECONDS)
-    if AuditEvent.objects.filter(kind="federation.answer_refused", target=dest_key, at__gte=since).exists():
+    since = timezone.now() - timedelta(seconds=AUDIT_REPEAT_SECONDS)
+    if AuditEvent.objects.filter(kind=kind, target=target, at__gte=since).exists():
         return
-    audit_event(
-        "federation.answer_refused",
-        actor="hub",
-        target=dest_key,
-        detail={"url": url[:200], "path": path[:200], "status": status, "why": problem[:200]},
-    )
+    audit_event(kind, actor="hub", target=target, detail=detail)
 
 
 def keys_refused_recently(*, days: int = 7, limit: int = 20) -> list[dict[str, object]]:

@@ -413,3 +413,36 @@ async def test_a_refusal_before_the_body_is_read_is_signed_for_the_caller(sender
         response = await http.request(method, path, content=body, headers=request.claim.headers())
     assert response.status_code == 403 and response.json()["error"] == "peer_revoked"
     assert _problem(request, response) is None
+
+
+# --- the relay's key, read from the relay -----------------------------------------------------------
+
+
+def test_the_relays_key_read_from_its_url_is_kept_and_a_different_one_later_is_refused(db, settings):
+    """Given a hub told the relay's URL but not its key, when something else answers at that URL at
+    a later hourly re-read (on the path, or in the relay's place) with a key of its own, then that
+    key is refused and audited: it would sign "stored" for messages it drops. The operator who
+    knows the relay's key really changed configures it, and that key is used."""
+    from federation.errors import TransientError
+    from federation.services.keys import relay_key, relay_key_forget
+
+    relay, first, other = HubAddress(), SigningKey.generate(), SigningKey.generate()
+    settings.SWITCHBOARD_RELAY_URL = relay.url
+    settings.SWITCHBOARD_RELAY_KEY = ""
+    relay_key_forget()
+    try:
+        relay.answer = lambda request: unsigned(200, {"public_key": _public(first), "role": "relay"})
+        assert relay_key() == _public(first)
+        relay_key_forget()  # an hour later: read again
+        relay.answer = lambda request: unsigned(200, {"public_key": _public(other), "role": "relay"})
+
+        with pytest.raises(TransientError, match="first used"):
+            relay_key()
+
+        [changed] = AuditEvent.objects.filter(kind="federation.relay_key_changed")
+        assert changed.detail["kept"] == _public(first) and changed.detail["said"] == _public(other)
+        settings.SWITCHBOARD_RELAY_KEY = _public(other)
+        assert relay_key() == _public(other)
+    finally:
+        relay_key_forget()
+        relay.close()
