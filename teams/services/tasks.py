@@ -280,7 +280,9 @@ def task_claim_next(*, team: Team, actor: Principal) -> Task | None:
 
 
 def task_assign(*, task: Task, member_id: Any, actor: Principal) -> Task:
-    """The lead gives a task to a teammate and tells it with a `task_assignment` frame."""
+    """The lead (or an operator) gives a task to a teammate and tells it with a `task_assignment`
+    frame: from the lead's session when the lead assigns, from the hub itself, naming the operator,
+    when an operator does (never in the lead's name)."""
     lead = member_require_lead(team=task.team, actor=actor)
     member = member_require_live(team=task.team, member_id=member_id)
     now = timezone.now()
@@ -300,20 +302,24 @@ def task_assign(*, task: Task, member_id: Any, actor: Principal) -> Task:
             target=str(task.team_id),
             detail={"task": task.pk, "member": str(member.id)},
         )
-        sender = lead.session if lead else task.team.lead_session
-        frame_deliver(
-            sender=sender,
-            recipient=member.session,
-            frame_type="task_assignment",
-            fields={
-                "team_id": str(task.team_id),
-                "task": task_summary(locked),
-                "assigned_by": lead.name if lead else "operator",
-                "blocked": blocked,
-            },
-            summary=f"Task {task.pk} assigned to you: {locked.title}",
-            actor=actor,
-        )
+        fields = {
+            "team_id": str(task.team_id),
+            "task": task_summary(locked),
+            "assigned_by": lead.name if lead else actor.actor,
+            "blocked": blocked,
+        }
+        summary = f"Task {task.pk} assigned to you: {locked.title}"
+        if lead is None:
+            hub_notify(recipient=member.session, text=frame_text("task_assignment", fields), summary=summary)
+        else:
+            frame_deliver(
+                sender=lead.session,
+                recipient=member.session,
+                frame_type="task_assignment",
+                fields=fields,
+                summary=summary,
+                actor=actor,
+            )
         task_announce(locked)
     return locked
 

@@ -123,6 +123,21 @@ def test_assignment_by_the_lead_sends_a_task_assignment_frame(api, crew):
     assert "FRAME=task_assignment" in frame["marker"]
 
 
+def test_assignment_by_an_operator_is_told_by_the_hub_never_in_the_leads_name(api, crew, operator_token):
+    """The recipient believes who said what: an operator's assignment does not read as the lead's
+    (a `task_assignment` frame from the lead's session); the hub tells it, naming the operator."""
+    import json
+
+    task = _task(api, crew, "hotfix")
+    assigned = api.post(f"tasks/{task['id']}/assign", operator_token, {"member_id": crew.members["bob"]})
+    assert assigned.status_code == 200, assigned.json_body
+    [told] = [m for m in frames_in(api, crew.bob) if str(task["id"]) in m["text"]]
+    assert told["from"] is None and "FROM=hub" in told["marker"], told["marker"]
+    body = json.loads(told["text"])
+    assert body["type"] == "task_assignment" and body["task"]["id"] == task["id"]
+    assert body["assigned_by"] == "operator:test-operator"
+
+
 def test_only_the_owner_completes_and_only_in_progress_tasks(api, crew):
     task = _task(api, crew, "mine")
     assert api.post(f"tasks/{task['id']}/complete", crew.alice.token, {}).status_code == 403
