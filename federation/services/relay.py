@@ -321,11 +321,11 @@ def relay_claim_finish(*, hub_key: str, claim_id: str, outcome: str, now: Any = 
     if outcome == "done":
         return bool(qs.update(done=True, sealed=b"", claimed_until=None))
     now = now or timezone.now()
-    row = qs.values_list("created_at", flat=True).first()
-    if row is None:
+    created_at = qs.values_list("created_at", flat=True).first()
+    if created_at is None:
         return False
     shortest, longest = RELEASED_WAIT
-    wait = min(max(now - row, shortest), longest)
+    wait = min(max(now - created_at, shortest), longest)
     return bool(qs.update(claimed_by="", claimed_until=now + wait))
 
 
