@@ -122,7 +122,8 @@ def relay_key() -> str:
 
 
 def relay_key_forget() -> None:
-    """Drop the cached relay key (the relay answered that a request was not signed for it)."""
+    """Drop the cached relay keys: the next `relay_key` reads the key from the relay again (and
+    checks it against the one kept from first use)."""
     _relay_keys.clear()
 
 
