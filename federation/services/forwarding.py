@@ -210,7 +210,10 @@ def lan_peer_urls() -> list[str]:
 
 
 def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
-    """Ask the hub at `url` whether it hosts `target` (answers cached SWITCHBOARD_HOSTS_CACHE_SECONDS)."""
+    """Ask the hub at `url` whether it hosts `target`. Its own answer, yes or no (signed by the key
+    held for it: a 2xx, or a 4xx refusal), is cached SWITCHBOARD_HOSTS_CACHE_SECONDS; no answer
+    (unreachable, 5xx, or one it did not sign: someone on the path) is not, so nobody but the
+    peer can make a name look not hosted there past this one lookup."""
     key = (url, normalize_name(target))
     now = time.monotonic()
     cached = _hosts_cache.get(key)
@@ -221,16 +224,19 @@ def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
     # Only a peer whose key this hub holds from a verified source is asked: what is forwarded to
     # it is sealed to that key, and an answer naming another key is not a route.
     dest_key = lan_peer_key(url)
-    answer = None
     if dest_key is None:
         log.info("LAN peer %s skipped: no configured (url#key) or pinned key for it", url)
-    else:
-        try:
-            answer = hub_call(
-                "GET", url, f"/federation/agents?to={quote(target)}", dest_key=dest_key, timeout=1.5
-            )
-        except (TransientError, PermanentError) as exc:
-            log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
+        return None
+    answer = None
+    try:
+        answer = hub_call(
+            "GET", url, f"/federation/agents?to={quote(target)}", dest_key=dest_key, timeout=1.5
+        )
+    except TransientError as exc:
+        log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
+        return None
+    except PermanentError as exc:
+        log.info("LAN peer %s refused to say whether it hosts %r: %s", url, target, exc)
     found = (
         answer
         if isinstance(answer, dict) and answer.get("hosted") and answer.get("hub_key") == dest_key
