@@ -355,7 +355,8 @@ def upload(request: HttpRequest) -> Status:
 
 @router.get("/relay/agents", auth=None)
 def relay_agents_view(request: HttpRequest, to: str | None = None) -> dict[str, Any]:
-    """Which hub holds the lease on `to` (or the list of leased names)."""
+    """Which hub holds the lease on `to` (or the list of leased names), with that hub's signed
+    statement for the lease."""
     require_relay()
     _signed(request)
     if to:
@@ -365,11 +366,12 @@ def relay_agents_view(request: HttpRequest, to: str | None = None) -> dict[str, 
 
 @router.post("/relay/leases", auth=None)
 def lease(request: HttpRequest) -> dict[str, Any]:
-    """Take or renew the lease on an agent name (409 while another hub holds it)."""
+    """Take or renew the lease on an agent name, with the calling hub's signed statement for it
+    (`statement`; 400 `bad_lease_statement` without one that holds; 409 while another hub holds it)."""
     require_relay()
     hub_key, body = _signed(request)
     peer_seen(public_key=hub_key, name=_caller_name(request)[0], tier=FederationTier.RELAY)
-    row = relay_lease_take(hub_key=hub_key, agent=str(body.get("agent", "")))
+    row = relay_lease_take(hub_key=hub_key, agent=str(body.get("agent", "")), statement=body.get("statement"))
     return {"agent": row.agent_name, "expires_at": row.expires_at.isoformat()}
 
 
@@ -410,12 +412,14 @@ def claims(request: HttpRequest) -> list[dict[str, Any]]:
 
 @router.post("/relay/pull", auth=None)
 def pull(request: HttpRequest) -> dict[str, Any]:
-    """One pull cycle: renew leases on `agents`, claim their messages and this hub's receipts."""
+    """One pull cycle: renew leases on `agents` (each with its signed statement in `statements`,
+    by name), claim their messages and this hub's receipts."""
     require_relay()
     hub_key, body = _signed(request)
     peer_seen(public_key=hub_key, name=_caller_name(request)[0], tier=FederationTier.RELAY)
     agents = body.get("agents") if isinstance(body.get("agents"), list) else []
-    return relay_pull(hub_key=hub_key, agents=agents)
+    statements = body.get("statements") if isinstance(body.get("statements"), dict) else {}
+    return relay_pull(hub_key=hub_key, agents=agents, statements=statements)
 
 
 @router.post("/relay/claims/finish", auth=None)

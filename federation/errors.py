@@ -27,6 +27,15 @@ class LeaseHeld(SwitchboardError):
     status = 409
 
 
+class LeaseStatementRefused(SwitchboardError):
+    """A relay lease asked for without the leasing hub's signed statement, or with one that does
+    not hold (`signatures.lease_statement_problem`): senders could not believe it, so it is not
+    taken."""
+
+    code = "bad_lease_statement"
+    status = 400
+
+
 class RelayQuotaFull(SwitchboardError):
     """A hub key already keeps as many items, or bytes, waiting at this relay as one key may."""
 

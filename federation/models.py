@@ -171,12 +171,17 @@ class RelayKey(models.Model):
 
 
 class RelayLease(models.Model):
-    """Which hub may pull an agent's messages from this relay, until when."""
+    """Which hub may pull an agent's messages from this relay, until when, and that hub's signed
+    statement that it took the lease (`signatures.lease_statement_sign`): what a sender checks
+    before it believes the relay's word on where the name is. The lease ends with the statement."""
 
     agent_key = models.CharField(max_length=256, unique=True)
     agent_name = models.CharField(max_length=64)
     hub_key = models.CharField(max_length=64)
     expires_at = models.DateTimeField()
+    # None only on a lease taken before statements existed: never shown to senders; its hub's next
+    # renewal brings one.
+    statement = models.JSONField(null=True, blank=True, default=None)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

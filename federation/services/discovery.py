@@ -11,6 +11,7 @@ from django.conf import settings
 from federation.errors import PermanentError, TransientError
 from federation.services.keys import lan_peer_key, relay_key
 from federation.services.registry import registry_entries
+from federation.services.relay import relay_lease_entry_problem
 from federation.transport import hub_call
 from messaging.names import normalize_name
 
@@ -35,7 +36,14 @@ def _remote_row(*, tier: str, hub: str, id: str, name: str, ref: str, cwd: str =
     }
 
 
-def _cached_call(key: str, url: str, path: str, dest_key: Callable[[], str | None]) -> list[dict[str, Any]]:
+def _cached_call(
+    key: str,
+    url: str,
+    path: str,
+    dest_key: Callable[[], str | None],
+    keep: Callable[[dict[str, Any], str], bool] = lambda row, dest: True,
+) -> list[dict[str, Any]]:
+    """The agents the hub (or relay) at `url` lists, those `keep` (given the key answering) takes."""
     now = time.monotonic()
     hit = _list_cache.get(key)
     if hit and hit[0] > now:
@@ -45,7 +53,7 @@ def _cached_call(key: str, url: str, path: str, dest_key: Callable[[], str | Non
         answer = (hub_call("GET", url, path, dest_key=dest, timeout=1.5) or {}) if dest else {}
         rows = answer.get("agents") or []
         hub_name = answer.get("hub_name", "")
-        rows = [dict(r, hub=r.get("hub", hub_name)) for r in rows if isinstance(r, dict)]
+        rows = [dict(r, hub=r.get("hub", hub_name)) for r in rows if isinstance(r, dict) and keep(r, dest)]
     except (TransientError, PermanentError):
         rows = []
     _list_cache[key] = (now + settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, rows)
@@ -72,12 +80,19 @@ def remote_agents_list(*, name: str | None = None) -> list[dict[str, Any]]:
                 )
             )
     if settings.SWITCHBOARD_RELAY_URL:
-        for r in _cached_call("relay", settings.SWITCHBOARD_RELAY_URL, "/relay/agents", relay_key):
+        # Only names whose hub signed its lease for this relay: what a sender checks before routing.
+        relay = settings.SWITCHBOARD_RELAY_URL
+        for r in _cached_call("relay", relay, "/relay/agents", relay_key, _relay_row_believed):
             rows.append(_remote_row(tier="relay", hub="", id="", name=str(r.get("name", "")), ref=""))
     if name:
         key = normalize_name(name)
         rows = [r for r in rows if normalize_name(r["name"]).startswith(key)]
     return rows
+
+
+def _relay_row_believed(row: dict[str, Any], relay: str) -> bool:
+    """A relay's row is listed only as far as the hub it names signed it (`relay_lease_entry_problem`)."""
+    return relay_lease_entry_problem(row, asked=str(row.get("name", "")), relay_key=relay) is None
 
 
 def discovery_cache_clear() -> None:

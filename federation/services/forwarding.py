@@ -2,7 +2,8 @@
 
 Sending side: when no local session takes an address, `route_for_send` tries the channel tier
 (this machine's registry), then LAN peers (asked "do you host X?", answers cached), then the relay
-(which knows only which hub holds a lease on a name). The delivery is written `relayed` (or held,
+(which knows only which hub holds a lease on a name, and is believed only with that hub's signed
+statement for the name). The delivery is written `relayed` (or held,
 when the hub or the sender is isolated) and `forward_attempt` carries it over, to the relay or to
 the channel or LAN hub, on the sender's own thread before the send is answered
 (`forwards_hand_over`), so the answer says whether it was taken or refused. It is retried with
@@ -37,9 +38,16 @@ from federation.errors import HopLimit, PermanentError, RelayQuotaFull, Transien
 from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
 from federation.services.files import envelope_file_heads, files_for_envelope, files_limits_check
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
-from federation.services.keys import hub_key_pinned, hub_urls_verified, lan_peer_key, relay_key
+from federation.services.keys import (
+    hub_key_pinned,
+    hub_urls_verified,
+    lan_peer_key,
+    lease_unverified_record,
+    relay_key,
+)
 from federation.services.peers import PeerStanding, peer_seen, peer_vouched_tier
 from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
+from federation.services.relay import relay_lease_entry_problem
 from federation.services.signatures import MESSAGE_SIGNATURE_VERSION, envelope_sign, envelope_verify
 from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
@@ -202,7 +210,10 @@ def lan_peer_urls() -> list[str]:
 
 
 def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
-    """Ask the hub at `url` whether it hosts `target` (answers cached SWITCHBOARD_HOSTS_CACHE_SECONDS)."""
+    """Ask the hub at `url` whether it hosts `target`. Its own answer, yes or no (signed by the key
+    held for it: a 2xx, or a 4xx refusal), is cached SWITCHBOARD_HOSTS_CACHE_SECONDS; no answer
+    (unreachable, 5xx, or one it did not sign: someone on the path) is not, so nobody but the
+    peer can make a name look not hosted there past this one lookup."""
     key = (url, normalize_name(target))
     now = time.monotonic()
     cached = _hosts_cache.get(key)
@@ -213,16 +224,19 @@ def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
     # Only a peer whose key this hub holds from a verified source is asked: what is forwarded to
     # it is sealed to that key, and an answer naming another key is not a route.
     dest_key = lan_peer_key(url)
-    answer = None
     if dest_key is None:
         log.info("LAN peer %s skipped: no configured (url#key) or pinned key for it", url)
-    else:
-        try:
-            answer = hub_call(
-                "GET", url, f"/federation/agents?to={quote(target)}", dest_key=dest_key, timeout=1.5
-            )
-        except (TransientError, PermanentError) as exc:
-            log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
+        return None
+    answer = None
+    try:
+        answer = hub_call(
+            "GET", url, f"/federation/agents?to={quote(target)}", dest_key=dest_key, timeout=1.5
+        )
+    except TransientError as exc:
+        log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
+        return None
+    except PermanentError as exc:
+        log.info("LAN peer %s refused to say whether it hosts %r: %s", url, target, exc)
     found = (
         answer
         if isinstance(answer, dict) and answer.get("hosted") and answer.get("hub_key") == dest_key
@@ -279,8 +293,12 @@ def _relay_route(target: str, exclude: set[str]) -> RemoteRoute | None:
 
 
 def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
-    """Ask the relay which hub holds the lease on `target`. A yes is cached like LAN answers; a no
-    is not, so an agent that just registered somewhere is reachable at once."""
+    """Ask the relay which hub holds the lease on `target`. The relay's yes is believed only with
+    the named hub's own signed statement for `target` and this relay, still fresh
+    (`relay_lease_entry_problem`): a relay cannot send a name's messages to another hub this hub
+    trusts. A yes not believed counts as no (logged and audited, `federation.lease_unverified`).
+    A yes is cached like LAN answers, never past its statement; a no is not, so an agent that
+    just registered somewhere is reachable at once."""
     from urllib.parse import quote
 
     key = (f"relay:{relay}", normalize_name(target))
@@ -288,15 +306,22 @@ def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
     if cached and cached[0] > time.monotonic():
         return cached[1]
     try:
-        answer = hub_call(
-            "GET", relay, f"/relay/agents?to={quote(target)}", dest_key=relay_key(), timeout=1.5
-        )
+        dest = relay_key()
+        answer = hub_call("GET", relay, f"/relay/agents?to={quote(target)}", dest_key=dest, timeout=1.5)
     except (TransientError, PermanentError) as exc:
         log.info("relay %s did not answer for %r: %s", relay, target, exc)
         return None
     found = answer if isinstance(answer, dict) and answer.get("hosted") else None
-    if found:
-        _hosts_cache[key] = (time.monotonic() + settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, found)
+    if not found:
+        return None
+    problem = relay_lease_entry_problem(found, asked=target, relay_key=dest)
+    if problem is not None:
+        lease_unverified_record(
+            relay=relay, hub_key=str(found.get("hub_key", "")), agent=normalize_name(target), problem=problem
+        )
+        return None
+    good_for = found["statement"]["valid_until"] - time.time()
+    _hosts_cache[key] = (time.monotonic() + min(settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, good_for), found)
     return found
 
 

@@ -140,6 +140,18 @@ def answer_refused_record(
     )
 
 
+def lease_unverified_record(*, relay: str, hub_key: str, agent: str, problem: str) -> None:
+    """Log a relay answer naming a hub for `agent` that this hub did not believe (no statement
+    of that hub's for the name, this relay, now: `relay.relay_lease_entry_problem`), and audit
+    it as `federation.lease_unverified` for the relay (`_audit_at_most_every`)."""
+    log.warning("relay %s named hub key %s for %r; not believed: %s", relay, hub_key[:16], agent, problem)
+    _audit_at_most_every(
+        "federation.lease_unverified",
+        target=relay[:200],
+        detail={"agent": agent[:200], "hub_key": hub_key[:64], "why": problem[:200]},
+    )
+
+
 def _audit_at_most_every(kind: str, *, target: str, detail: dict[str, object]) -> None:
     """Audit `kind` for `target` once per AUDIT_REPEAT_SECONDS: what refuses a peer (or the relay)
     recurs at every retry, every few seconds, and its operators need the fact, not one row per try."""

@@ -2,7 +2,10 @@
 
 Relay role (`switchboard serve --role relay`): store sealed messages for hubs that pull them.
 A hub takes a lease on an agent name before it pulls that agent's messages; while it holds the
-lease (renewed on every pull cycle) other hubs' leases and pulls are refused (409). Claims are
+lease (renewed on every pull cycle) other hubs' leases and pulls are refused (409). Each lease
+carries the leasing hub's signed statement for the name and this relay (`lease_statement_sign`),
+which the relay checks, keeps, and shows with the lease: a sender believes where the relay says
+a name is only as far as that statement goes. A lease asked for without one is refused. Claims are
 conditional updates, so two pulling hubs never both get one message; a claim that runs out goes
 back for another try, and one that is released (local delivery failed) too, after a wait as long as
 the message is old (`RELEASED_WAIT`), so messages a hub keeps releasing never head the queue of
@@ -11,8 +14,10 @@ The relay keeps routing metadata only: the payload is a sealed box to the destin
 Bounds, because any key may call a relay that takes first-use keys: what one storing key keeps
 waiting (count and bytes), a receipt batch's size, and the bytes of one pull answer.
 
-Hub side: `relay_pull_once` renews leases for this hub's live agents, claims and opens what waits
-for them, hands each to `inbound_accept`, and acknowledges (done) or releases it.
+Hub side: `relay_pull_once` renews leases for this hub's live agents (each with a statement this
+hub signed, `relay_lease_statements`), claims and opens what waits for them, hands each to
+`inbound_accept`, and acknowledges (done) or releases it. `relay_lease_entry_problem` is what a
+sender checks of the relay's word on a name before it routes there (or lists it).
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ import base64
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -30,9 +36,22 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
-from federation.errors import LeaseHeld, NotRelay, PermanentError, RelayQuotaFull, TransientError
+from federation.errors import (
+    LeaseHeld,
+    LeaseStatementRefused,
+    NotRelay,
+    PermanentError,
+    RelayQuotaFull,
+    TransientError,
+)
 from federation.models import FederationTier, RelayLease, RelayMessage, RelayStorer
+from federation.services.identity import hub_identity
 from federation.services.keys import relay_key
+from federation.services.signatures import (
+    lease_statement_longest,
+    lease_statement_problem,
+    lease_statement_sign,
+)
 from federation.transport import RefusedBody, hub_call, hub_json
 from messaging.errors import Invalid, NotFound, SwitchboardError, TooLarge
 from messaging.liveness import LIVE
@@ -51,6 +70,9 @@ PULL_CYCLE_SECONDS = 5.0
 # a hub releases every time comes back ever more rarely, and never ahead of newer messages.
 RELEASED_WAIT = (timedelta(seconds=5), timedelta(minutes=15))
 _warned_leases: set[str] = set()  # names whose refused lease was already reported (per process)
+# Hub side: the lease statements this hub signed, by (relay key, name as sent): each is sent again
+# on every pull while at least a lease period of it is left, then signed afresh.
+_lease_statements: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 def require_relay() -> None:
@@ -61,20 +83,34 @@ def require_relay() -> None:
 # --- relay role -----------------------------------------------------------------------------------
 
 
-def relay_lease_take(*, hub_key: str, agent: str, now: Any = None) -> RelayLease:
-    """Give `hub_key` the lease on `agent` (or renew it). LeaseHeld when another hub holds it."""
+def relay_lease_take(*, hub_key: str, agent: str, statement: Any, now: Any = None) -> RelayLease:
+    """Give `hub_key` the lease on `agent` (or renew it), kept with `statement`, the leasing hub's
+    signed word that it leases the name here (LeaseStatementRefused when it is missing or does not
+    hold for this key, name and relay, now). The lease ends when the statement does, if sooner
+    than the lease period. LeaseHeld when another hub holds the lease."""
     require_relay()
     key = normalize_name(agent)
     if not key or len(key) > 256:
         raise Invalid("bad_agent", "Name the agent the lease is for.")
     now = now or timezone.now()
-    until = now + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS)
+    problem = lease_statement_problem(
+        statement, hub_key=hub_key, agent=key, relay_key=hub_identity().public_key, now=now.timestamp()
+    )
+    if problem is not None:
+        raise LeaseStatementRefused(
+            f"The lease on {agent!r} is taken only with the leasing hub's signed statement for it and "
+            f"this relay; this request has {problem}.",
+        )
+    until = min(
+        now + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS),
+        datetime.fromtimestamp(statement["valid_until"], tz=UTC),
+    )
     with transaction.atomic():
         before = RelayLease.objects.filter(agent_key=key).values_list("hub_key", flat=True).first()
         taken = (
             RelayLease.objects.filter(agent_key=key)
             .filter(Q(hub_key=hub_key) | Q(expires_at__lte=now))
-            .update(hub_key=hub_key, expires_at=until, agent_name=agent[:64])
+            .update(hub_key=hub_key, expires_at=until, agent_name=agent[:64], statement=dict(statement))
         )
         if taken:
             if before is not None and before != hub_key:
@@ -90,7 +126,11 @@ def relay_lease_take(*, hub_key: str, agent: str, now: Any = None) -> RelayLease
         try:
             with transaction.atomic():
                 lease = RelayLease.objects.create(
-                    agent_key=key, agent_name=agent[:64], hub_key=hub_key, expires_at=until
+                    agent_key=key,
+                    agent_name=agent[:64],
+                    hub_key=hub_key,
+                    expires_at=until,
+                    statement=dict(statement),
                 )
         except IntegrityError:
             raise LeaseHeld(
@@ -107,22 +147,29 @@ def relay_lease_release(*, hub_key: str, agent: str) -> bool:
     return bool(deleted)
 
 
+def _leases_shown(now: Any) -> QuerySet[RelayLease]:
+    """Live leases that carry their hub's statement: the only ones a sender is told of."""
+    return RelayLease.objects.filter(expires_at__gt=now, statement__isnull=False)
+
+
 def relay_lookup(*, target: str, now: Any = None) -> dict[str, Any]:
-    """Which hub (if any) holds a live lease on `target`: what a sender seals to."""
+    """Which hub (if any) holds a live lease on `target`, with that hub's signed statement for
+    it: what a sender checks (`relay_lease_entry_problem`) and then seals to."""
     require_relay()
     now = now or timezone.now()
-    lease = RelayLease.objects.filter(agent_key=normalize_name(target), expires_at__gt=now).first()
+    lease = _leases_shown(now).filter(agent_key=normalize_name(target)).first()
     if lease is None:
         return {"hosted": False}
-    return {"hosted": True, "hub_key": lease.hub_key, "name": lease.agent_name}
+    return {"hosted": True, "hub_key": lease.hub_key, "name": lease.agent_name, "statement": lease.statement}
 
 
 def relay_agents(*, now: Any = None) -> list[dict[str, Any]]:
+    """The leased names (at most 1000), each with its hub key and that hub's statement."""
     require_relay()
     now = now or timezone.now()
     return [
-        {"name": lease.agent_name, "hub_key": lease.hub_key}
-        for lease in RelayLease.objects.filter(expires_at__gt=now).order_by("agent_key")[:1000]
+        {"name": lease.agent_name, "hub_key": lease.hub_key, "statement": lease.statement}
+        for lease in _leases_shown(now).order_by("agent_key")[:1000]
     ]
 
 
@@ -329,20 +376,32 @@ def relay_claim_finish(*, hub_key: str, claim_id: str, outcome: str, now: Any = 
     return bool(qs.update(claimed_by="", claimed_until=now + wait))
 
 
-def relay_pull(*, hub_key: str, agents: list[str], limit: int = MESSAGES_PER_PULL) -> dict[str, Any]:
-    """One pull cycle for a hub in one call: take or renew the lease on each of its live agents,
-    claim their messages (only where the lease is this hub's; oldest first across them), and
-    claim its receipts, all within one answer's byte budget (`PullBudget`). `more` says that
+def relay_pull(
+    *,
+    hub_key: str,
+    agents: list[str],
+    statements: Mapping[str, Any] | None = None,
+    limit: int = MESSAGES_PER_PULL,
+) -> dict[str, Any]:
+    """One pull cycle for a hub in one call: take or renew the lease on each of its live agents
+    (each with its statement in `statements`, by the name as listed), claim their messages (only
+    where the lease is this hub's; oldest first across them), and claim its receipts, all within
+    one answer's byte budget (`PullBudget`). `leases` says per name `ok`, `held_elsewhere` or
+    `bad_statement` (no statement, or one that does not hold: no lease taken). `more` says that
     items were left for the next pull (budget or count reached), so the hub pulls again."""
     require_relay()
     now = timezone.now()
+    statements = statements if isinstance(statements, Mapping) else {}
     leases: dict[str, str] = {}
     leased: list[str] = []
     for name in list(dict.fromkeys(a for a in agents if isinstance(a, str) and a))[:500]:
         try:
-            relay_lease_take(hub_key=hub_key, agent=name, now=now)
+            relay_lease_take(hub_key=hub_key, agent=name, statement=statements.get(name), now=now)
         except LeaseHeld:
             leases[name] = "held_elsewhere"
+            continue
+        except LeaseStatementRefused:
+            leases[name] = "bad_statement"
             continue
         leases[name] = "ok"
         leased.append(normalize_name(name))
@@ -422,7 +481,9 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
     from federation.services.receipts import receipts_open_relayed
 
     try:
-        answer = hub_call("POST", relay, "/relay/pull", {"agents": agents}, dest_key=relay_key()) or {}
+        dest = relay_key()
+        body = {"agents": agents, "statements": relay_lease_statements(agents, relay_key=dest)}
+        answer = hub_call("POST", relay, "/relay/pull", body, dest_key=dest) or {}
     except (TransientError, PermanentError) as exc:
         log.info("relay pull failed: %s", exc)
         return False
@@ -431,9 +492,17 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
     refused = [name for name in agents if name in leases and leases[name] != "ok"]
     counts["refused_leases"] = len(refused)
     for name in set(refused) - _warned_leases:
-        # Another hub holds this name's lease: its relay messages go there, not to this copy.
-        log.warning("relay: another hub holds the lease on %r; this hub's copy gets no relay messages", name)
-        audit_event("relay.lease_refused", actor="hub", target=name, detail={"relay": relay})
+        state = str(leases[name])[:40]
+        if state == "bad_statement":
+            # The relay did not take this hub's signed statement (its clock, or its key, is not
+            # what this hub holds): senders would not believe the lease, so nothing comes here.
+            log.warning("relay: the relay refused this hub's lease statement for %r; no relay messages", name)
+        else:
+            # Another hub holds this name's lease: its relay messages go there, not to this copy.
+            log.warning(
+                "relay: another hub holds the lease on %r; this hub's copy gets no relay messages", name
+            )
+        audit_event("relay.lease_refused", actor="hub", target=name, detail={"relay": relay, "state": state})
     _warned_leases.clear()
     _warned_leases.update(refused)
     done: list[str] = []
@@ -496,6 +565,43 @@ def _pull_answer_items(
         items("messages", MESSAGES_PER_PULL),
         items("receipts", RECEIPTS_PER_PULL),
         leases if isinstance(leases, dict) else {},
+    )
+
+
+def relay_lease_statements(agents: list[str], *, relay_key: str, now: float | None = None) -> dict[str, Any]:
+    """This hub's signed lease statement for each name in `agents`, for the relay holding
+    `relay_key` (`lease_statement_sign`): the one signed before while at least a lease period of
+    it is left (the relay's lease then runs its full period), else a fresh one. Statements for
+    names no longer listed are forgotten."""
+    clock = time.time() if now is None else now
+    lease_seconds = settings.SWITCHBOARD_RELAY_LEASE_SECONDS
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    for name in agents:
+        statement = _lease_statements.get((relay_key, name))
+        if statement is None or statement["valid_until"] - clock < lease_seconds:
+            statement = lease_statement_sign(agent=name, relay_key=relay_key, now=clock)
+        kept[(relay_key, name)] = statement
+    _lease_statements.clear()
+    _lease_statements.update(kept)
+    return {name: kept[(relay_key, name)] for name in agents}
+
+
+def relay_lease_entry_problem(entry: Any, *, asked: str, relay_key: str) -> str | None:
+    """Why this hub does not believe the relay's word that `asked` is leased by the hub `entry`
+    names (an answer to "who holds X?", or a row of the relay's list), or None when it does: the
+    entry must name a hub key and the same name, and carry that key's own statement for the name
+    and this relay (`relay_key`), fresh and no longer than a lease (`lease_statement_problem`).
+    The relay alone cannot move a name to another hub: it can only show what that hub signed."""
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("hub_key"), str):
+        return "an answer that names no hub key"
+    if normalize_name(str(entry.get("name", asked))) != normalize_name(asked):
+        return "an answer about another name"
+    return lease_statement_problem(
+        entry.get("statement"),
+        hub_key=entry["hub_key"],
+        agent=asked,
+        relay_key=relay_key,
+        longest=lease_statement_longest(),
     )
 
 

@@ -32,6 +32,14 @@ The caller takes an answer only when it verifies with the key it signed the requ
 that very request (`answer_problem`): a forged, altered or replayed answer, or one that answers a
 changed copy of the request, counts as no answer. An error answered before the body was read
 depends on nothing but the headers, which it binds; a 2xx always binds the body.
+
+A lease statement (`switchboard-lease-1`) is a hub's own word that it holds the relay lease on an
+agent's name: signed by the leasing hub over the name (normalized, as the relay keys it), its own
+key, the key of the relay it is for and a time window (issued at, valid until: at most the lease
+period plus LEASE_CLOCK_SLACK_SECONDS). The relay keeps it with the lease and hands it to senders
+with its answer; a sender seals to the key the relay names only when that key signed such a
+statement for the name it asked about, for its relay, still fresh (`lease_statement_problem`). So
+the relay's word alone never moves a name to another hub this hub trusts.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from nacl.encoding import Base64Encoder
 from nacl.exceptions import BadSignatureError
@@ -54,11 +63,16 @@ from nacl.signing import SigningKey
 
 from federation.errors import BadRequestSignature, ReplayedRequest
 from federation.services.identity import hub_identity, verify_key_from
+from messaging.names import normalize_name
 
 MESSAGE_SIGNATURE_VERSION = 3
 RECEIPT_SIGNATURE_VERSION = 2
 REQUEST_SIGNATURE_VERSION = "switchboard-request-2"
 ANSWER_SIGNATURE_VERSION = "switchboard-answer-1"
+LEASE_STATEMENT_VERSION = "switchboard-lease-1"
+# How far apart the clocks of a leasing hub, its relay and a sender may be: a lease statement is
+# good for the lease period plus this, and one dated up to this far ahead is still taken.
+LEASE_CLOCK_SLACK_SECONDS = 30
 REQUEST_SKEW_SECONDS = 300
 HUB_HEADER = "X-Switchboard-Hub"
 TIME_HEADER = "X-Switchboard-Time"
@@ -212,6 +226,103 @@ def receipt_batch_problem(batch: Mapping[str, Any], *, dest_key: str) -> str | N
     if not verify_bytes(public_key=hub, data=digest, signature=signature):
         return "bad signature"
     return None
+
+
+# --- relay lease statements -----------------------------------------------------------------------
+
+
+def lease_statement_digest_input(
+    *, agent: Any, hub: Any, relay: Any, issued_at: Any, valid_until: Any
+) -> bytes:
+    """The exact bytes a lease statement's signature covers (canonical JSON)."""
+    return _canonical(
+        {
+            "v": LEASE_STATEMENT_VERSION,
+            "of": "relay-lease",
+            "agent": agent,
+            "hub": hub,
+            "relay": relay,
+            "issued_at": issued_at,
+            "valid_until": valid_until,
+        }
+    )
+
+
+def lease_statement_sign(
+    *, agent: str, relay_key: str, now: float | None = None, key: SigningKey | None = None
+) -> dict[str, Any]:
+    """This hub's (or `key`'s) statement that it holds the lease on `agent` at the relay holding
+    `relay_key`, good from `now` for SWITCHBOARD_RELAY_LEASE_SECONDS plus the clock slack: what
+    the relay keeps with the lease and shows senders, who believe the relay's word on the name
+    only as far as this statement goes (`lease_statement_problem`)."""
+    signer = key or hub_identity().signing_key
+    hub = signer.verify_key.encode(Base64Encoder).decode("ascii")
+    issued_at = int(time.time() if now is None else now)
+    facts = {
+        "agent": normalize_name(agent),
+        "hub": hub,
+        "relay": relay_key,
+        "issued_at": issued_at,
+        "valid_until": issued_at + settings.SWITCHBOARD_RELAY_LEASE_SECONDS + LEASE_CLOCK_SLACK_SECONDS,
+    }
+    return {
+        "v": LEASE_STATEMENT_VERSION,
+        **facts,
+        "signature": sign_bytes(lease_statement_digest_input(**facts), key=signer),
+    }
+
+
+def lease_statement_problem(
+    statement: Any,
+    *,
+    hub_key: str,
+    agent: str,
+    relay_key: str,
+    now: float | None = None,
+    longest: int | None = None,
+) -> str | None:
+    """Why `statement` does not show that the hub holding `hub_key` leased `agent` (normalized
+    here) at the relay holding `relay_key`, good at `now`; None when it does. `longest`: the most
+    seconds between its issue and its end that is believed (a sender's lease period plus the
+    slack), so that a relay cannot keep handing out a statement long after its hub let the name go;
+    None to leave the window's length unchecked (the relay itself, whose lease period the hubs
+    need not share: its lease ends with the statement anyway)."""
+    if not isinstance(statement, Mapping):
+        return "no lease statement (a hub, or a relay, of an older version has none)"
+    if statement.get("v") != LEASE_STATEMENT_VERSION:
+        return f"a lease statement in a format this hub does not know ({str(statement.get('v'))[:40]!r})"
+    if statement.get("hub") != hub_key:
+        return "a lease statement of another hub key than the one named"
+    if statement.get("agent") != normalize_name(agent):
+        return "a lease statement for another name"
+    if statement.get("relay") != relay_key:
+        return "a lease statement made for another relay"
+    issued_at, valid_until = statement.get("issued_at"), statement.get("valid_until")
+    if not all(type(t) is int for t in (issued_at, valid_until)):
+        return "a lease statement without its time window"
+    clock = time.time() if now is None else now
+    if valid_until < issued_at:
+        return "a lease statement that ends before it begins"
+    if issued_at > clock + LEASE_CLOCK_SLACK_SECONDS:
+        return "a lease statement dated in the future"
+    if valid_until <= clock:
+        return "an expired lease statement"
+    if longest is not None and valid_until - issued_at > longest:
+        return f"a lease statement good for {valid_until - issued_at} s, longer than a lease ({longest} s)"
+    signature = statement.get("signature")
+    digest = lease_statement_digest_input(
+        agent=statement["agent"], hub=hub_key, relay=relay_key, issued_at=issued_at, valid_until=valid_until
+    )
+    if not isinstance(signature, str) or not verify_bytes(
+        public_key=hub_key, data=digest, signature=signature
+    ):
+        return "a lease statement whose signature does not verify with the key it names"
+    return None
+
+
+def lease_statement_longest() -> int:
+    """The longest window of a lease statement this hub believes: its lease period plus the slack."""
+    return settings.SWITCHBOARD_RELAY_LEASE_SECONDS + LEASE_CLOCK_SLACK_SECONDS
 
 
 # --- requests -------------------------------------------------------------------------------------

@@ -86,6 +86,16 @@ class OtherHub:
         }
         return envelope_sign(envelope, key=self.key)
 
+    def lease(self, agent: str, *, relay_key: str | None = None, now: float | None = None) -> dict[str, Any]:
+        """This hub's signed statement that it leases `agent` at the relay holding `relay_key`
+        (default: the hub under test, in relay role), issued at `now` (default: now)."""
+        from federation.services.identity import hub_identity
+        from federation.services.signatures import lease_statement_sign
+
+        return lease_statement_sign(
+            agent=agent, relay_key=relay_key or hub_identity().public_key, now=now, key=self.key
+        )
+
     def call(self, client: Client, method: str, path: str, body: Any = None, *, sealed: bool = True) -> Any:
         """A signed call to this hub as the other hub would make it (a forward sealed to this hub)."""
         from federation.services.forwarding import seal_for_hub

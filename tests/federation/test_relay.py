@@ -26,13 +26,28 @@ from federation.services.relay import (
     relay_expire,
     relay_lease_take,
     relay_lookup,
+    relay_pull,
     relay_store,
 )
 from messaging.errors import NotFound
 from tests.federation.conftest import OtherHub
 
-A, B = "hub-a-key", "hub-b-key"
+LEASING = {hub.public_key: hub for hub in (OtherHub(SigningKey.generate()), OtherHub(SigningKey.generate()))}
+A, B = LEASING
 RELAY = "/api/v1/relay"
+
+
+def _lease(hub_key: str, agent: str, *, now: Any = None) -> Any:
+    """The hub holding `hub_key` (A or B) takes or renews its lease on `agent`, with its statement."""
+    stamp = None if now is None else now.timestamp()
+    statement = LEASING[hub_key].lease(agent, now=stamp)
+    return relay_lease_take(hub_key=hub_key, agent=agent, statement=statement, now=now)
+
+
+def _pull(hub_key: str, agents: list[str]) -> dict[str, Any]:
+    """One pull cycle of the hub holding `hub_key` (A or B), each lease with its statement."""
+    hub = LEASING[hub_key]
+    return relay_pull(hub_key=hub_key, agents=agents, statements={a: hub.lease(a) for a in agents})
 
 
 @pytest.fixture
@@ -59,12 +74,12 @@ def test_only_a_relay_answers(db, settings):
 
 
 def test_a_lease_is_exclusive_until_it_lapses(relay):
-    relay_lease_take(hub_key=A, agent="Carol")
-    relay_lease_take(hub_key=A, agent="carol")  # renewal by the holder
+    _lease(A, "Carol")
+    _lease(A, "carol")  # renewal by the holder
     with pytest.raises(LeaseHeld):
-        relay_lease_take(hub_key=B, agent="carol")
+        _lease(B, "carol")
     later = timezone.now() + timedelta(hours=1)
-    assert relay_lease_take(hub_key=B, agent="carol", now=later).hub_key == B
+    assert _lease(B, "carol", now=later).hub_key == B
 
 
 def test_messages_for_a_name_nobody_leases_are_refused(relay):
@@ -73,7 +88,7 @@ def test_messages_for_a_name_nobody_leases_are_refused(relay):
 
 
 def test_pulls_need_the_lease_and_each_message_is_claimed_once(relay):
-    relay_lease_take(hub_key=A, agent="carol")
+    _lease(A, "carol")
     stored = {str(_store().message_id) for _ in range(5)}
     with pytest.raises(LeaseHeld):
         relay_claim(hub_key=B, agent="carol")
@@ -85,7 +100,7 @@ def test_pulls_need_the_lease_and_each_message_is_claimed_once(relay):
 
 
 def test_a_released_claim_comes_back_after_a_wait_and_a_done_one_loses_its_ciphertext(relay):
-    relay_lease_take(hub_key=A, agent="carol")
+    _lease(A, "carol")
     _store()
     [claim] = relay_claim(hub_key=A, agent="carol")
     assert relay_claim_finish(hub_key=A, claim_id=claim["id"], outcome="release")
@@ -104,7 +119,7 @@ def test_messages_a_hub_keeps_releasing_never_keep_newer_ones_from_it(relay):
     stranger's, refused here for now or failing every time), when a genuine message is stored
     after them, then the next pull takes it: a released message waits before it is offered again,
     longer the older it is, instead of heading the queue for its whole day at the relay."""
-    relay_lease_take(hub_key=A, agent="carol")
+    _lease(A, "carol")
     stuck = {_store().id for _ in range(5)}
     genuine = _store()
     for _ in range(3):
@@ -119,17 +134,17 @@ def test_messages_a_hub_keeps_releasing_never_keep_newer_ones_from_it(relay):
 
 
 def test_an_expired_claim_can_be_claimed_again(relay, settings):
-    relay_lease_take(hub_key=A, agent="carol")
+    _lease(A, "carol")
     _store()
     [claim] = relay_claim(hub_key=A, agent="carol")
     later = timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_CLAIM_SECONDS + 1)
-    relay_lease_take(hub_key=A, agent="carol", now=later)
+    _lease(A, "carol", now=later)
     [again] = relay_claim(hub_key=A, agent="carol", now=later)
     assert again["id"] == claim["id"]
 
 
 def test_messages_expire(relay, settings):
-    relay_lease_take(hub_key=A, agent="carol")
+    _lease(A, "carol")
     _store()
     assert relay_expire() == 0
     later = timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_EXPIRY_SECONDS + 1)
@@ -139,7 +154,7 @@ def test_messages_expire(relay, settings):
 
 
 def test_storing_the_same_message_twice_keeps_one(relay):
-    relay_lease_take(hub_key=A, agent="carol")
+    _lease(A, "carol")
     mid = str(uuid.uuid4())
     sealed = base64.b64encode(b"x").decode()
     _, created = relay_store(
@@ -153,19 +168,19 @@ def test_storing_the_same_message_twice_keeps_one(relay):
 
 
 def test_one_pull_renews_leases_claims_messages_and_reports_names_held_elsewhere(relay):
-    from federation.services.relay import relay_claims_finish, relay_pull
+    from federation.services.relay import relay_claims_finish
 
-    relay_lease_take(hub_key=B, agent="dave")
-    relay_lease_take(hub_key=A, agent="carol")
+    _lease(B, "dave")
+    _lease(A, "carol")
     _store()
-    answer = relay_pull(hub_key=A, agents=["carol", "dave", "carol"])
+    answer = _pull(A, ["carol", "dave", "carol"])
     assert answer["leases"] == {"carol": "ok", "dave": "held_elsewhere"}
     [claim] = answer["messages"]
-    assert relay_pull(hub_key=A, agents=["carol"])["messages"] == []
+    assert _pull(A, ["carol"])["messages"] == []
     assert relay_claims_finish(hub_key=A, done=[], release=[claim["id"]]) == 1
-    assert relay_pull(hub_key=A, agents=["carol"])["messages"] == []  # released: it waits a while
+    assert _pull(A, ["carol"])["messages"] == []  # released: it waits a while
     with time_machine.travel(timezone.now() + RELEASED_WAIT[0] + timedelta(seconds=1), tick=False):
-        assert [m["id"] for m in relay_pull(hub_key=A, agents=["carol"])["messages"]] == [claim["id"]]
+        assert [m["id"] for m in _pull(A, ["carol"])["messages"]] == [claim["id"]]
     assert relay_claims_finish(hub_key=B, done=[claim["id"]], release=[]) == 0  # not B's claim
 
 
@@ -213,7 +228,7 @@ def test_a_stranger_cannot_replace_another_hubs_receipt_batch_at_the_relay(
     and A's pull still gets it (Mallory's bytes come as an item of their own, which A's hub cannot
     open and drops). B replacing its own batch still works."""
     a, b, mallory = hubs["a"], hubs["b"], hubs["mallory"]
-    _ok(b.call(hub_client, "POST", f"{RELAY}/leases", {"agent": "bob"}))
+    _ok(b.call(hub_client, "POST", f"{RELAY}/leases", {"agent": "bob", "statement": b.lease("bob")}))
     stored = {
         "message_id": str(uuid.uuid4()),
         "dest_hub": b.public_key,
@@ -221,7 +236,11 @@ def test_a_stranger_cannot_replace_another_hubs_receipt_batch_at_the_relay(
         "sealed": _b64(b"to-b"),
     }
     _ok(a.call(hub_client, "POST", f"{RELAY}/messages", stored))
-    [item] = _ok(b.call(hub_client, "POST", f"{RELAY}/pull", {"agents": ["bob"]}))["messages"]
+    [item] = _ok(
+        b.call(
+            hub_client, "POST", f"{RELAY}/pull", {"agents": ["bob"], "statements": {"bob": b.lease("bob")}}
+        )
+    )["messages"]
     known_id = item["message_id"]
     _ok(b.call(hub_client, "POST", f"{RELAY}/claims/finish", {"done": [item["id"]], "release": []}))
     _ok(b.call(hub_client, "POST", f"{RELAY}/messages", _receipt(known_id, a.public_key, b"B: delivered")))
@@ -240,7 +259,7 @@ def test_a_stranger_storing_first_under_a_message_id_does_not_block_the_real_hub
     """Given Mallory stored a message and a receipt under ids she learnt early, when the real
     hubs store theirs under the same ids, then each is kept as its own row (not a no-op answered
     with Mallory's row) and the real one reaches its puller."""
-    relay_lease_take(hub_key=B, agent="bob")
+    _lease(B, "bob")
     mid = str(uuid.uuid4())
     for kind, agent, dest in (("message", "bob", B), ("receipt", "", A)):
         relay_store(
@@ -333,15 +352,14 @@ def test_a_strangers_stored_messages_cannot_make_another_hubs_pull_answer_unboun
     next pull takes the other. (At full size: four 75 MB messages no longer make one 400 MB
     answer that fails and comes back for 24 h.)"""
     from federation.errors import RelayQuotaFull
-    from federation.services.relay import relay_pull
 
-    relay_lease_take(hub_key=B, agent="carol")
+    _lease(B, "carol")
     first, second = _stored("mallory", 900), _stored("mallory", 900)
     with pytest.raises(RelayQuotaFull) as refused:
         _stored("mallory", 900)
     assert refused.value.status == 429 and refused.value.extra["limit_bytes"] == 2500
 
-    answers = [relay_pull(hub_key=B, agents=["carol"]) for _ in range(3)]
+    answers = [_pull(B, ["carol"]) for _ in range(3)]
 
     assert [[m["id"] for m in a["messages"]] for a in answers] == [[first], [second], []]
     assert [a["more"] for a in answers] == [True, False, False]
@@ -354,11 +372,9 @@ def test_one_pull_answer_fills_its_byte_budget_in_order_and_leaves_the_rest_for_
     """Given six 300-byte messages for carol from six hubs (no key near its quota), when B pulls
     three times, then each answer carries what fits in 1000 bytes, oldest first (3, 3, 0), and
     says whether more waits."""
-    from federation.services.relay import relay_pull
-
-    relay_lease_take(hub_key=B, agent="carol")
+    _lease(B, "carol")
     ids = [_stored(f"hub-{n}", 300) for n in range(6)]
-    answers = [relay_pull(hub_key=B, agents=["carol"]) for _ in range(3)]
+    answers = [_pull(B, ["carol"]) for _ in range(3)]
     assert [m["id"] for a in answers for m in a["messages"]] == ids
     assert [(len(a["messages"]), a["more"]) for a in answers] == [(3, True), (3, False), (0, False)]
 
@@ -369,19 +385,17 @@ def test_a_message_larger_than_the_whole_budget_still_goes_alone_and_receipts_st
     """Given a 2000-byte message (twice the answer's budget), a small one behind it, and a receipt
     batch for B, when B pulls, then the large message goes alone with the receipt batch (the
     first of each kind always goes) and the small one comes next pull."""
-    from federation.services.relay import relay_pull
-
     small_relay.SWITCHBOARD_RELAY_PENDING_BYTES_PER_HUB = 10_000
-    relay_lease_take(hub_key=B, agent="carol")
+    _lease(B, "carol")
     large, small = _stored("a", 2000), _stored("a", 10)
     receipt = _stored("c", 50, kind="receipt")
-    first = relay_pull(hub_key=B, agents=["carol"])
+    first = _pull(B, ["carol"])
     assert ([m["id"] for m in first["messages"]], [r["id"] for r in first["receipts"]]) == (
         [large],
         [receipt],
     )
     assert first["more"]
-    assert [m["id"] for m in relay_pull(hub_key=B, agents=["carol"])["messages"]] == [small]
+    assert [m["id"] for m in _pull(B, ["carol"])["messages"]] == [small]
 
 
 def test_what_one_key_keeps_waiting_is_bounded_in_count_too_and_frees_once_pulled(
@@ -420,7 +434,7 @@ def test_a_key_at_its_quota_may_repeat_a_store_and_replace_its_receipt_batch(sma
     adds an item; a sixth item is refused."""
     from federation.errors import RelayQuotaFull
 
-    relay_lease_take(hub_key=B, agent="carol")
+    _lease(B, "carol")
     mid = str(uuid.uuid4())
     first, created = relay_store(
         from_hub="a", kind="message", message_id=mid, dest_hub=B, agent="carol", sealed=_b64(b"m")

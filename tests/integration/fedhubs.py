@@ -190,6 +190,35 @@ class HubKey:
             "Content-Type": "application/json",
         }
 
+    def lease(self, agent: str, relay: FedHub, *, lease_seconds: int = 60) -> dict[str, Any]:
+        """This key's signed statement that it leases `agent` (a lower-case name, as the relay
+        keys it) at `relay`, good from now for `lease_seconds` plus 30 s (switchboard-lease-1, see
+        federation.services.signatures): what a hub sends with each lease it takes."""
+        issued = int(time.time())
+        facts = {
+            "agent": agent,
+            "hub": self.public_key,
+            "relay": relay.public_key(),
+            "issued_at": issued,
+            "valid_until": issued + lease_seconds + 30,
+        }
+        signed = json.dumps(
+            {"v": "switchboard-lease-1", "of": "relay-lease", **facts}, sort_keys=True, separators=(",", ":")
+        ).encode()
+        signature = base64.b64encode(self.key.sign(signed).signature).decode()
+        return {"v": "switchboard-lease-1", **facts, "signature": signature}
+
+    def take_lease(self, relay: FedHub, agent: str) -> httpx.Response:
+        """Take (or renew) this key's lease on `agent` at `relay`, with its statement."""
+        return self.call(
+            relay, "POST", "relay/leases", {"agent": agent, "statement": self.lease(agent, relay)}
+        )
+
+    def pull(self, relay: FedHub, agents: list[str]) -> httpx.Response:
+        """One pull cycle at `relay`, as a hub pulls: each lease renewed with its statement."""
+        statements = {agent: self.lease(agent, relay) for agent in agents}
+        return self.call(relay, "POST", "relay/pull", {"agents": agents, "statements": statements})
+
     def signed(
         self, hub: FedHub, method: str, path: str, body: Any = None
     ) -> tuple[str, bytes, dict[str, str]]:

@@ -191,7 +191,7 @@ def test_tier_order_channel_before_lan_before_relay(fed):
     fed.a.operator_token()  # minted now: it takes longer than the relay's 5 s leases here
     far = HubKey("far-hub")
     wait_until(
-        lambda: far.call(fed.r, "POST", "relay/leases", {"agent": "dup"}).status_code == 200,
+        lambda: far.take_lease(fed.r, "dup").status_code == 200,
         timeout=15,
         what="C's lease on dup to lapse",
         interval=0.5,
@@ -202,14 +202,14 @@ def test_tier_order_channel_before_lan_before_relay(fed):
     assert unpinned.status_code == 201, unpinned.text
     failed = wait_state(fed.a, alice, unpinned.json()["id"], "failed")
     assert "no operator of this hub pinned" in failed["deliveries"][0]["remote"]["last_error"]
-    assert far.call(fed.r, "POST", "relay/pull", {"agents": ["dup"]}).json()["messages"] == []
+    assert far.pull(fed.r, ["dup"]).json()["messages"] == []
     fed.a.pin(far.public_key, name="far-hub", tier="relay")
-    assert far.call(fed.r, "POST", "relay/leases", {"agent": "dup"}).status_code == 200  # (5 s leases)
+    assert far.take_lease(fed.r, "dup").status_code == 200  # (5 s leases)
     third = fed.a.send(alice, "dup", "and via the relay?", idempotency_key="dup-3")
     assert third.status_code == 201, third.text
     assert third.json()["status"] == "relayed"
     items = wait_until(
-        lambda: far.call(fed.r, "POST", "relay/pull", {"agents": ["dup"]}).json()["messages"],
+        lambda: far.pull(fed.r, ["dup"]).json()["messages"],
         timeout=20,
         what="A's message at the relay",
         interval=0.3,
@@ -320,11 +320,32 @@ def test_file_sent_across_hubs_arrives_intact_and_a_changed_file_is_left_out(fed
 
 def test_lease_is_exclusive(fed):
     intruder = HubKey("intruder")
-    assert intruder.call(fed.r, "POST", "relay/leases", {"agent": "carol"}).status_code == 409
+    assert intruder.take_lease(fed.r, "carol").status_code == 409
     assert (
         intruder.call(fed.r, "POST", "relay/claims", {"agent": "carol", "kind": "message"}).status_code == 409
     )
-    assert intruder.call(fed.r, "POST", "relay/leases", {"agent": "someone-new"}).status_code == 200
+    assert intruder.take_lease(fed.r, "someone-new").status_code == 200
+
+
+def test_a_lease_carries_its_hubs_statement_and_one_without_is_refused(fed):
+    """C's lease on carol is kept at the relay with C's own signed statement for carol and this
+    relay, which the relay hands to whoever asks where carol is (what B checks before it seals to
+    C); a lease asked for without one, as an older hub asks, is refused and leases nothing."""
+    asker = HubKey("asker")
+    found = asker.call(fed.r, "GET", "relay/agents?to=carol").json()
+    statement = found["statement"]
+    c_key, r_key = fed.c.public_key(), fed.r.public_key()
+    assert (found["hub_key"], statement["hub"], statement["agent"], statement["relay"]) == (
+        c_key,
+        c_key,
+        "carol",
+        r_key,
+    )
+    assert statement["issued_at"] <= time.time() + 30 < statement["valid_until"] + 30
+    older = HubKey("older-hub")
+    refused = older.call(fed.r, "POST", "relay/leases", {"agent": "older-agent"})
+    assert (refused.status_code, refused.json()["error"]) == (400, "bad_lease_statement"), refused.text
+    assert asker.call(fed.r, "GET", "relay/agents?to=older-agent").json() == {"hosted": False}
 
 
 def _seal(public_key: str, payload: bytes) -> str:
@@ -337,12 +358,12 @@ def _seal(public_key: str, payload: bytes) -> str:
 def test_claims_are_atomic_between_concurrent_pullers(fed):
     owner = HubKey("puller")
     agent = f"worker-{uuid.uuid4().hex[:6]}"
-    assert owner.call(fed.r, "POST", "relay/leases", {"agent": agent}).status_code == 200
+    assert owner.take_lease(fed.r, agent).status_code == 200
     ids = set()
     for i in range(30):
         mid = str(uuid.uuid4())
         ids.add(mid)
-        owner.call(fed.r, "POST", "relay/leases", {"agent": agent})  # leases here last 5 s: keep it
+        owner.take_lease(fed.r, agent)  # leases here last 5 s: keep it
         stored = owner.call(
             fed.r,
             "POST",
@@ -361,7 +382,7 @@ def test_claims_are_atomic_between_concurrent_pullers(fed):
     def pull(slot: int, who: HubKey) -> None:
         for _ in range(20):
             if who is owner:  # the lease holder's pull cycle: renew the lease, claim
-                response = who.call(fed.r, "POST", "relay/pull", {"agents": [agent]})
+                response = who.pull(fed.r, [agent])
                 got[slot].extend(item["message_id"] for item in response.json()["messages"])
                 continue
             response = who.call(fed.r, "POST", "relay/claims", {"agent": agent, "kind": "message"})

@@ -250,6 +250,52 @@ def test_a_forged_yes_to_do_you_host_bob_is_no_route(peer, peer_key):
     assert hosts_lookup(peer.url, "bob") == yes
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "first",
+    ["forged no", "forged yes, another key", "re-signed by another key", "the peer's own 503"],
+)
+def test_an_answer_to_do_you_host_bob_that_is_not_the_peers_word_is_not_remembered(peer, peer_key, first):
+    """Given something at a LAN peer's address answers "do you host bob?" itself (a forged no, a
+    forged yes, an answer re-signed with another key), or the peer fails for now (503), then this
+    hub finds no route this time and remembers nothing: the peer's own signed yes a moment later
+    is a route. (Remembered as "not hosted" for SWITCHBOARD_HOSTS_CACHE_SECONDS, one forged answer
+    would keep bob unreachable from here for a minute.)"""
+    from federation.services.forwarding import hosts_lookup
+
+    no = {"hosted": False, "hub_key": _public(peer_key), "hub_name": "bobs-hub"}
+    yes = {"hosted": True, "hub_key": _public(peer_key), "hub_name": "bobs-hub", "id": "r-1", "name": "bob"}
+    answers: dict[str, Callable[[dict[str, Any]], Answer]] = {
+        "forged no": lambda request: unsigned(200, no),
+        "forged yes, another key": lambda request: unsigned(
+            200, dict(yes, hub_key=_public(SigningKey.generate()))
+        ),
+        "re-signed by another key": lambda request: signed_by(SigningKey.generate(), request, 200, no),
+        "the peer's own 503": lambda request: signed_by(peer_key, request, 503, {"error": "unavailable"}),
+    }
+    peer.answer = answers[first]
+    assert hosts_lookup(peer.url, "bob") is None
+
+    peer.answer = lambda request: signed_by(peer_key, request, 200, yes)
+    assert hosts_lookup(peer.url, "bob") == yes
+
+
+@pytest.mark.django_db
+def test_the_peers_own_no_to_do_you_host_bob_is_remembered(peer, peer_key):
+    """The peer's own signed "no" is its word: remembered for SWITCHBOARD_HOSTS_CACHE_SECONDS, so
+    a burst of sends to a name it does not host asks it once."""
+    from federation.services.forwarding import hosts_lookup
+
+    no = {"hosted": False, "hub_key": _public(peer_key), "hub_name": "bobs-hub"}
+    peer.answer = lambda request: signed_by(peer_key, request, 200, no)
+    assert hosts_lookup(peer.url, "bob") is None
+    peer.answer = lambda request: signed_by(
+        peer_key, request, 200, dict(no, hosted=True, id="r-1", name="bob")
+    )
+    assert hosts_lookup(peer.url, "bob") is None
+    assert len(peer.requests) == 1
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     "forged",

@@ -292,14 +292,19 @@ def test_a_lapsed_lease_taken_by_another_key_is_audited_at_the_relay(db, setting
 
     from django.utils import timezone
 
+    from federation.services.identity import hub_identity
     from federation.services.relay import relay_lease_take
+    from federation.services.signatures import lease_statement_sign
 
     settings.SWITCHBOARD_ROLE = "relay"
-    _, first = _key_pair()
-    _, second = _key_pair()
-    relay_lease_take(hub_key=first, agent="carol")
+    here = hub_identity().public_key
+    first_key, first = _key_pair()
+    second_key, second = _key_pair()
+    statement = lease_statement_sign(agent="carol", relay_key=here, key=first_key)
+    relay_lease_take(hub_key=first, agent="carol", statement=statement)
     later = timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS + 5)
-    relay_lease_take(hub_key=second, agent="carol", now=later)
+    statement = lease_statement_sign(agent="carol", relay_key=here, now=later.timestamp(), key=second_key)
+    relay_lease_take(hub_key=second, agent="carol", statement=statement, now=later)
     moved = AuditEvent.objects.get(kind="relay.lease_moved")
     assert moved.target == second and moved.detail == {"agent": "carol", "from_hub": first}
 
