@@ -75,6 +75,10 @@ HAND_OVER_AT_ONCE = 20
 # long after (its process stopped before carrying it) is the forward sweeper's (`forwards_due`).
 CARRY_GRACE = timedelta(seconds=60)
 _hosts_cache: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
+# How long a "do you host X?" that the peer did not answer itself counts as not hosted: a burst of
+# sends waits on a peer that is down once, and nobody but the peer keeps a name unreachable there
+# for longer than this.
+UNANSWERED_LOOKUP_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -212,8 +216,7 @@ def lan_peer_urls() -> list[str]:
 def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
     """Ask the hub at `url` whether it hosts `target`. Its own answer, yes or no (signed by the key
     held for it: a 2xx, or a 4xx refusal), is cached SWITCHBOARD_HOSTS_CACHE_SECONDS; no answer
-    (unreachable, 5xx, or one it did not sign: someone on the path) is not, so nobody but the
-    peer can make a name look not hosted there past this one lookup."""
+    (unreachable, 5xx, or one it did not sign: someone on the path) only UNANSWERED_LOOKUP_SECONDS."""
     key = (url, normalize_name(target))
     now = time.monotonic()
     cached = _hosts_cache.get(key)
@@ -234,6 +237,10 @@ def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
         )
     except TransientError as exc:
         log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
+        _hosts_cache[key] = (
+            now + min(UNANSWERED_LOOKUP_SECONDS, settings.SWITCHBOARD_HOSTS_CACHE_SECONDS),
+            None,
+        )
         return None
     except PermanentError as exc:
         log.info("LAN peer %s refused to say whether it hosts %r: %s", url, target, exc)

@@ -15,7 +15,9 @@ signed by the caller, and its answer by the hub that answers, bound to the reque
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -255,13 +257,20 @@ def test_a_forged_yes_to_do_you_host_bob_is_no_route(peer, peer_key):
     "first",
     ["forged no", "forged yes, another key", "re-signed by another key", "the peer's own 503"],
 )
-def test_an_answer_to_do_you_host_bob_that_is_not_the_peers_word_is_not_remembered(peer, peer_key, first):
+def test_an_answer_to_do_you_host_bob_that_is_not_the_peers_word_is_not_remembered(
+    peer, peer_key, first, monkeypatch
+):
     """Given something at a LAN peer's address answers "do you host bob?" itself (a forged no, a
     forged yes, an answer re-signed with another key), or the peer fails for now (503), then this
-    hub finds no route this time and remembers nothing: the peer's own signed yes a moment later
-    is a route. (Remembered as "not hosted" for SWITCHBOARD_HOSTS_CACHE_SECONDS, one forged answer
-    would keep bob unreachable from here for a minute.)"""
-    from federation.services.forwarding import hosts_lookup
+    hub finds no route, asks no more for UNANSWERED_LOOKUP_SECONDS (a burst of sends waits on a
+    peer that is down once), and then asks again: the peer's own signed yes is a route. (Remembered
+    as "not hosted" for SWITCHBOARD_HOSTS_CACHE_SECONDS, one forged answer would keep bob
+    unreachable from here for a minute.)"""
+    from federation.services import forwarding
+    from federation.services.forwarding import UNANSWERED_LOOKUP_SECONDS, hosts_lookup
+
+    clock = [1000.0]
+    monkeypatch.setattr(forwarding, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
 
     no = {"hosted": False, "hub_key": _public(peer_key), "hub_name": "bobs-hub"}
     yes = {"hosted": True, "hub_key": _public(peer_key), "hub_name": "bobs-hub", "id": "r-1", "name": "bob"}
@@ -277,6 +286,10 @@ def test_an_answer_to_do_you_host_bob_that_is_not_the_peers_word_is_not_remember
     assert hosts_lookup(peer.url, "bob") is None
 
     peer.answer = lambda request: signed_by(peer_key, request, 200, yes)
+    clock[0] += UNANSWERED_LOOKUP_SECONDS - 1
+    assert hosts_lookup(peer.url, "bob") is None
+    assert len(peer.requests) == 1
+    clock[0] += 1
     assert hosts_lookup(peer.url, "bob") == yes
 
 
