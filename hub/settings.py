@@ -334,6 +334,13 @@ SWITCHBOARD_ALERT_ATTEMPTS = _env_int("SWITCHBOARD_ALERT_ATTEMPTS", 3)
 SWITCHBOARD_TEAM_INVITATION_SECONDS = _env_int("SWITCHBOARD_TEAM_INVITATION_SECONDS", 24 * 3600)
 # At most this many waiting notify-when-idle subscriptions per subscriber.
 SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION = _env_int("SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION", 50)
+# Open (pending or in progress) tasks that sessions created: at most this many on one team's board,
+# and at most this many of one session's, on whichever teams (teams.services.tasks.task_room_check).
+# Tasks an operator creates are not counted and never refused.
+SWITCHBOARD_OPEN_TASKS_PER_TEAM = _env_int("SWITCHBOARD_OPEN_TASKS_PER_TEAM", 500)
+SWITCHBOARD_OPEN_TASKS_PER_SESSION = _env_int(
+    "SWITCHBOARD_OPEN_TASKS_PER_SESSION", (SWITCHBOARD_OPEN_TASKS_PER_TEAM + 1) // 2
+)
 # Notices the team machinery writes on its own (idle, fired subscription, task unblocked,
 # invitation): at most this many of one kind from one source to one recipient per window; a notice
 # that replaces an unread older one costs nothing.
