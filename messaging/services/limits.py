@@ -254,11 +254,15 @@ def pair_rate_limited(recipient: AgentSession, wait: float) -> RateLimited:
     )
 
 
-def queue_full(recipient: AgentSession, unread: int) -> RateLimited:
+def queue_full(recipient: AgentSession) -> RateLimited:
+    """The recipient's inbox is at its unread cap. The sentence names the cap, never the
+    recipient's unread count: how much waits in another session's inbox (hub-made notices and
+    released holds pass the cap) is its activity, not the sender's to learn."""
     RATE_LIMIT_REFUSALS.labels("recipient_queue_full").inc()
     return RateLimited(
-        f"{recipient.label} already has {unread} unread messages waiting (the limit is "
-        f"{settings.SWITCHBOARD_UNREAD_PER_RECIPIENT}). Wait until they read them before sending more.",
+        f"{recipient.label}'s inbox is full: it holds the most unread messages a session may have "
+        f"waiting ({settings.SWITCHBOARD_UNREAD_PER_RECIPIENT}). Wait until it reads some before "
+        "sending more.",
         reason="recipient_queue_full",
         retry_after=settings.SWITCHBOARD_RATE_PAIR_SECONDS,
     )

@@ -905,7 +905,7 @@ class _Batch:
                 recipient_id=inbox.recipient.id, sender_id=self.sender.id
             )
         if inbox.unread >= settings.SWITCHBOARD_UNREAD_PER_RECIPIENT:
-            raise queue_full(inbox.recipient, inbox.unread)
+            raise queue_full(inbox.recipient)
         if inbox.unread_own >= settings.SWITCHBOARD_UNREAD_PER_SENDER:
             raise unread_share_full(inbox.recipient, inbox.unread_own)
 
