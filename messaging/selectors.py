@@ -14,6 +14,7 @@ from messaging.models import REMOTE_KIND, AgentSession, AuditEvent, Message, Ses
 from messaging.plugins import PLUGINS
 from messaging.principals import Principal
 from messaging.sensitivity import mask_text
+from messaging.services.delivery import told_of_moves
 from messaging.services.sessions import session_summary
 
 
@@ -57,7 +58,8 @@ def open_session_of(caller: Principal, ref: str) -> AgentSession:
 
 
 def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:
-    """The message, when the viewer is its sender or an operator; NotFound for everyone else, so a
+    """The message, when the viewer is its sender (the session told of its moves, `told_of_moves`:
+    never the session a notification is about) or an operator; NotFound for everyone else, so a
     stranger cannot even learn that the id exists."""
     try:
         message = Message.objects.select_related("sender").get(pk=message_id)
@@ -65,7 +67,7 @@ def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:
         raise NotFound("No message with that id is visible to you.") from exc
     if viewer.is_operator:
         return message
-    if viewer.session is not None and message.sender_id == viewer.session.id:
+    if viewer.session is not None and told_of_moves(message) == viewer.session.id:
         return message
     raise NotFound("No message with that id is visible to you.")
 

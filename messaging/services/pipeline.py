@@ -66,6 +66,7 @@ from messaging.principals import Principal, session_principal
 from messaging.sensitivity import Classification, classify
 from messaging.services.bulk import as_uuid
 from messaging.services.decision import Decision, decide
+from messaging.services.delivery import told_of_moves
 from messaging.services.events import Announcement
 from messaging.services.holds import holds_counted, holds_full, holds_make_room
 from messaging.services.limits import (
@@ -527,7 +528,7 @@ class _Writes:
                 Announcement(
                     "message.sent",
                     message_event(a.outcome.message, a.outcome.delivery, a.outcome.recipient),
-                    sessions=[a.outcome.message.sender_id],
+                    sessions=[told] if (told := told_of_moves(a.outcome.message)) else [],
                 )
                 for a in pending
             ],
