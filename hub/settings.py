@@ -278,6 +278,11 @@ SWITCHBOARD_STOPPED_HOLDS_PER_HUB = _env_int("SWITCHBOARD_STOPPED_HOLDS_PER_HUB"
 SWITCHBOARD_STOPPED_HOLDS_PER_SENDER = _env_int(
     "SWITCHBOARD_STOPPED_HOLDS_PER_SENDER", (SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT + 1) // 2
 )
+# Of the hub's held messages for stopped sessions, at most this many from one sender, whichever
+# stopped sessions they wait for: no sender takes all of the hub's room (same function).
+SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB = _env_int(
+    "SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB", (SWITCHBOARD_STOPPED_HOLDS_PER_HUB + 9) // 10
+)
 SWITCHBOARD_AUDIT_RETENTION_DAYS = _env_int("SWITCHBOARD_AUDIT_RETENTION_DAYS", 30)
 # Retention (messaging.services.retention; 0 keeps forever): messages whose deliveries are all final,
 # and exited sessions nothing refers to; checked every SWITCHBOARD_PURGE_SECONDS.

@@ -150,3 +150,26 @@ def test_one_sender_cannot_take_all_of_a_stopped_sessions_room_for_held_messages
     sent = send(alice, "carol", "the build is green")
 
     assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
+
+
+def test_one_sender_cannot_fill_the_hubs_room_for_messages_to_stopped_sessions(api, register, send, settings):
+    """The attack: eve sends her share to each of many stopped sessions, until the hub holds as
+    many messages for stopped sessions as it may; then nobody's message to any stopped session is
+    held. One sender's share of the hub's room is bounded too, so alice's message to a stopped
+    session is still held for it."""
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT = 4
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER = 2
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB = 8
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB = 4
+    alice, eve = register("alice"), register("eve")
+    stopped = [register(f"sleeper-{n}", status="stopped") for n in range(4)]
+    answers = [send(eve, s.name, f"filler {n}") for s in stopped for n in range(2)]
+    assert [a.json_body.get("status") for a in answers[:4]] == ["held"] * 4
+    refused = answers[4:]
+    assert {(a.status_code, a.json_body.get("error")) for a in refused} == {(429, "hold_full")}
+    assert "yours" in refused[0].json_body["detail"] and "4" in refused[0].json_body["detail"]
+    assert Delivery.objects.filter(message__sender_id=eve.id, state="held").count() == 4
+
+    sent = send(alice, stopped[3].name, "the build is green")
+
+    assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
