@@ -969,7 +969,7 @@ class _Batch:
         if over <= 0:
             return
         if over > inbox.own_holds:
-            raise holds_full(inbox.recipient, held=inbox.holds, own=inbox.own_holds)
+            raise holds_full(inbox.recipient, own=inbox.own_holds)
         self._write()  # the oldest holds may be this batch's own
         moved = holds_make_room(recipient=inbox.recipient, sender=self.sender, hold_reason=hold_reason)
         # Only the sender's own holds are expired (so only the sender is notified, below).

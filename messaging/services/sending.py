@@ -259,9 +259,9 @@ def stopped_holds_checked(recipient: AgentSession, sender: AgentSession) -> None
         all=Count("id"), own=Count("id", filter=Q(message__sender_id=sender.id))
     )
     if counts["all"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
-        raise HoldFull(
-            f"{recipient.label} is stopped and already has {counts['all']} messages held for it; "
-            "wait until it starts again.",
+        raise HoldFull(  # the cap, never the count: others' messages to it are not the sender's to learn
+            f"{recipient.label} is stopped and has as many messages held for it as it may "
+            f"({settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT}); wait until it starts again.",
         )
     if counts["own"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER:
         raise HoldFull(

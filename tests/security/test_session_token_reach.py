@@ -173,3 +173,25 @@ def test_one_sender_cannot_fill_the_hubs_room_for_messages_to_stopped_sessions(a
     sent = send(alice, stopped[3].name, "the build is green")
 
     assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
+
+
+def test_a_full_room_for_held_messages_does_not_tell_a_sender_how_many_others_wait(
+    api, register, send, settings
+):
+    """The attack: eve sends to a session whose room for held messages is full and reads, in the
+    refusal, how many messages other senders have waiting for it (for an operator, or until it
+    starts again): that is the recipient's traffic, not hers. The refusal names the limit only."""
+    alice, eve = register("alice"), register("eve")
+    carol, dave = register("carol"), register("dave", status="stopped")
+    assert api.call("PUT", "sessions/me/policy", carol.token, {"policy": "hold"}).status_code == 200
+    for n in range(7):
+        assert send(alice, "carol", f"for review {n}").json_body["status"] == "held"
+        assert send(alice, "dave", f"for later {n}").json_body["status"] == "held"
+    settings.SWITCHBOARD_HOLDS_PER_RECIPIENT = 3
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT = 3
+
+    for to in ("carol", "dave"):
+        refused = send(eve, to, "hello")
+        assert (refused.status_code, refused.json_body["error"]) == (429, "hold_full"), refused.json_body
+        detail = refused.json_body["detail"].replace(carol.ref, "").replace(dave.ref, "")
+        assert "7" not in detail and "3" in detail, detail
