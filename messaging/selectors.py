@@ -24,7 +24,9 @@ def agents_list(
     """Sessions a caller can address (or could, once they start again); with `include_remote`,
     also the agents other hubs host, each with the tier (channel, lan, relay) it is reached on.
     A session's socket inbox (`peer_address`, a path on this machine) is shown only to itself
-    and operators: to anyone else it would only say where that session's messages are written."""
+    and operators: to anyone else it would only say where that session's messages are written.
+    So are its permission mode and inbound policy: to another session they would only say which
+    sessions run tools without asking and let a stranger's message straight through."""
     qs: QuerySet[AgentSession] = AgentSession.objects.all().order_by("name_key", "created_at")
     if not include_exited:
         qs = qs.exclude(status=SessionStatus.EXITED)
@@ -37,7 +39,7 @@ def agents_list(
         own = str(viewer.session.id) if viewer.session is not None else None
         for row in local:
             if row["id"] != own:
-                row["peer_address"] = ""
+                row.update(peer_address="", permission_mode=None, inbound_policy=None)
     if not include_remote:
         return local
     return local + PLUGINS.other_hubs.agents(name=name)

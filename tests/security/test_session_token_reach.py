@@ -195,3 +195,19 @@ def test_a_full_room_for_held_messages_does_not_tell_a_sender_how_many_others_wa
         assert (refused.status_code, refused.json_body["error"]) == (429, "hold_full"), refused.json_body
         detail = refused.json_body["detail"].replace(carol.ref, "").replace(dave.ref, "")
         assert "7" not in detail and "3" in detail, detail
+
+
+def test_discovery_does_not_tell_a_session_how_other_sessions_run(api, register):
+    """The attack: eve, looking for a victim for a prompt injection, lists the agents and picks
+    those whose permission mode is `bypass` (they run tools without asking) and whose inbound
+    policy lets a stranger's message straight through. How another session runs is its own (and
+    its operators'); discovery shows it to that session only, as it does its socket inbox."""
+    alice, eve = register("alice", permission_mode="bypass"), register("eve")
+    assert api.call("PUT", "sessions/me/policy", alice.token, {"policy": "accept"}).status_code == 200
+
+    listed = {a["name"]: a for a in api.get("agents", eve.token).json_body["agents"]}
+    own = {a["name"]: a for a in api.get("agents", alice.token).json_body["agents"]}
+
+    assert listed["alice"]["permission_mode"] is None and listed["alice"]["inbound_policy"] is None
+    assert listed["eve"]["permission_mode"] == "default"
+    assert own["alice"]["permission_mode"] == "bypass" and own["alice"]["inbound_policy"] == "accept"
