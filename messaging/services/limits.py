@@ -214,6 +214,15 @@ def bucket_take(*parts: object, capacity: int, per: float) -> float:
     return 0.0 if taken else max(wait, 1e-6)
 
 
+def bucket_give_back(*parts: object, capacity: int, per: float) -> None:
+    """Return one token taken with `bucket_take` from the bucket named by `parts` and not spent
+    (a bucket then bounds how many of something are under way at once, not how often they start)."""
+    try:
+        bucket_store().give_back([Want(_key(*parts), capacity, per, 1)])
+    except Exception:  # Redis down: the token comes back as the bucket refills
+        log.warning("rate-limit store unavailable; a token comes back with the refill", exc_info=True)
+
+
 # The kept counts as scalar subqueries, for the reads that take them with other facts in one
 # statement: the recipient's unread count (parameter: recipient id) and the sender's share of it
 # (parameters: recipient id, sender id).
