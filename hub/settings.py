@@ -292,6 +292,8 @@ SWITCHBOARD_PURGE_SECONDS = _env_int("SWITCHBOARD_PURGE_SECONDS", 600)
 SWITCHBOARD_INBOX_MAX_WAIT = _env_int("SWITCHBOARD_INBOX_MAX_WAIT", 60)
 # Long-polls of one session waiting at once (messaging.services.waiting.inbox_wait); past it, 429.
 SWITCHBOARD_WAITS_PER_SESSION = _env_int("SWITCHBOARD_WAITS_PER_SESSION", 8)
+# Agent sockets of one session open at once in one web process (messaging.consumers.SocketPlaces).
+SWITCHBOARD_SOCKETS_PER_SESSION = _env_int("SWITCHBOARD_SOCKETS_PER_SESSION", 8)
 SWITCHBOARD_SWEEP_SECONDS = _env_int("SWITCHBOARD_SWEEP_SECONDS", 5)
 # Local socket delivery: seconds for connect + write + ack, attempts before leaving it for pull,
 # and how often due retries are started.
