@@ -278,6 +278,11 @@ SWITCHBOARD_STOPPED_HOLDS_PER_HUB = _env_int("SWITCHBOARD_STOPPED_HOLDS_PER_HUB"
 SWITCHBOARD_STOPPED_HOLDS_PER_SENDER = _env_int(
     "SWITCHBOARD_STOPPED_HOLDS_PER_SENDER", (SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT + 1) // 2
 )
+# Of the hub's held messages for stopped sessions, at most this many from one sender, whichever
+# stopped sessions they wait for: no sender takes all of the hub's room (same function).
+SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB = _env_int(
+    "SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB", (SWITCHBOARD_STOPPED_HOLDS_PER_HUB + 9) // 10
+)
 SWITCHBOARD_AUDIT_RETENTION_DAYS = _env_int("SWITCHBOARD_AUDIT_RETENTION_DAYS", 30)
 # Retention (messaging.services.retention; 0 keeps forever): messages whose deliveries are all final,
 # and exited sessions nothing refers to; checked every SWITCHBOARD_PURGE_SECONDS.
@@ -285,6 +290,10 @@ SWITCHBOARD_MESSAGE_RETENTION_DAYS = _env_int("SWITCHBOARD_MESSAGE_RETENTION_DAY
 SWITCHBOARD_SESSION_RETENTION_DAYS = _env_int("SWITCHBOARD_SESSION_RETENTION_DAYS", 30)
 SWITCHBOARD_PURGE_SECONDS = _env_int("SWITCHBOARD_PURGE_SECONDS", 600)
 SWITCHBOARD_INBOX_MAX_WAIT = _env_int("SWITCHBOARD_INBOX_MAX_WAIT", 60)
+# Long-polls of one session waiting at once (messaging.services.waiting.inbox_wait); past it, 429.
+SWITCHBOARD_WAITS_PER_SESSION = _env_int("SWITCHBOARD_WAITS_PER_SESSION", 8)
+# Agent sockets of one session open at once in one web process (messaging.consumers.SocketPlaces).
+SWITCHBOARD_SOCKETS_PER_SESSION = _env_int("SWITCHBOARD_SOCKETS_PER_SESSION", 8)
 SWITCHBOARD_SWEEP_SECONDS = _env_int("SWITCHBOARD_SWEEP_SECONDS", 5)
 # Local socket delivery: seconds for connect + write + ack, attempts before leaving it for pull,
 # and how often due retries are started.
@@ -334,6 +343,13 @@ SWITCHBOARD_ALERT_ATTEMPTS = _env_int("SWITCHBOARD_ALERT_ATTEMPTS", 3)
 SWITCHBOARD_TEAM_INVITATION_SECONDS = _env_int("SWITCHBOARD_TEAM_INVITATION_SECONDS", 24 * 3600)
 # At most this many waiting notify-when-idle subscriptions per subscriber.
 SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION = _env_int("SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION", 50)
+# Open (pending or in progress) tasks that sessions created: at most this many on one team's board,
+# and at most this many of one session's, on whichever teams (teams.services.tasks.task_room_check).
+# Tasks an operator creates are not counted and never refused.
+SWITCHBOARD_OPEN_TASKS_PER_TEAM = _env_int("SWITCHBOARD_OPEN_TASKS_PER_TEAM", 500)
+SWITCHBOARD_OPEN_TASKS_PER_SESSION = _env_int(
+    "SWITCHBOARD_OPEN_TASKS_PER_SESSION", (SWITCHBOARD_OPEN_TASKS_PER_TEAM + 1) // 2
+)
 # Notices the team machinery writes on its own (idle, fired subscription, task unblocked,
 # invitation): at most this many of one kind from one source to one recipient per window; a notice
 # that replaces an unread older one costs nothing.

@@ -66,8 +66,8 @@ class SessionOut(Schema):
     cwd: str
     kind: str
     status: str
-    permission_mode: str
-    inbound_policy: str | None
+    permission_mode: str | None = Field(None, description="null in another session's listing")
+    inbound_policy: str | None = Field(None, description="null in another session's listing")
     peer_address: str
     addressable: bool
     last_seen: str | None

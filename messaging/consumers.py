@@ -13,6 +13,9 @@ Server → agent frames:
   {"type": "error", "error": code, "detail": sentence}
   {"type": "error", "error": "session_closed", ...}   then close 4403: the session exited (its
                                                       token is revoked) or an operator stopped it
+  {"type": "error", "error": "rate_limited", "reason": "too_many_sockets", ...}   then close 4429:
+                                                      the session holds SWITCHBOARD_SOCKETS_PER_SESSION
+                                                      sockets in this process already
 Agent → server: {"type": "auth", "token"}, {"type": "ack", "ids": [message id, ...]}, {"type": "ping"}
 (a ping also counts as a heartbeat, like any authenticated HTTP call).
 
@@ -35,6 +38,7 @@ from typing import Any, TypeVar
 from channels.consumer import get_handler_name
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from django.db import connections
 
 from messaging.errors import SwitchboardError
@@ -57,6 +61,7 @@ T = TypeVar("T")
 AUTH_SECONDS = 10.0
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_SESSION_CLOSED = 4403
+CLOSE_TOO_MANY_SOCKETS = 4429
 PUSH_BATCH = 100
 MAX_BATCHES_PER_FLUSH = 100
 # Flow control: at most this many pushed-but-unacked messages per socket. A client that stops
@@ -113,6 +118,34 @@ def _ack(session: AgentSession, ids: list[str]) -> dict[str, list[str]]:
     return inbox_ack(recipient=session, actor=session_principal(session), message_ids=ids)
 
 
+class SocketPlaces:
+    """How many agent sockets each session holds open in this web process, bounded by
+    SWITCHBOARD_SOCKETS_PER_SESSION. A socket's costs (a channel on the layer, a pull at every
+    wake-up of its inbox, its buffers) are this process's, so the count is too: it lives and dies
+    with the sockets it counts, and one process's bound needs nothing from another. Touched only
+    on the process's event loop."""
+
+    def __init__(self) -> None:
+        self.held: dict[object, int] = {}
+
+    def take(self, session_id: object) -> bool:
+        """Take a place for one more socket of the session; False when it holds its bound."""
+        if self.held.get(session_id, 0) >= settings.SWITCHBOARD_SOCKETS_PER_SESSION:
+            return False
+        self.held[session_id] = self.held.get(session_id, 0) + 1
+        return True
+
+    def give_back(self, session_id: object) -> None:
+        left = self.held.get(session_id, 0) - 1
+        if left > 0:
+            self.held[session_id] = left
+        else:
+            self.held.pop(session_id, None)
+
+
+SOCKET_PLACES = SocketPlaces()
+
+
 class LoopConsumer(AsyncJsonWebsocketConsumer):
     """A JSON WebSocket consumer whose handlers never use the database on the event loop.
 
@@ -154,6 +187,7 @@ class AgentConsumer(LoopConsumer):
 
     async def connect(self) -> None:
         self.session: AgentSession | None = None
+        self.placed: object | None = None  # the session whose socket place this holds
         self.closed = False
         self.subscription: InboxSubscription | None = None
         self.unacked = 0
@@ -181,6 +215,19 @@ class AgentConsumer(LoopConsumer):
         await self.close(code=CLOSE_UNAUTHORIZED)
 
     async def _start(self, session: AgentSession) -> None:
+        if not SOCKET_PLACES.take(session.id):
+            await self.send_json(
+                {
+                    "type": "error",
+                    "error": "rate_limited",
+                    "reason": "too_many_sockets",
+                    "detail": f"This session already has {settings.SWITCHBOARD_SOCKETS_PER_SESSION} "
+                    "sockets open (the limit). Close one, or use the one you have.",
+                }
+            )
+            await self.close(code=CLOSE_TOO_MANY_SOCKETS)
+            return
+        self.placed = session.id
         self.session = session
         self.subscription = await InboxSubscription.join(self.channel_layer, self.channel_name, session.id)
         # Read after joining: a close announced before the join is seen here, one after it arrives
@@ -195,6 +242,9 @@ class AgentConsumer(LoopConsumer):
     async def disconnect(self, code: int) -> None:
         if self._auth_timer is not None:
             self._auth_timer.cancel()
+        if self.placed is not None:
+            SOCKET_PLACES.give_back(self.placed)
+            self.placed = None
         if self.subscription is not None:
             await self.subscription.leave()
 

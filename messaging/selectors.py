@@ -14,6 +14,7 @@ from messaging.models import REMOTE_KIND, AgentSession, AuditEvent, Message, Ses
 from messaging.plugins import PLUGINS
 from messaging.principals import Principal
 from messaging.sensitivity import mask_text
+from messaging.services.delivery import told_of_moves
 from messaging.services.sessions import session_summary
 
 
@@ -23,7 +24,9 @@ def agents_list(
     """Sessions a caller can address (or could, once they start again); with `include_remote`,
     also the agents other hubs host, each with the tier (channel, lan, relay) it is reached on.
     A session's socket inbox (`peer_address`, a path on this machine) is shown only to itself
-    and operators: to anyone else it would only say where that session's messages are written."""
+    and operators: to anyone else it would only say where that session's messages are written.
+    So are its permission mode and inbound policy: to another session they would only say which
+    sessions run tools without asking and let a stranger's message straight through."""
     qs: QuerySet[AgentSession] = AgentSession.objects.all().order_by("name_key", "created_at")
     if not include_exited:
         qs = qs.exclude(status=SessionStatus.EXITED)
@@ -36,7 +39,7 @@ def agents_list(
         own = str(viewer.session.id) if viewer.session is not None else None
         for row in local:
             if row["id"] != own:
-                row["peer_address"] = ""
+                row.update(peer_address="", permission_mode=None, inbound_policy=None)
     if not include_remote:
         return local
     return local + PLUGINS.other_hubs.agents(name=name)
@@ -57,7 +60,8 @@ def open_session_of(caller: Principal, ref: str) -> AgentSession:
 
 
 def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:
-    """The message, when the viewer is its sender or an operator; NotFound for everyone else, so a
+    """The message, when the viewer is its sender (the session told of its moves, `told_of_moves`:
+    never the session a notification is about) or an operator; NotFound for everyone else, so a
     stranger cannot even learn that the id exists."""
     try:
         message = Message.objects.select_related("sender").get(pk=message_id)
@@ -65,7 +69,7 @@ def message_for_viewer(*, message_id: str, viewer: Principal) -> Message:
         raise NotFound("No message with that id is visible to you.") from exc
     if viewer.is_operator:
         return message
-    if viewer.session is not None and message.sender_id == viewer.session.id:
+    if viewer.session is not None and told_of_moves(message) == viewer.session.id:
         return message
     raise NotFound("No message with that id is visible to you.")
 

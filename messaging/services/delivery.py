@@ -13,12 +13,12 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Model, QuerySet
+from django.db.models import Case, F, Model, Q, QuerySet, When
 from django.utils import timezone
 
 from messaging.errors import Invalid
 from messaging.hold_reasons import STOPPED_HOLD
-from messaging.models import AgentSession, AuditEvent, Delivery, Message, SessionStatus
+from messaging.models import AgentSession, AuditEvent, Delivery, Message, MessageKind, SessionStatus
 from messaging.plugins import PLUGINS
 from messaging.principals import HUB, Principal
 from messaging.services.audit import audit_events_write, audit_rows
@@ -35,9 +35,23 @@ class Moved:
     delivery_id: int
     message_id: Any
     recipient_id: Any
-    sender_id: Any
+    sender_id: Any  # the session told of the move (`told_of_moves`), None for nobody
     from_state: str
     to_state: str
+
+
+# Who hears of a message's way (its `message.sent` event, receipts, the hub's word on its holds,
+# its status at GET /messages/{id}): its sender, except for a notification. A notification with
+# a sender is one the hub wrote about that session (a fired notify-when-idle subscription) to a
+# reader the session did not choose, and the session must not learn who watches it or when they
+# read. One rule, in the three forms its readers need: a message, an ORM expression, SQL on `m`.
+def told_of_moves(message: Message) -> Any:
+    """The session told of `message`'s moves: its sender, or None for a notification."""
+    return None if message.kind == MessageKind.NOTIFICATION else message.sender_id
+
+
+TOLD_OF_MOVES = Case(When(~Q(message__kind=MessageKind.NOTIFICATION), then=F("message__sender_id")))
+TOLD_OF_MOVES_SQL = f"CASE WHEN m.kind = '{MessageKind.NOTIFICATION.value}' THEN NULL ELSE m.sender_id END"
 
 
 def _lock(qs: QuerySet[Delivery]) -> QuerySet[Delivery]:
@@ -62,7 +76,9 @@ def delivery_transition(
     qs = _lock(deliveries.filter(state__in=sources_of(to))).order_by("-priority", "id")
     if limit is not None:
         qs = qs[:limit]
-    rows = list(qs.values_list("id", "state", "message_id", "recipient_id", "message__sender_id"))
+    rows = list(
+        qs.annotate(told=TOLD_OF_MOVES).values_list("id", "state", "message_id", "recipient_id", "told")
+    )
     return _move_locked(rows, to=to, actor=actor, reason=reason, updates=updates, now=now)
 
 
@@ -76,7 +92,7 @@ def _move_locked(
     now: datetime | None = None,
 ) -> list[Moved]:
     """Move rows already locked and known to be in a source state of `to` (id, state, message id,
-    recipient id, sender id each): update, audit and announce them."""
+    recipient id, told session id each: `told_of_moves`): update, audit and announce them."""
     if not rows:
         return []
     now = now or timezone.now()
@@ -264,7 +280,7 @@ def inbox_pull(
         handed = _queued_locked(recipient, limit)
         now = timezone.now()
         _move_locked(
-            [(d.pk, d.state, d.message_id, d.recipient_id, d.message.sender_id) for d in handed],
+            [(d.pk, d.state, d.message_id, d.recipient_id, told_of_moves(d.message)) for d in handed],
             to=S.DELIVERED,
             actor=actor,
             now=now,
@@ -368,7 +384,7 @@ def _pulled_in_one_statement(recipient: AgentSession, actor: Principal, limit: i
         delivery.recipient = recipient
     _announce_moves(
         [
-            Moved(d.pk, d.message_id, d.recipient_id, d.message.sender_id, S.QUEUED, S.DELIVERED)
+            Moved(d.pk, d.message_id, d.recipient_id, told_of_moves(d.message), S.QUEUED, S.DELIVERED)
             for d in handed
         ]
     )
@@ -437,9 +453,10 @@ def inbox_ack(
 
 
 def _acked_locked(recipient: AgentSession, message_ids: list[str]) -> list[tuple[Any, ...]]:
-    """The recipient's deliveries of `message_ids` (id, state, message id, recipient id, sender id
-    each), locked in id order. An ack waits for a pull that holds one of them (every other move
-    skips locked rows, so nothing waits the other way round) and then sees its state."""
+    """The recipient's deliveries of `message_ids` (id, state, message id, recipient id, the
+    session told: `told_of_moves`), locked in id order. An ack waits for a pull that holds one of
+    them (every other move skips locked rows, so nothing waits the other way round) and then sees
+    its state."""
     if not message_ids:
         return []
     qn = connection.ops.quote_name
@@ -450,7 +467,7 @@ def _acked_locked(recipient: AgentSession, message_ids: list[str]) -> list[tuple
     lock = " FOR UPDATE OF d" if connection.features.has_select_for_update_of else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT d.id, d.state, d.message_id, m.sender_id "
+            f"SELECT d.id, d.state, d.message_id, {TOLD_OF_MOVES_SQL} "
             f"FROM {qn(Delivery._meta.db_table)} d JOIN {qn(Message._meta.db_table)} m ON m.id = d.message_id "
             f"WHERE d.recipient_id = %s AND {in_messages} ORDER BY d.id{lock}",
             [AgentSession._meta.pk.get_db_prep_value(recipient.pk, connection), *params],
@@ -505,7 +522,7 @@ def _ack_write_statement(assignments: str, audit: str) -> str:
     """PostgreSQL: lock the recipient's deliveries of the acked messages in id order, mark those
     in a state that may go to read as read (`assignments`), write their `delivery.read` audit
     events (`audit`, reading each moved row's locked row as `locked`), and answer each locked row
-    (id, state before, message id, sender id) with whether it moved.
+    (id, state before, message id, the session told: `told_of_moves`) with whether it moved.
 
     Each acked message's deliveries are read by message (`delivery_once_per_recipient`), and the
     recipient's kept; every later read is by key (arrays of ids, the senders behind a LATERAL
@@ -530,7 +547,8 @@ def _ack_write_statement(assignments: str, audit: str) -> str:
         "WHERE u.id = ANY(ARRAY(SELECT id FROM locked WHERE state = ANY(%s))) RETURNING u.id), "
         f"audit AS ({audit}) "
         "SELECT locked.id, locked.state, locked.message_id, m.sender_id, moved.id IS NOT NULL "
-        f"FROM locked CROSS JOIN LATERAL (SELECT sender_id FROM {message} WHERE id = locked.message_id OFFSET 0) m "
+        f"FROM locked CROSS JOIN LATERAL (SELECT {TOLD_OF_MOVES_SQL} AS sender_id FROM {message} m "
+        "WHERE m.id = locked.message_id OFFSET 0) m "
         "LEFT JOIN moved ON moved.id = locked.id ORDER BY locked.id"
     )
 

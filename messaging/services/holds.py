@@ -83,14 +83,16 @@ def holds_counted(*, recipient_id: Any, sender_id: Any, hold_reason: str) -> tup
     return int(counts["held"]), int(counts["own"])
 
 
-def holds_full(recipient: AgentSession, *, held: int, own: int) -> HoldFull:
+def holds_full(recipient: AgentSession, *, own: int) -> HoldFull:
     """The refusal of a new hold when `recipient`'s holds are at the cap and too few (`own`) of
-    them are the sender's to make room with."""
+    them are the sender's to make room with. It names the cap, never how many messages
+    others have waiting for the recipient is their traffic, not the sender's to learn."""
     yours = "none of them is yours" if not own else "too few of them are yours"
     return HoldFull(
-        f"{recipient.label} already has {held} messages waiting for an operator, as many as it may, "
-        f"and {yours} to make room with; other senders' holds are never dropped for yours. Wait "
-        "until an operator has decided some of them, then send again.",
+        f"{recipient.label} has as many messages waiting for an operator as it may "
+        f"({settings.SWITCHBOARD_HOLDS_PER_RECIPIENT}), and {yours} to make room with; other "
+        "senders' holds are never dropped for yours. Wait until an operator has decided some of "
+        "them, then send again.",
     )
 
 
@@ -105,7 +107,7 @@ def holds_make_room(*, recipient: AgentSession, sender: AgentSession, hold_reaso
     if over <= 0:
         return []
     if over > own:
-        raise holds_full(recipient, held=held, own=own)
+        raise holds_full(recipient, own=own)
     own_holds = _holds_counted_with(recipient.id, hold_reason).filter(message__sender_id=sender.id)
     oldest = list(own_holds.order_by("held_at", "id").values_list("id", flat=True)[:over])
     moved = delivery_transition(

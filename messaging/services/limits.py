@@ -214,6 +214,15 @@ def bucket_take(*parts: object, capacity: int, per: float) -> float:
     return 0.0 if taken else max(wait, 1e-6)
 
 
+def bucket_give_back(*parts: object, capacity: int, per: float) -> None:
+    """Return one token taken with `bucket_take` from the bucket named by `parts` and not spent
+    (a bucket then bounds how many of something are under way at once, not how often they start)."""
+    try:
+        bucket_store().give_back([Want(_key(*parts), capacity, per, 1)])
+    except Exception:  # Redis down: the token comes back as the bucket refills
+        log.warning("rate-limit store unavailable; a token comes back with the refill", exc_info=True)
+
+
 # The kept counts as scalar subqueries, for the reads that take them with other facts in one
 # statement: the recipient's unread count (parameter: recipient id) and the sender's share of it
 # (parameters: recipient id, sender id).
@@ -254,11 +263,15 @@ def pair_rate_limited(recipient: AgentSession, wait: float) -> RateLimited:
     )
 
 
-def queue_full(recipient: AgentSession, unread: int) -> RateLimited:
+def queue_full(recipient: AgentSession) -> RateLimited:
+    """The recipient's inbox is at its unread cap. The sentence names the cap, never the
+    recipient's unread count: how much waits in another session's inbox (hub-made notices and
+    released holds pass the cap) is its activity, not the sender's to learn."""
     RATE_LIMIT_REFUSALS.labels("recipient_queue_full").inc()
     return RateLimited(
-        f"{recipient.label} already has {unread} unread messages waiting (the limit is "
-        f"{settings.SWITCHBOARD_UNREAD_PER_RECIPIENT}). Wait until they read them before sending more.",
+        f"{recipient.label}'s inbox is full: it holds the most unread messages a session may have "
+        f"waiting ({settings.SWITCHBOARD_UNREAD_PER_RECIPIENT}). Wait until it reads some before "
+        "sending more.",
         reason="recipient_queue_full",
         retry_after=settings.SWITCHBOARD_RATE_PAIR_SECONDS,
     )

@@ -66,6 +66,7 @@ from messaging.principals import Principal, session_principal
 from messaging.sensitivity import Classification, classify
 from messaging.services.bulk import as_uuid
 from messaging.services.decision import Decision, decide
+from messaging.services.delivery import told_of_moves
 from messaging.services.events import Announcement
 from messaging.services.holds import holds_counted, holds_full, holds_make_room
 from messaging.services.limits import (
@@ -527,7 +528,7 @@ class _Writes:
                 Announcement(
                     "message.sent",
                     message_event(a.outcome.message, a.outcome.delivery, a.outcome.recipient),
-                    sessions=[a.outcome.message.sender_id],
+                    sessions=[told] if (told := told_of_moves(a.outcome.message)) else [],
                 )
                 for a in pending
             ],
@@ -905,7 +906,7 @@ class _Batch:
                 recipient_id=inbox.recipient.id, sender_id=self.sender.id
             )
         if inbox.unread >= settings.SWITCHBOARD_UNREAD_PER_RECIPIENT:
-            raise queue_full(inbox.recipient, inbox.unread)
+            raise queue_full(inbox.recipient)
         if inbox.unread_own >= settings.SWITCHBOARD_UNREAD_PER_SENDER:
             raise unread_share_full(inbox.recipient, inbox.unread_own)
 
@@ -968,7 +969,7 @@ class _Batch:
         if over <= 0:
             return
         if over > inbox.own_holds:
-            raise holds_full(inbox.recipient, held=inbox.holds, own=inbox.own_holds)
+            raise holds_full(inbox.recipient, own=inbox.own_holds)
         self._write()  # the oldest holds may be this batch's own
         moved = holds_make_room(recipient=inbox.recipient, sender=self.sender, hold_reason=hold_reason)
         # Only the sender's own holds are expired (so only the sender is notified, below).

@@ -250,22 +250,31 @@ def looks_like_protocol_frame(text: str) -> bool:
 def stopped_holds_checked(recipient: AgentSession, sender: AgentSession) -> None:
     """Raise HoldFull when a stopped `recipient` holds as many messages as it may, or as many from
     `sender` as one sender may (so no sender takes all of its room), or when the hub holds as many
-    for stopped sessions as it may: the caps of a decision to hold for a stopped recipient."""
+    for stopped sessions from `sender` as one sender may (so no sender, holding messages for many
+    stopped sessions, takes all of the hub's room), or as many in all as it may: the caps of a
+    decision to hold for a stopped recipient. Two counts: the recipient's, then the hub's (the
+    sender's part of it counted in the same statement)."""
     held = Delivery.objects.filter(state=S.HELD, hold_reason=STOPPED_HOLD)
     counts = held.filter(recipient=recipient).aggregate(
         all=Count("id"), own=Count("id", filter=Q(message__sender_id=sender.id))
     )
     if counts["all"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
-        raise HoldFull(
-            f"{recipient.label} is stopped and already has {counts['all']} messages held for it; "
-            "wait until it starts again.",
+        raise HoldFull(  # the cap, never the count: others' messages to it are not the sender's to learn
+            f"{recipient.label} is stopped and has as many messages held for it as it may "
+            f"({settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT}); wait until it starts again.",
         )
     if counts["own"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER:
         raise HoldFull(
             f"{recipient.label} is stopped and already has {counts['own']} of yours held for it, as "
             "many as one sender may; wait until it starts again.",
         )
-    if held.count() >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB:
+    hub = held.aggregate(all=Count("id"), own=Count("id", filter=Q(message__sender_id=sender.id)))
+    if hub["own"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB:
+        raise HoldFull(
+            f"This hub already holds {hub['own']} of yours for stopped sessions, as many as one "
+            "sender may; wait until they start again.",
+        )
+    if hub["all"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB:
         raise HoldFull("This hub holds as many messages for stopped sessions as it may; try later.")
 
 

@@ -32,17 +32,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db.models import Exists, OuterRef
 
-from messaging.errors import Unauthorized
+from messaging.errors import RateLimited, Unauthorized
+from messaging.metrics import RATE_LIMIT_REFUSALS
 from messaging.models import AgentSession, Delivery
 from messaging.services.events import Announcement, session_group
+from messaging.services.limits import bucket_give_back, bucket_take
 from messaging.services.sessions import SESSION_CLOSED_EVENT, token_problem
 from messaging.states import DeliveryState
 
@@ -160,7 +164,50 @@ async def inbox_wait(
     first. Raises `Unauthorized`, having taken nothing, once the token is revoked (the session
     exited, or a retried registration replaced the token). Woken by the recipient's wake-ups and
     `session.closed` on the channel layer (`layer`, default the project's); while the layer
-    fails, the database is polled instead."""
+    fails, the database is polled instead. A session waits at most SWITCHBOARD_WAITS_PER_SESSION
+    times at once (`waits_bounded`); past it, `RateLimited` at once."""
+    async with waits_bounded(recipient_id):
+        return await _wait(recipient_id, token_hash, seconds, take, layer)
+
+
+@contextlib.asynccontextmanager
+async def waits_bounded(recipient_id: object) -> AsyncIterator[None]:
+    """Hold one of the session's SWITCHBOARD_WAITS_PER_SESSION places for a wait while it waits;
+    raise `RateLimited` (reason `too_many_waits`) when none is free. Each wait reads the database
+    every few seconds and holds a channel on the layer, so one token opening waits without end
+    would load the hub for everyone. The places are a bucket on the rate-limit store (Redis when
+    configured, exact across web processes) that every wait takes from and gives back to; it
+    refills over ten of the longest waits, so a place a crashed process never gave back comes
+    back, and the waits at once stay within about 1.1 × the bound."""
+    capacity = settings.SWITCHBOARD_WAITS_PER_SESSION
+    per = 10 * max(1, settings.SWITCHBOARD_INBOX_MAX_WAIT)
+    wait = await sync_to_async(bucket_take, thread_sensitive=False)(
+        "inbox_wait", recipient_id, capacity=capacity, per=per
+    )
+    if wait:
+        RATE_LIMIT_REFUSALS.labels("too_many_waits").inc()
+        raise RateLimited(
+            f"This session already has {capacity} long-polls waiting at once (the limit). Wait "
+            "for one of them to answer, or pull without waiting.",
+            reason="too_many_waits",
+            retry_after=math.ceil(min(wait, settings.SWITCHBOARD_INBOX_MAX_WAIT)),
+        )
+    try:
+        yield
+    finally:
+        await sync_to_async(bucket_give_back, thread_sensitive=False)(
+            "inbox_wait", recipient_id, capacity=capacity, per=per
+        )
+
+
+async def _wait(
+    recipient_id: object,
+    token_hash: str,
+    seconds: float,
+    take: Callable[[], Awaitable[list[T]]],
+    layer: Any,
+) -> list[T]:
+    """`inbox_wait`'s wait, once it holds its place."""
     subscription = await _subscribed(layer if layer is not None else get_channel_layer(), recipient_id)
     deadline = time.monotonic() + seconds
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Value, When
 from django.utils import timezone
@@ -128,6 +129,35 @@ def _team_edges(team: Team) -> dict[int, set[int]]:
     return edges
 
 
+OPEN_STATES = (TaskStatus.PENDING, TaskStatus.IN_PROGRESS)
+
+
+def task_room_check(*, team: Team, member: Membership | None) -> None:
+    """Refuse a session's new task when the board is full of open tasks sessions created
+    (SWITCHBOARD_OPEN_TASKS_PER_TEAM) or when the session has its share open
+    (SWITCHBOARD_OPEN_TASKS_PER_SESSION). The share counts the session's open tasks on every team,
+    so a lead that ends its team and starts another gets no fresh bound. An operator (`member`
+    None) is never refused and not counted: a board that sessions filled stays open to it. Call
+    inside the transaction that writes the task, after locking the team's row."""
+    if member is None:
+        return
+    open_tasks = Task.objects.filter(status__in=OPEN_STATES, created_by__isnull=False)
+    share = settings.SWITCHBOARD_OPEN_TASKS_PER_SESSION
+    if open_tasks.filter(created_by__session_id=member.session_id).count() >= share:
+        raise Conflict(
+            f"You already have {share} open tasks on the board (the limit for one session). "
+            "Nothing was created. Complete or release some first.",
+            reason="board_share_full",
+        )
+    cap = settings.SWITCHBOARD_OPEN_TASKS_PER_TEAM
+    if open_tasks.filter(team=team).count() >= cap:
+        raise Conflict(
+            f"This team's board holds {cap} open tasks (the limit). Nothing was created. "
+            "Complete some first, or ask an operator.",
+            reason="board_full",
+        )
+
+
 def task_create(
     *,
     team: Team,
@@ -136,8 +166,9 @@ def task_create(
     description: str = "",
     blocked_by: list[int] | None = None,
 ) -> Task:
-    """Put a task on the board (any member or an operator). With a `task_created` gate, the task
-    waits for the gate's answer before anyone can claim it."""
+    """Put a task on the board (any member or an operator), within the board's room
+    (`task_room_check`). With a `task_created` gate, the task waits for the gate's answer before
+    anyone can claim it."""
     from teams.services.gates import gate_check_open, gate_for
 
     member = _actor_member(team, actor)
@@ -146,6 +177,9 @@ def task_create(
     blockers = _blockers(team, blocked_by or [])
     gate = gate_for(team=team, event=GateEvent.TASK_CREATED)
     with transaction.atomic():
+        # One creation per team at a time, so two at once cannot both pass the count.
+        Team.objects.select_for_update().filter(pk=team.pk).first()
+        task_room_check(team=team, member=member)
         task = Task.objects.create(
             team=team,
             title=title,

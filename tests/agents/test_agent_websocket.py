@@ -276,3 +276,36 @@ async def test_frames_and_pushes_are_handled_without_a_hop_to_the_shared_thread(
 
     assert hops == []
     assert await delivery_state(message_id) == "read"
+
+
+async def test_one_token_holds_a_bounded_number_of_sockets_at_once(settings: Any) -> None:
+    """The attack: eve opens agent sockets with her one token without end; each is a channel on
+    the layer and a pull at every wake-up of her inbox, held by the web process for as long as
+    she keeps it. Past SWITCHBOARD_SOCKETS_PER_SESSION of hers in one process, the next is
+    refused (an error frame, then close 4429); bob's sockets are not, and hers are again once
+    one of hers closed."""
+    settings.SWITCHBOARD_SOCKETS_PER_SESSION = 2
+    eve, bob = await register("eve"), await register("bob")
+    first, second = connect(eve.token), connect(eve.token)
+    await hello(first)
+    await hello(second)
+
+    third = connect(eve.token)
+    connected, _ = await third.connect()
+    assert connected
+    refused = await third.receive_json_from(timeout=5)
+    closed = await third.receive_output(timeout=5)
+
+    assert (refused["type"], refused["error"], refused["reason"]) == (
+        "error",
+        "rate_limited",
+        "too_many_sockets",
+    )
+    assert closed == {"type": "websocket.close", "code": 4429}
+    others = connect(bob.token)
+    await hello(others)
+    await first.disconnect()
+    again = connect(eve.token)
+    await hello(again)
+    for ws in (second, others, again):
+        await ws.disconnect()

@@ -86,7 +86,8 @@ def test_unread_cap_per_recipient_with_a_sentence(api, register, send, settings)
         send(carol, "bob", f"c{i}")
     r = send(alice, "bob", "one more")
     assert r.status_code == 429 and r.json_body["reason"] == "recipient_queue_full"
-    assert "5 unread" in r.json_body["detail"] and "Wait" in r.json_body["detail"]
+    assert "inbox is full" in r.json_body["detail"] and "(5)" in r.json_body["detail"]
+    assert "Wait" in r.json_body["detail"]
     # Pulled but not acknowledged is still unread; acknowledged makes room.
     pulled = api.get("inbox", bob.token).json_body["messages"]
     assert send(alice, "bob", "still full").status_code == 429

@@ -65,6 +65,25 @@ def test_one_sender_fills_only_its_share_and_everyone_else_still_gets_through(ap
     assert r.status_code == 429 and r.json_body["reason"] == "recipient_queue_full"
 
 
+def test_a_full_inbox_does_not_tell_a_sender_how_many_unread_messages_the_recipient_has(
+    register, send, settings
+):
+    """Given bob with 7 unread messages (hub-made ones pass the cap) against a cap of 3, when
+    mallory sends him one, then she is told his inbox is full, never how many he has unread: that
+    count is bob's activity, not hers to learn."""
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 3
+    mallory, bob, _ = register("mallory"), register("bob"), register("carol")
+    carol = AgentSession.objects.get(name="carol")
+    for i in range(7):
+        message_send(SendRequest(sender=carol, to="bob", text=f"from the hub {i}", origin=HUB_MADE))
+    r = send(mallory, "bob", "hello")
+    assert r.status_code == 429 and r.json_body["reason"] == "recipient_queue_full", r.json_body
+    detail = r.json_body["detail"].replace(bob.ref, "")  # a ref may hold any digit
+    assert "7" not in detail, detail
+    assert "full" in detail and "3" in detail
+    assert set(r.json_body) == {"error", "detail", "reason", "retry_after"}
+
+
 def test_the_attack_at_the_default_limits(api, register, send, settings):
     """One token, the defaults (50 unread per recipient, half of it per sender), the pair rate
     out of the way: the sender fills half of the inbox, another sender fills the rest."""

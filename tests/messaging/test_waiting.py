@@ -494,3 +494,42 @@ async def test_a_long_poll_waiting_when_its_session_is_ended_ends_401_at_once(
     assert answer.json()["error"] == "unauthorized"
     assert "exited" in answer.json()["detail"]
     assert time.monotonic() - started < 4
+
+
+@pytest.mark.asyncio
+async def test_one_token_holds_a_bounded_number_of_long_polls_at_once(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The attack: eve opens long-polls with her one token without end; each waits up to a minute
+    and reads the database every few seconds, so enough of them load the hub for everyone. Past
+    SWITCHBOARD_WAITS_PER_SESSION waits at once, her next is refused at once (429, nothing taken);
+    bob's waits go on, and hers once one of her waits ended."""
+    settings.SWITCHBOARD_WAITS_PER_SESSION = 2
+    settings.SWITCHBOARD_LIMITS_PREFIX = f"test-waits-{time.monotonic_ns()}"
+    monkeypatch.setattr(waiting, "RECHECK_SECONDS", LONG)
+    eve, bob = await register("eve"), await register("bob")
+    eves, bobs = {"Authorization": f"Bearer {eve.token}"}, {"Authorization": f"Bearer {bob.token}"}
+
+    async with client() as http:
+
+        async def one_too_many() -> tuple[Any, Any, float]:
+            await asyncio.sleep(0.5)  # eve's two waits are under way
+            started = time.monotonic()
+            refused = await http.get("/api/v1/inbox", params={"wait": 20}, headers=eves, timeout=30)
+            elapsed = time.monotonic() - started
+            others = await http.get("/api/v1/inbox", params={"wait": 0.2}, headers=bobs, timeout=30)
+            return refused, others, elapsed
+
+        first, second, (refused, others, elapsed) = await asyncio.gather(
+            http.get("/api/v1/inbox", params={"wait": 2}, headers=eves, timeout=30),
+            http.get("/api/v1/inbox", params={"wait": 2}, headers=eves, timeout=30),
+            one_too_many(),
+        )
+        again = await http.get("/api/v1/inbox", params={"wait": 0.2}, headers=eves, timeout=30)
+
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert refused.status_code == 429, refused.json()
+    assert (refused.json()["error"], refused.json()["reason"]) == ("rate_limited", "too_many_waits")
+    assert refused.json()["retry_after"] > 0 and elapsed < 1.5
+    assert others.status_code == 200
+    assert again.status_code == 200

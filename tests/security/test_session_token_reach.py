@@ -150,3 +150,64 @@ def test_one_sender_cannot_take_all_of_a_stopped_sessions_room_for_held_messages
     sent = send(alice, "carol", "the build is green")
 
     assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
+
+
+def test_one_sender_cannot_fill_the_hubs_room_for_messages_to_stopped_sessions(api, register, send, settings):
+    """The attack: eve sends her share to each of many stopped sessions, until the hub holds as
+    many messages for stopped sessions as it may; then nobody's message to any stopped session is
+    held. One sender's share of the hub's room is bounded too, so alice's message to a stopped
+    session is still held for it."""
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT = 4
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER = 2
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB = 8
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB = 4
+    alice, eve = register("alice"), register("eve")
+    stopped = [register(f"sleeper-{n}", status="stopped") for n in range(4)]
+    answers = [send(eve, s.name, f"filler {n}") for s in stopped for n in range(2)]
+    assert [a.json_body.get("status") for a in answers[:4]] == ["held"] * 4
+    refused = answers[4:]
+    assert {(a.status_code, a.json_body.get("error")) for a in refused} == {(429, "hold_full")}
+    assert "yours" in refused[0].json_body["detail"] and "4" in refused[0].json_body["detail"]
+    assert Delivery.objects.filter(message__sender_id=eve.id, state="held").count() == 4
+
+    sent = send(alice, stopped[3].name, "the build is green")
+
+    assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
+
+
+def test_a_full_room_for_held_messages_does_not_tell_a_sender_how_many_others_wait(
+    api, register, send, settings
+):
+    """The attack: eve sends to a session whose room for held messages is full and reads, in the
+    refusal, how many messages other senders have waiting for it (for an operator, or until it
+    starts again): that is the recipient's traffic, not hers. The refusal names the limit only."""
+    alice, eve = register("alice"), register("eve")
+    carol, dave = register("carol"), register("dave", status="stopped")
+    assert api.call("PUT", "sessions/me/policy", carol.token, {"policy": "hold"}).status_code == 200
+    for n in range(7):
+        assert send(alice, "carol", f"for review {n}").json_body["status"] == "held"
+        assert send(alice, "dave", f"for later {n}").json_body["status"] == "held"
+    settings.SWITCHBOARD_HOLDS_PER_RECIPIENT = 3
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT = 3
+
+    for to in ("carol", "dave"):
+        refused = send(eve, to, "hello")
+        assert (refused.status_code, refused.json_body["error"]) == (429, "hold_full"), refused.json_body
+        detail = refused.json_body["detail"].replace(carol.ref, "").replace(dave.ref, "")
+        assert "7" not in detail and "3" in detail, detail
+
+
+def test_discovery_does_not_tell_a_session_how_other_sessions_run(api, register):
+    """The attack: eve, looking for a victim for a prompt injection, lists the agents and picks
+    those whose permission mode is `bypass` (they run tools without asking) and whose inbound
+    policy lets a stranger's message straight through. How another session runs is its own (and
+    its operators'); discovery shows it to that session only, as it does its socket inbox."""
+    alice, eve = register("alice", permission_mode="bypass"), register("eve")
+    assert api.call("PUT", "sessions/me/policy", alice.token, {"policy": "accept"}).status_code == 200
+
+    listed = {a["name"]: a for a in api.get("agents", eve.token).json_body["agents"]}
+    own = {a["name"]: a for a in api.get("agents", alice.token).json_body["agents"]}
+
+    assert listed["alice"]["permission_mode"] is None and listed["alice"]["inbound_policy"] is None
+    assert listed["eve"]["permission_mode"] == "default"
+    assert own["alice"]["permission_mode"] == "bypass" and own["alice"]["inbound_policy"] == "accept"

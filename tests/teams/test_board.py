@@ -198,3 +198,52 @@ def test_would_cycle_agrees_with_a_topological_sort(pairs, task, blockers):
     after = {k: set(v) for k, v in edges.items()}
     after.setdefault(task, set()).update(blockers)
     assert would_cycle(edges=edges, task=task, blockers=blockers) is (not _acyclic(after))
+
+
+def _board_size(team_id):
+    from teams.models import Task
+
+    return Task.objects.filter(team_id=team_id).count()
+
+
+def test_one_members_token_cannot_fill_the_board_and_an_operator_is_never_shut_out(
+    api, crew, operator_token, settings
+):
+    """Given a board of at most 4 open tasks from sessions, 2 of them from any one session,
+    when alice creates tasks without end, then her third is refused (409, nothing written), bob
+    and the lead still get room until the board is full, and an operator still adds tasks;
+    finishing a task gives its creator room again."""
+    settings.SWITCHBOARD_OPEN_TASKS_PER_TEAM = 4
+    settings.SWITCHBOARD_OPEN_TASKS_PER_SESSION = 2
+    mine = [_task(api, crew, f"alice {i}", token=crew.alice.token) for i in range(2)]
+    before = _board_size(crew.team_id)
+    refused = api.post(crew.path("/tasks"), crew.alice.token, {"title": "alice 2"})
+    assert refused.status_code == 409, refused.json_body
+    assert refused.json_body["error"] == "conflict"
+    assert refused.json_body["reason"] == "board_share_full"
+    assert "2" in refused.json_body["detail"]
+    assert _board_size(crew.team_id) == before
+    _task(api, crew, "bob 0", token=crew.bob.token)
+    _task(api, crew, "lead 0")
+    full = api.post(crew.path("/tasks"), crew.lead.token, {"title": "lead 1"})
+    assert full.status_code == 409, full.json_body
+    assert full.json_body["reason"] == "board_full"
+    assert _board_size(crew.team_id) == before + 2
+    assert api.post(crew.path("/tasks"), operator_token, {"title": "the operator's"}).status_code == 201
+    api.post(f"tasks/{mine[0]['id']}/claim", crew.alice.token, {})
+    assert api.post(f"tasks/{mine[0]['id']}/complete", crew.alice.token, {}).status_code == 200
+    assert api.post(crew.path("/tasks"), crew.alice.token, {"title": "alice again"}).status_code == 201
+
+
+def test_a_lead_gets_no_fresh_task_bound_by_ending_its_team_and_starting_another(api, crew, settings):
+    """Given a lead whose share of open tasks is 2, when it fills its share, ends the team and
+    creates another, then the new board refuses its next task: its open tasks count wherever they are."""
+    settings.SWITCHBOARD_OPEN_TASKS_PER_SESSION = 2
+    for i in range(2):
+        _task(api, crew, f"lead {i}")
+    assert api.post(f"{crew.path()}/end", crew.lead.token).status_code == 200
+    again = api.post("teams", crew.lead.token, {"name": "build-2"})
+    assert again.status_code == 201, again.json_body
+    refused = api.post(f"teams/{again.json_body['id']}/tasks", crew.lead.token, {"title": "one more"})
+    assert refused.status_code == 409, refused.json_body
+    assert refused.json_body["reason"] == "board_share_full"

@@ -123,6 +123,38 @@ def test_notify_when_idle_fires_once_at_the_next_idle_and_does_not_wake_the_targ
     assert Subscription.objects.get(pk=sub["id"]).state == "fired"
 
 
+def test_the_watched_session_learns_nothing_of_who_watches_it(
+    api, register, operator_token, monkeypatch, django_capture_on_commit_callbacks
+):
+    """The attack: worker wants to know who watches it. The notice that tells a subscriber it is
+    idle is written in worker's name, so were worker told of it as of a message it sent (the live
+    `message.sent` event naming the recipient, receipts as it is pulled and read, its status at
+    GET /messages/{id}, the hub's word on a hold's outcome), its token would learn each watcher and
+    when it reads. Worker must hear nothing of it."""
+    from messaging.services import events
+
+    me, worker = register("me"), register("worker")
+    heard: list[tuple[list[str], dict]] = []
+    monkeypatch.setattr(events, "_send_many", heard.extend)
+    worker_group = events.session_group(worker.id)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _subscribe(api, me, worker)["state"] == "fired"
+        [note] = api.get("inbox", me.token).json_body["messages"]
+        assert api.post("inbox/ack", me.token, {"ids": [note["id"]]}).status_code == 200
+    assert heard, "the notice's events were sent"
+    assert [e.get("kind", e["type"]) for groups, e in heard if worker_group in groups] == []
+    assert api.get(f"messages/{note['id']}", worker.token).status_code == 404
+
+    # Held for an operator by the subscriber's policy, then denied: worker is not told either.
+    assert api.call("PUT", "sessions/me/policy", me.token, {"policy": "hold"}).status_code == 200
+    _status(api, worker, "busy")
+    _subscribe(api, me, worker)
+    _status(api, worker, "idle", final_answer="done")
+    [held] = api.get("holds", operator_token).json_body["holds"]
+    assert api.post(f"holds/{held['id']}/deny", operator_token, {"reason": "no"}).status_code == 200
+    assert api.get("inbox", worker.token).json_body["messages"] == []
+
+
 def test_notify_when_idle_fires_on_exit(api, register):
     me, worker = register("me"), register("worker")
     _status(api, worker, "busy")
