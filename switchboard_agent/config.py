@@ -165,6 +165,17 @@ def session_forget(key: str) -> None:
     _session_path(key).unlink(missing_ok=True)
 
 
+def session_set_aside(saved: SavedSession) -> None:
+    """Move a saved session left behind off its session id, marked ended: the id is free for the
+    session that goes on in its place, and the next registration on this machine ends this one on
+    the hub with its own token (`registration.sessions_reap`) and forgets it."""
+    old = saved.key
+    saved.key = f"left-{os.urandom(4).hex()}-{old}"[:128]
+    saved.keys, saved.ended = [saved.key], True
+    session_save(saved)
+    session_forget(old)
+
+
 def saved_sessions(hub: str) -> Iterator[SavedSession]:
     """Every saved session on `hub`, ended ones too (an end the hub never heard of)."""
     for path in sessions_dir().glob("*.json"):

@@ -72,6 +72,7 @@ from switchboard_agent.config import (
     session_lock,
     session_name,
     session_save,
+    session_set_aside,
     sessions_of_process,
 )
 from switchboard_agent.delivery_text import render_messages
@@ -296,11 +297,25 @@ class Hook:
         session_save(saved)
 
     # --- events --------------------------------------------------------------------------------
+    def left_behind(self, saved: SavedSession) -> bool:
+        """Whether `saved`, found for this session id, is the session of a conversation whose
+        client process is gone while this process goes on with a hub session of its own under
+        another id: an in-process /resume of a conversation a killed client left. That process's
+        session carries over (the one its MCP server acts as); `saved` is set aside to be ended."""
+        if not self.anchor or not saved.anchor or saved.anchor == self.anchor or anchor_alive(saved.anchor):
+            return False
+        mine = sessions_of_process(self.anchor, self.url)
+        return len(mine) == 1 and mine[0].key != saved.key
+
     def on_session_start(self) -> dict[str, Any] | None:
         saved = self.saved()
-        if saved is None:
+        if saved is None or (saved.anchor != self.anchor and self.left_behind(saved)):
             with session_lock(self.key):
-                saved = self.saved() or self.adopt()
+                saved = self.saved()
+                if saved is not None and self.left_behind(saved):
+                    session_set_aside(saved)
+                    saved = None
+                saved = saved or self.adopt()
         if saved is not None:
             try:
                 with self.client(saved.token) as client:

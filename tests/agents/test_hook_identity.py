@@ -223,6 +223,43 @@ def test_resume_in_the_same_process_keeps_the_hub_session(inprocess_hub: str, mo
     assert AgentSession.objects.count() == 1
 
 
+def test_resume_in_the_same_process_of_a_conversation_left_behind_keeps_one_session(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a running Claude Code (session A) and a conversation B whose Claude Code was killed
+    (its saved session, tied to a process that is gone, not yet ended on the hub), when A's
+    process resumes B (`/resume`), then it goes on as A's hub session, the one its MCP server
+    (which keeps the id it started with) acts as, not as B's besides it: hooks and MCP server are
+    one session, and B's is ended by the next registration on this machine."""
+    from switchboard_agent.config import sessions_of_process
+    from switchboard_agent.identity import Identity
+
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    client_process(monkeypatch, this_process())
+    first = _registered(fire("SessionStart", SID_A, source="startup"))
+    client_process(monkeypatch, gone_process())
+    fire("SessionStart", SID_B, source="startup")  # (its process has exited since)
+    left = AgentSession.objects.exclude(ref=first[1]).get(name="shop")
+
+    client_process(monkeypatch, this_process())
+    fire("SessionEnd", SID_A, reason="resume")
+    assert _registered(fire("SessionStart", SID_B, source="resume")) == first
+    out = fire("UserPromptSubmit", SID_B, prompt="go on")  # the hooks act as A from here on
+    assert out is None and AgentSession.objects.get(ref=first[1]).status == "busy"
+
+    mcp = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+    assert mcp.call(lambda c: c.me())["ref"] == first[1]
+    assert len(sessions_of_process(this_process(), inprocess_hub)) == 1
+
+    client_process(monkeypatch, "4242:1")  # another agent registers: B's session is ended
+    monkeypatch.setenv("SWITCHBOARD_NAME", "api")
+    fire("SessionStart", "0d9a7c2e-cccc-4b8a-9c3e-5a1b2c3d4e5f", source="startup", cwd="/work/api")
+    left.refresh_from_db()
+    assert left.status == "exited"
+    assert [s.ref for s in holding("shop")] == [first[1]]
+
+
 def client_process(monkeypatch: pytest.MonkeyPatch, anchor: str) -> None:
     """The agent client process the next hooks and MCP servers run under (see conftest)."""
     from switchboard_agent import hooks, identity
