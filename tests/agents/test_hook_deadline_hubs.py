@@ -287,3 +287,28 @@ def test_every_event_of_each_client_ends_in_time_and_lets_the_agent_go_on(
         assert took[name] < WITHIN, f"{client} {name} took {took[name]:.1f} s: {log[-1]}"
     if hub.accepted is not None:
         assert hub.accepted >= 1  # the hooks did reach it
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("client", ["claude", "gemini"])
+def test_a_first_hook_waiting_for_the_session_lock_ends_in_time(
+    client: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The MCP server started beside the hooks registers the session under the hooks' lock (Claude
+    Code's, by its session id), and holds it while its own registration waits on a hub that never
+    answers: a first hook of that session waits for the lock inside its deadline, not past it."""
+    from switchboard_agent.config import session_lock
+
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "CLAUDE_CODE_"))}
+    env |= {"SWITCHBOARD_HOME": str(tmp_path), "SWITCHBOARD_ENROLL_KEY": "k" * 32}
+    with HungHub() as hub, session_lock(SESSION_ID):
+        argv, stdin = client_argv(client, hub.url, "SessionStart")
+        started = time.monotonic()
+        done = subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, env=env, cwd=REPO, timeout=60
+        )
+        took = time.monotonic() - started
+    assert done.returncode == 0 and done.stdout == ""
+    assert took < WITHIN, f"the hook waited {took:.1f} s for the lock"
+    assert "deadline" in (tmp_path / "agent.log").read_text().splitlines()[-1]
