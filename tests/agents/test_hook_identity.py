@@ -455,6 +455,40 @@ def test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id
     assert time.monotonic() - started < 5
 
 
+def test_an_mcp_server_whose_first_session_id_was_never_registered_uses_the_one_after_clear(
+    inprocess_hub: str, monkeypatch
+) -> None:
+    """Given a Claude Code whose first session id was never registered (the hub away at its start,
+    or skipped by the breaker) and /clear before any other hook: its hooks register the new id.
+    When its MCP server (which keeps the first id) acts, then it acts as that session, the only
+    one of its Claude Code process, not as a second one registered under the first id."""
+    from switchboard_agent.identity import Identity
+
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    fire("SessionEnd", SID_A, reason="clear")  # (SessionStart of SID_A never reached the hub)
+    hooks = _registered(fire("SessionStart", SID_B, source="clear"))
+    identity = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+
+    me = identity.call(lambda c: c.me())
+
+    assert (me["name"], me["ref"]) == hooks
+    assert AgentSession.objects.count() == 1
+
+    # The hub forgets it (reset, or an operator ended it): the server registers it again as the
+    # hooks would, in the same saved session, and the hooks go on as the one it registered.
+    from messaging.principals import HUB
+    from messaging.services.sessions import session_deregister
+
+    session_deregister(session=AgentSession.objects.get(), actor=HUB)
+    again = identity.call(lambda c: c.me())
+    fire("UserPromptSubmit", SID_B, prompt="go on")
+    live = AgentSession.objects.exclude(status="exited")
+    assert [s.ref for s in live] == [again["ref"]] and again["ref"] != me["ref"]
+    identity.close()
+    assert live.get().status == "busy"  # the hooks' session: SessionEnd ends it
+
+
 def test_an_mcp_server_that_registers_first_registers_the_session_its_hooks_then_use(
     inprocess_hub: str, monkeypatch
 ) -> None:
