@@ -135,6 +135,53 @@ def test_an_mcp_server_that_cannot_tell_its_session_refuses_rather_than_guesses(
 
 
 @pytest.mark.e2e
+@pytest.mark.e2e
+def test_a_claude_code_and_a_gemini_cli_in_one_folder_each_send_as_their_own_session(
+    hub_process: Hub, tmp_path: Path
+) -> None:
+    """Two different clients in the same folder, the Gemini CLI started from Claude Code's Bash
+    tool (so it inherits CLAUDE_CODE_SESSION_ID): each client's hooks and MCP server act as its
+    own session, the Gemini one never as the Claude Code session whose id it carries."""
+    hub = hub_process
+    home = tmp_path / "agent-home"
+    home.mkdir(mode=0o700)
+    bob = enroll(hub, "bob")
+    env = agent_env(hub, home)
+    claude, gemini = Stub(env, str(REPO)), Stub(env | {"CLAUDE_CODE_SESSION_ID": SID_A}, str(REPO))
+    try:
+        out = claude.hook(HOOK, event("SessionStart", SID_A, source="startup"), CLAUDE_CODE_SESSION_ID=SID_A)
+        mine = {"claude": REGISTERED.search(out["answer"]["hookSpecificOutput"]["additionalContext"])[2]}
+        gemini_start = {
+            k: v for k, v in event("SessionStart", SID_B, source="startup").items() if k != "permission_mode"
+        }
+        out = gemini.hook(f"{HOOK} --client gemini || true", gemini_start, shell=["bash", "-c"])
+        mine["gemini"] = REGISTERED.search(out["answer"]["hookSpecificOutput"]["additionalContext"])[2]
+        assert mine["claude"] != mine["gemini"]
+
+        mcp_env = {"SWITCHBOARD_ATTACH": "hooks"}
+        assert claude.send(op="mcp_start", argv=MCP, env=mcp_env | {"SWITCHBOARD_CLIENT": "claude"}) == {
+            "ok": True
+        }
+        assert gemini.send(op="mcp_start", argv=MCP, env=mcp_env | {"SWITCHBOARD_CLIENT": "gemini"}) == {
+            "ok": True
+        }
+        for name, stub in (("claude", claude), ("gemini", gemini)):
+            sent = stub.send(
+                op="mcp_call", tool="send_message", args={"to": "bob", "message": f"from {name}"}
+            )
+            assert not sent["is_error"], sent
+
+        bob_api = httpx.Client(
+            base_url=f"{hub.url}/api/v1", headers={"Authorization": f"Bearer {bob['token']}"}
+        )
+        senders = {m["text"]: m["from"]["ref"] for m in bob_api.get("inbox").json()["messages"]}
+        assert senders == {"from claude": mine["claude"], "from gemini": mine["gemini"]}
+        assert len(bob_api.get("agents").json()["agents"]) == 3  # bob and the two: nothing more registered
+    finally:
+        claude.close()
+        gemini.close()
+
+
 def test_three_parallel_first_hooks_register_one_session(hub_process: Hub, tmp_path: Path) -> None:
     """No saved session (the hub was down at SessionStart): three PostToolUse hooks at once."""
     hub = hub_process
