@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import socket
+import socketserver
 import subprocess
 import threading
 import time
@@ -70,7 +71,29 @@ CLIENT_EVENTS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-class DripHub:
+class Served:
+    """A socketserver on 127.0.0.1 running in a thread of its own; `accepted` counts its callers."""
+
+    def __init__(self, server: socketserver.TCPServer) -> None:
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._server = server
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        self._stop.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class DripHub(Served):
     """Accepts, reads the request, then answers a 200 one byte per second: each read gets a byte
     well within any per-read timeout, so only an overall deadline ends the wait."""
 
@@ -79,50 +102,25 @@ class DripHub:
     )
 
     def __init__(self) -> None:
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self._server.settimeout(0.2)
-        self._stop = threading.Event()
-        self.accepted = 0
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
+        owner = self
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                owner.accepted += 1
+                self.request.settimeout(1.0)
+                try:
+                    self.request.recv(65536)
+                    for byte in owner.ANSWER + b" " * 4096:
+                        if owner._stop.wait(1.0):
+                            return
+                        self.request.sendall(bytes([byte]))
+                except OSError:
+                    return  # the hook gave up and closed the connection
 
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.accepted += 1
-            thread = threading.Thread(target=self._drip, args=(conn,), daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    def _drip(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(1.0)
-            try:
-                conn.recv(65536)
-                for byte in self.ANSWER + b" " * 4096:
-                    if self._stop.wait(1.0):
-                        return
-                    conn.sendall(bytes([byte]))
-            except OSError:
-                return  # the hook gave up and closed the connection
-
-    def close(self) -> None:
-        self._stop.set()
-        self._server.close()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        super().__init__(socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler))
 
 
-class FailingHub:
+class FailingHub(Served):
     """Answers every request HTTP 500 with a JSON error body, at once."""
 
     def __init__(self) -> None:
@@ -130,7 +128,7 @@ class FailingHub:
 
         class Handler(BaseHTTPRequestHandler):
             def _fail(self) -> None:
-                owner.requests += 1
+                owner.accepted += 1
                 length = int(self.headers.get("Content-Length") or 0)
                 self.rfile.read(length)
                 body = b'{"error": "internal", "detail": "Server Error (500)"}'
@@ -145,24 +143,7 @@ class FailingHub:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.requests = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    @property
-    def accepted(self) -> int:
-        return self.requests
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
 
 
 class NobodyListening:
