@@ -327,6 +327,43 @@ def _deregister_quietly(client: HubClient, attempts: int = 3) -> None:
         client.close()
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Whether this machine's agent side can work: its home (what is wrong there and the commands
+    that fix it), the hub it would use and whether that hub answers. Exit 2 for an unsafe home (the
+    hooks and MCP server refuse it too), 4 for a hub out of reach, else 0."""
+    from switchboard_agent.config import enroll_key, home_problems, hub_url
+
+    problems = home_problems()
+    home = os.environ.get("SWITCHBOARD_HOME") or "~/.switchboard"
+    report: dict[str, Any] = {
+        "home": home,
+        "home_ok": not problems,
+        "home_problems": [{"path": str(p.path), "problem": p.problem, "fix": p.fix} for p in problems],
+    }
+    lines = [
+        f"home: {home}: " + ("ok" if not problems else "NOT SAFE; the hooks and MCP server will not use it")
+    ]
+    lines += [f"  {p}" for p in problems]
+    code = EXIT_USAGE if problems else EXIT_OK
+    if not problems:
+        url = getattr(args, "url", None) or hub_url()
+        report |= {"hub": url, "enroll_key": enroll_key(url) is not None}
+        try:
+            with HubClient(url, None) as client:
+                client.call("GET", "ping")
+            answers = "answers"
+        except HubUnreachable as exc:
+            answers, code = f"NOT REACHED: {exc.detail}", EXIT_UNREACHABLE
+        except HubError as exc:
+            answers = "answers" if exc.status == 401 else f"answers HTTP {exc.status} [{exc.code}]"
+        report["hub_answers"] = answers
+        lines.append(f"hub: {url}: {answers}")
+        key = "found" if report["enroll_key"] else "none (set SWITCHBOARD_ENROLL_KEY to register sessions)"
+        lines.append(f"enrollment key for it: {key}")
+    _emit(args, report, "\n".join(lines))
+    return code
+
+
 def cmd_hook(args: argparse.Namespace) -> int:
     from switchboard_agent.hooks import main
 
@@ -464,6 +501,8 @@ def add_agent_commands(sub: Any) -> None:
     p.add_argument("--name", help="the registered session's name")
     p.add_argument("--count", type=int, help="stop after this many messages")
     p.add_argument("--seconds", type=float, help="stop after this many seconds")
+
+    add("doctor", cmd_doctor, "check this machine's Switchboard home (and how to fix it) and its hub")
 
     add_hook_command(sub)
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from switchboard_agent.home import home_dir, write_private
+from switchboard_agent.home import UnsafeHome, home_dir, private_folder, read_private, write_private
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 # Where `switchboard serve` writes the address it listens on (this machine's view of it), in its
@@ -49,7 +49,7 @@ def hub_url() -> str:
     url = os.environ.get("SWITCHBOARD_URL", "").strip()
     if not url:
         try:
-            url = (home_dir() / HUB_URL_FILE).read_text(encoding="utf-8").strip()
+            url = read_private(home_dir() / HUB_URL_FILE).strip()
         except OSError:
             url = ""
     return (url or DEFAULT_URL).rstrip("/")
@@ -64,7 +64,7 @@ def enroll_key(url: str) -> str | None:
     if not hub_of_this_home(url):
         return None
     try:
-        return (home_dir() / "enroll.key").read_text(encoding="utf-8").strip() or None
+        return read_private(home_dir() / "enroll.key").strip() or None
     except OSError:
         return None
 
@@ -75,7 +75,7 @@ def hub_of_this_home(url: str) -> bool:
     that hub's operator, or anyone on the way, register sessions on this one."""
     url = url.strip().rstrip("/")
     with contextlib.suppress(OSError):
-        if url == (home_dir() / HUB_URL_FILE).read_text(encoding="utf-8").strip().rstrip("/"):
+        if url == read_private(home_dir() / HUB_URL_FILE).strip().rstrip("/"):
             return True
     host = urlsplit(url).hostname or ""
     if host == "localhost":
@@ -99,9 +99,9 @@ def session_name(cwd: str | None = None) -> str:
 
 
 def sessions_dir() -> Path:
-    path = home_dir() / "sessions"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
+    """`$SWITCHBOARD_HOME/sessions`, created 0700; UnsafeHome when another user could write in
+    it (one made while the home was open to others keeps its owner and mode)."""
+    return private_folder(home_dir() / "sessions", "SWITCHBOARD_HOME/sessions")
 
 
 @dataclass
@@ -155,7 +155,7 @@ def session_save(saved: SavedSession) -> None:
 
 def session_load(key: str) -> SavedSession | None:
     try:
-        data: dict[str, Any] = json.loads(_session_path(key).read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(read_private(_session_path(key)))
         return SavedSession(**data)
     except (OSError, ValueError, TypeError):
         return None
@@ -163,6 +163,17 @@ def session_load(key: str) -> SavedSession | None:
 
 def session_forget(key: str) -> None:
     _session_path(key).unlink(missing_ok=True)
+
+
+def session_set_aside(saved: SavedSession) -> None:
+    """Move a saved session left behind off its session id, marked ended: the id is free for the
+    session that goes on in its place, and the next registration on this machine ends this one on
+    the hub with its own token (`registration.sessions_reap`) and forgets it."""
+    old = saved.key
+    saved.key = f"left-{os.urandom(4).hex()}-{old}"[:128]
+    saved.keys, saved.ended = [saved.key], True
+    session_save(saved)
+    session_forget(old)
 
 
 def saved_sessions(hub: str) -> Iterator[SavedSession]:
@@ -227,7 +238,7 @@ def pending_save(pending: PendingRegistration) -> None:
 def pending_load(key: str, hub: str) -> PendingRegistration | None:
     """The pending registration of saved session `key` on `hub`, or None."""
     try:
-        data: dict[str, Any] = json.loads(_pending_path(key).read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(read_private(_pending_path(key)))
         pending = PendingRegistration(**data)
     except (OSError, ValueError, TypeError):
         return None
@@ -294,3 +305,29 @@ class Breaker:
 
 def log_path() -> Path:
     return home_dir() / "agent.log"
+
+
+def home_problems() -> list[UnsafeHome]:
+    """What makes `$SWITCHBOARD_HOME` unsafe to use (`home.refuse_unsafe`), each with its fix: the
+    home, then its sessions folder, then each file the agent side reads there. Empty when it is
+    safe. The first problem hides the ones inside it (a folder refused is not looked into)."""
+    try:
+        home = home_dir()
+        folder = sessions_dir()
+    except UnsafeHome as exc:
+        return [exc]
+    found = []
+    names = [
+        home / HUB_URL_FILE,
+        home / "enroll.key",
+        *sorted(folder.glob("*.json")),
+        *sorted(folder.glob("*.pending")),
+    ]
+    for path in names:
+        try:
+            read_private(path)
+        except UnsafeHome as exc:
+            found.append(exc)
+        except (OSError, ValueError):
+            continue  # gone, or not text: nothing an attacker could have made believed
+    return found

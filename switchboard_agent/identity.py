@@ -239,12 +239,12 @@ class Identity:
     def _resolve_by_key(self, key: str, stale_token: str | None) -> HubClient:
         """The session the client's hooks keep for session id `key`, registered here (under the
         hooks' lock and key, so they find it) when they have not."""
-        saved = session_find(key, self.url)
+        saved = self._find_by_key(key)
         if saved is not None and saved.token != stale_token:
             return self._use(saved)
         # The hooks lock the session id they serve now (after /clear, a later one than `key`).
         with session_lock(saved.key if saved is not None else key):
-            saved = session_find(key, self.url)
+            saved = self._find_by_key(key)
             if saved is not None and saved.token != stale_token:
                 return self._use(saved)
             # A refused token is replaced in the same saved session (its ids and process kept).
@@ -255,6 +255,16 @@ class Identity:
                 keys=saved.keys if saved is not None else [key],
             )
         return self._use(saved)
+
+    def _find_by_key(self, key: str) -> SavedSession | None:
+        """The saved session serving session id `key`; else, when `key` was never registered (the
+        hub away at the client's start, then /clear, after which the hooks registered the later
+        id), the one session of this client process, which is that agent session's."""
+        saved = session_find(key, self.url)
+        if saved is not None:
+            return saved
+        mine = sessions_of_process(client_anchor(), self.url)
+        return mine[0] if len(mine) == 1 else None
 
     def _register_saved(self, *, key: str, anchor: str, kind: str, **saved_fields: Any) -> SavedSession:
         """Register the saved session `key` as its hooks would (the caller holds its lock): a

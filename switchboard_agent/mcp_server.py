@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from switchboard_agent.client import HubClient, HubError
 from switchboard_agent.delivery_text import render_messages
 from switchboard_agent.hints import for_tools
+from switchboard_agent.home import UnsafeHome
 from switchboard_agent.identity import Identity
 from switchboard_agent.teams_tools import register_team_tools
 
@@ -49,6 +50,13 @@ ADVICE = {
     429: "Wait, then retry.",
     503: "The hub is busy or its database is down; retry in a few seconds.",
 }
+
+
+# Before the reason a tool refused $SWITCHBOARD_HOME (home.UnsafeHome: what is wrong, and the fix).
+UNSAFE_HOME_TOOL = (
+    "Switchboard is not connected: its home folder is not safe to use, and nothing was done. Tell "
+    "your user what follows; the folder is theirs to fix, not yours:"
+)
 
 
 def hub_failure(exc: HubError) -> ToolError:
@@ -203,6 +211,8 @@ class Hub:
             return self.identity.call(fn)
         except HubError as exc:
             raise hub_failure(exc) from exc
+        except UnsafeHome as exc:
+            raise ToolError(f"{UNSAFE_HOME_TOOL} {exc}") from exc
 
 
 def _agent_row(a: dict[str, Any]) -> dict[str, Any]:
@@ -224,6 +234,8 @@ def build_server(identity: Identity) -> MCPServer:
             identity.start()
         except HubError as exc:  # the hub may come up later; tools register on first use
             log.warning("could not register with the hub yet: %s", exc.detail)
+        except UnsafeHome as exc:  # each tool says so (`Hub`); one line here, not a traceback
+            log.warning("not registering: %s", exc)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[None]:

@@ -135,6 +135,53 @@ def test_an_mcp_server_that_cannot_tell_its_session_refuses_rather_than_guesses(
 
 
 @pytest.mark.e2e
+@pytest.mark.e2e
+def test_a_claude_code_and_a_gemini_cli_in_one_folder_each_send_as_their_own_session(
+    hub_process: Hub, tmp_path: Path
+) -> None:
+    """Two different clients in the same folder, the Gemini CLI started from Claude Code's Bash
+    tool (so it inherits CLAUDE_CODE_SESSION_ID): each client's hooks and MCP server act as its
+    own session, the Gemini one never as the Claude Code session whose id it carries."""
+    hub = hub_process
+    home = tmp_path / "agent-home"
+    home.mkdir(mode=0o700)
+    bob = enroll(hub, "bob")
+    env = agent_env(hub, home)
+    claude, gemini = Stub(env, str(REPO)), Stub(env | {"CLAUDE_CODE_SESSION_ID": SID_A}, str(REPO))
+    try:
+        out = claude.hook(HOOK, event("SessionStart", SID_A, source="startup"), CLAUDE_CODE_SESSION_ID=SID_A)
+        mine = {"claude": REGISTERED.search(out["answer"]["hookSpecificOutput"]["additionalContext"])[2]}
+        gemini_start = {
+            k: v for k, v in event("SessionStart", SID_B, source="startup").items() if k != "permission_mode"
+        }
+        out = gemini.hook(f"{HOOK} --client gemini || true", gemini_start, shell=["bash", "-c"])
+        mine["gemini"] = REGISTERED.search(out["answer"]["hookSpecificOutput"]["additionalContext"])[2]
+        assert mine["claude"] != mine["gemini"]
+
+        mcp_env = {"SWITCHBOARD_ATTACH": "hooks"}
+        assert claude.send(op="mcp_start", argv=MCP, env=mcp_env | {"SWITCHBOARD_CLIENT": "claude"}) == {
+            "ok": True
+        }
+        assert gemini.send(op="mcp_start", argv=MCP, env=mcp_env | {"SWITCHBOARD_CLIENT": "gemini"}) == {
+            "ok": True
+        }
+        for name, stub in (("claude", claude), ("gemini", gemini)):
+            sent = stub.send(
+                op="mcp_call", tool="send_message", args={"to": "bob", "message": f"from {name}"}
+            )
+            assert not sent["is_error"], sent
+
+        bob_api = httpx.Client(
+            base_url=f"{hub.url}/api/v1", headers={"Authorization": f"Bearer {bob['token']}"}
+        )
+        senders = {m["text"]: m["from"]["ref"] for m in bob_api.get("inbox").json()["messages"]}
+        assert senders == {"from claude": mine["claude"], "from gemini": mine["gemini"]}
+        assert len(bob_api.get("agents").json()["agents"]) == 3  # bob and the two: nothing more registered
+    finally:
+        claude.close()
+        gemini.close()
+
+
 def test_three_parallel_first_hooks_register_one_session(hub_process: Hub, tmp_path: Path) -> None:
     """No saved session (the hub was down at SessionStart): three PostToolUse hooks at once."""
     hub = hub_process
@@ -221,6 +268,43 @@ def test_resume_in_the_same_process_keeps_the_hub_session(inprocess_hub: str, mo
     fire("SessionEnd", SID_A, reason="resume")
     assert _registered(fire("SessionStart", SID_B, source="resume")) == first
     assert AgentSession.objects.count() == 1
+
+
+def test_resume_in_the_same_process_of_a_conversation_left_behind_keeps_one_session(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a running Claude Code (session A) and a conversation B whose Claude Code was killed
+    (its saved session, tied to a process that is gone, not yet ended on the hub), when A's
+    process resumes B (`/resume`), then it goes on as A's hub session, the one its MCP server
+    (which keeps the id it started with) acts as, not as B's besides it: hooks and MCP server are
+    one session, and B's is ended by the next registration on this machine."""
+    from switchboard_agent.config import sessions_of_process
+    from switchboard_agent.identity import Identity
+
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    client_process(monkeypatch, this_process())
+    first = _registered(fire("SessionStart", SID_A, source="startup"))
+    client_process(monkeypatch, gone_process())
+    fire("SessionStart", SID_B, source="startup")  # (its process has exited since)
+    left = AgentSession.objects.exclude(ref=first[1]).get(name="shop")
+
+    client_process(monkeypatch, this_process())
+    fire("SessionEnd", SID_A, reason="resume")
+    assert _registered(fire("SessionStart", SID_B, source="resume")) == first
+    out = fire("UserPromptSubmit", SID_B, prompt="go on")  # the hooks act as A from here on
+    assert out is None and AgentSession.objects.get(ref=first[1]).status == "busy"
+
+    mcp = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+    assert mcp.call(lambda c: c.me())["ref"] == first[1]
+    assert len(sessions_of_process(this_process(), inprocess_hub)) == 1
+
+    client_process(monkeypatch, "4242:1")  # another agent registers: B's session is ended
+    monkeypatch.setenv("SWITCHBOARD_NAME", "api")
+    fire("SessionStart", "0d9a7c2e-cccc-4b8a-9c3e-5a1b2c3d4e5f", source="startup", cwd="/work/api")
+    left.refresh_from_db()
+    assert left.status == "exited"
+    assert [s.ref for s in holding("shop")] == [first[1]]
 
 
 def client_process(monkeypatch: pytest.MonkeyPatch, anchor: str) -> None:
@@ -416,6 +500,40 @@ def test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id
 
     assert me["name"] == "shop" and AgentSession.objects.count() == 1
     assert time.monotonic() - started < 5
+
+
+def test_an_mcp_server_whose_first_session_id_was_never_registered_uses_the_one_after_clear(
+    inprocess_hub: str, monkeypatch
+) -> None:
+    """Given a Claude Code whose first session id was never registered (the hub away at its start,
+    or skipped by the breaker) and /clear before any other hook: its hooks register the new id.
+    When its MCP server (which keeps the first id) acts, then it acts as that session, the only
+    one of its Claude Code process, not as a second one registered under the first id."""
+    from switchboard_agent.identity import Identity
+
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    fire("SessionEnd", SID_A, reason="clear")  # (SessionStart of SID_A never reached the hub)
+    hooks = _registered(fire("SessionStart", SID_B, source="clear"))
+    identity = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+
+    me = identity.call(lambda c: c.me())
+
+    assert (me["name"], me["ref"]) == hooks
+    assert AgentSession.objects.count() == 1
+
+    # The hub forgets it (reset, or an operator ended it): the server registers it again as the
+    # hooks would, in the same saved session, and the hooks go on as the one it registered.
+    from messaging.principals import HUB
+    from messaging.services.sessions import session_deregister
+
+    session_deregister(session=AgentSession.objects.get(), actor=HUB)
+    again = identity.call(lambda c: c.me())
+    fire("UserPromptSubmit", SID_B, prompt="go on")
+    live = AgentSession.objects.exclude(status="exited")
+    assert [s.ref for s in live] == [again["ref"]] and again["ref"] != me["ref"]
+    identity.close()
+    assert live.get().status == "busy"  # the hooks' session: SessionEnd ends it
 
 
 def test_an_mcp_server_that_registers_first_registers_the_session_its_hooks_then_use(

@@ -146,3 +146,36 @@ def test_with_hooks_installed_the_mcp_server_acts_as_the_hooks_session(
     assert AgentSession.objects.count() == 1 and not identity.owned
     identity.close()
     assert AgentSession.objects.get(pk=again["id"]).status == "busy"  # not ours to deregister
+
+
+@pytest.mark.parametrize("client", ["claude", "gemini", "codex"])
+def test_under_a_home_others_can_write_each_tool_says_why_and_what_to_tell_the_user(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, client: str
+) -> None:
+    """The hooks' SessionStart tells the user; a tool the model calls all the same answers the same
+    problem and fix (home.UnsafeHome), for the model to pass on, instead of the SDK's bare "Error
+    executing tool". (A server without hooks, given its hub and key, keeps nothing in the home.)"""
+    home = tmp_path / "sb"
+    home.mkdir()
+    home.chmod(0o777)
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(home))
+    monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", "k")
+    identity = Identity(
+        url="http://127.0.0.1:9",
+        cwd="/work/x",
+        attach_to_hooks=True,
+        client_key="s1" if client == "claude" else None,
+        owns_client_session=client == "codex",
+    )
+    server = build_server(identity)
+
+    async def call() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("send_message", {"to": "bob", "message": "hi"})
+
+    result = anyio.run(call)
+
+    assert result.is_error
+    said = text(result)
+    assert "Switchboard is not connected" in said and f"chmod 0700 {home}" in said
+    assert "your user" in said
