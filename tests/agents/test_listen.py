@@ -194,7 +194,7 @@ def test_a_listener_started_again_after_one_was_killed_leaves_its_name_one_open_
 
     thread, codes = run_in_thread(*argv[:-1], "3")
     deadline = time.monotonic() + 10
-    while AgentSession.objects.filter(name="ci-listener").count() < 2 and time.monotonic() < deadline:
+    while _sessions_named("ci-listener") < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     open_now = list(AgentSession.objects.filter(name="ci-listener").exclude(status="exited"))
     thread.join(timeout=20)
@@ -203,6 +203,20 @@ def test_a_listener_started_again_after_one_was_killed_leaves_its_name_one_open_
     assert len(open_now) == 1 and open_now[0].pk != first.pk
     first.refresh_from_db()
     assert first.status == "exited"
+
+
+def _sessions_named(name: str) -> int:
+    """How many sessions have `name`, read while the listener's thread may be writing through the
+    in-process hub: the shared in-memory SQLite database refuses a read while another thread
+    writes ("database table is locked") instead of waiting, so that read counts as none yet."""
+    from django.db import OperationalError
+
+    try:
+        return AgentSession.objects.filter(name=name).count()
+    except OperationalError as exc:
+        if "locked" not in str(exc):
+            raise
+        return 0
 
 
 def _blocks(out: str) -> list[tuple[str, list[str]]]:
