@@ -196,13 +196,19 @@ def team_add_member(
     return roster_join(team=team, session=session, actor=actor, name=name)
 
 
-def roster_check_joinable(*, team: Team, session: AgentSession, name: str | None) -> tuple[str, str]:
-    """Refuse a session that cannot join `team` now; return its roster name and that name's key."""
-    team_require_live(team=team)
+def roster_check_free(*, session: AgentSession, name: str | None) -> tuple[str, str]:
+    """Refuse a session that cannot join any team now (exited, an observer, on a roster, a bad
+    name): facts of the session alone. Return its roster name and that name's key."""
     _require_free(session)
     if live_membership(session) is not None:
         raise Conflict(f"{session.label} is already on a team's roster.", reason="already_member")
     return _member_name(session, name)
+
+
+def roster_check_joinable(*, team: Team, session: AgentSession, name: str | None) -> tuple[str, str]:
+    """Refuse a session that cannot join `team` now; return its roster name and that name's key."""
+    team_require_live(team=team)
+    return roster_check_free(session=session, name=name)
 
 
 def roster_join(
