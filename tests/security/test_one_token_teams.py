@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from messaging.models import Delivery
 from teams.models import Invitation
 
 pytestmark = pytest.mark.django_db
@@ -52,3 +53,52 @@ def test_an_invited_session_joins_by_asking_its_lead(api, register):
     joined = api.post("teams/join", mate.token, {"lead": "boss"})
     assert joined.status_code == 201 and joined.json_body["member_id"], joined.json_body
     assert api.get("teams/mine", mate.token).json_body["team"]["name"] == "open-project"
+
+
+def _idle(api: Any, agent: Any, answer: str) -> None:
+    assert api.patch("sessions/me", agent.token, {"status": "busy"}).status_code == 200
+    assert (
+        api.patch("sessions/me", agent.token, {"status": "idle", "final_answer": answer}).status_code == 200
+    )
+
+
+def test_a_notice_about_a_session_does_not_use_its_share_of_the_subscribers_inbox(api, register, settings):
+    """The attack: eve subscribes to alice's next idle (notify-when-idle), so the hub writes a
+    notice in alice's name into eve's inbox, which eve leaves unread. Were that notice counted in
+    alice's share of eve's unread cap, alice's own messages to eve would be refused early, and
+    the refusal (`unread_share_full`, "has not read N of your messages") would tell alice that eve
+    watches her: a message alice never sent."""
+    settings.SWITCHBOARD_UNREAD_PER_SENDER = 1
+    eve, alice = register("eve"), register("alice")
+    assert api.post("teams/subscriptions", eve.token, {"target": alice.id}).status_code == 201
+    _idle(api, alice, "done")
+    assert Delivery.objects.filter(recipient_id=eve.id, message__sender_id=alice.id).count() == 1
+
+    sent = api.post("messages", alice.token, {"to": eve.id, "message": "hi eve"})
+
+    assert sent.status_code == 201, sent.json_body
+    refused = api.post("messages", alice.token, {"to": eve.id, "message": "and again"})
+    assert refused.status_code == 429 and "not read 1 of your" in refused.json_body["detail"]
+
+
+def test_a_notice_about_a_session_is_not_counted_among_its_holds_for_a_stopped_subscriber(
+    api, register, settings
+):
+    """The same attack on the room for messages held for a stopped session: eve's notice about
+    alice waits for eve, who is stopped. Were it counted among alice's messages held there, alice's
+    first message to eve would be refused with "already has 1 of yours held": word of a notice
+    alice never sent."""
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER = 1
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB = 1
+    eve, alice = register("eve"), register("alice")
+    assert api.patch("sessions/me", alice.token, {"status": "busy"}).status_code == 200
+    assert api.post("teams/subscriptions", eve.token, {"target": alice.id}).status_code == 201
+    assert api.patch("sessions/me", eve.token, {"status": "stopped"}).status_code == 200
+    _idle(api, alice, "done")
+    assert (
+        Delivery.objects.filter(recipient_id=eve.id, message__sender_id=alice.id, state="held").count() == 1
+    )
+
+    sent = api.post("messages", alice.token, {"to": eve.id, "message": "hi eve"})
+
+    assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
