@@ -31,6 +31,7 @@ from teams.services.teams import (
     roster_check_joinable,
     roster_join,
     team_add_member,
+    team_change_bounded,
     team_require_live,
 )
 
@@ -46,6 +47,7 @@ def team_invite(
     if actor.is_operator:
         return None, team_add_member(team=team, session=session, actor=actor, name=name)
     member_require_lead(team=team, actor=actor)
+    team_change_bounded(actor=actor)
     return _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.LEAD)
 
 
@@ -60,6 +62,7 @@ def team_ask_to_join(*, lead: AgentSession, actor: Principal, name: str | None =
     leads no team writes nothing."""
     session = actor.require_session()
     roster_check_free(session=session, name=name)
+    team_change_bounded(actor=actor)  # every ask alike, so the bound tells nothing of `lead` either
     led = Membership.objects.select_related("team").filter(
         session=lead, role=Role.LEAD, left_at__isnull=True, team__ended_at__isnull=True
     )
@@ -227,6 +230,7 @@ def invitation_cancel(*, invitation_id: Any, actor: Principal) -> Invitation:
         if not mine:
             raise NotFound("No such invitation of yours.")
     _require_open(invitation)
+    team_change_bounded(actor=actor)
     _close(invitation, actor=actor, state=InvitationState.CANCELLED)
     return invitation
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from messaging.models import Delivery
-from teams.models import Invitation
+from messaging.models import AuditEvent, Delivery
+from teams.models import Invitation, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -102,3 +102,52 @@ def test_a_notice_about_a_session_is_not_counted_among_its_holds_for_a_stopped_s
     sent = api.post("messages", alice.token, {"to": eve.id, "message": "hi eve"})
 
     assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
+
+
+def test_creating_and_ending_teams_at_request_speed_is_bounded(api, register, settings):
+    """The attack: eve creates a team and ends it, again and again, as fast as the hub answers;
+    each round writes a team, a roster row and audit events, with no bound but her speed. Past
+    SWITCHBOARD_TEAM_CHANGE_RATE changes a window she gets 429 `rate_limited` (reason
+    `team_rate`) and nothing is written."""
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE = 4
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS = 3600
+    eve = register("eve")
+    answers = []
+    for round_ in range(5):
+        made = api.post("teams", eve.token, {"name": f"churn-{round_}"})
+        answers.append(made.status_code)
+        if made.status_code != 201:
+            break
+        answers.append(api.post(f"teams/{made.json_body['id']}/end", eve.token).status_code)
+    assert answers == [201, 200, 201, 200, 429]
+    written = (Team.objects.count(), AuditEvent.objects.count())
+    refused = api.post("teams", eve.token, {"name": "one more"})
+    assert refused.status_code == 429 and refused.json_body["reason"] == "team_rate", refused.json_body
+    assert refused.json_body["retry_after"] > 0
+    assert (Team.objects.count(), AuditEvent.objects.count()) == written
+
+
+def test_opening_and_withdrawing_invitations_at_request_speed_is_bounded(api, register, settings):
+    """The same churn with invitations: eve, a lead, invites a session and withdraws the
+    invitation in a loop (and asks leads to let her join): each writes an invitation or its
+    close, audit events and a notice. The same per-session bound holds for every such change."""
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE = 5
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS = 3600
+    eve, victim = register("eve"), register("victim")
+    team = api.post("teams", eve.token, {"name": "churn"}).json_body  # 1 change
+    answers = []
+    for _ in range(3):
+        invited = api.post(f"teams/{team['id']}/members", eve.token, {"session": victim.id})
+        answers.append(invited.status_code)
+        if invited.status_code != 202:
+            break
+        withdrawn = api.delete(f"teams/invitations/{invited.json_body['invitation']['id']}", eve.token)
+        answers.append(withdrawn.status_code)
+    assert answers == [202, 200, 202, 200, 429]
+    assert Invitation.objects.filter(team_id=team["id"]).count() == 2
+    asker = register("asker")
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE = 1
+    assert api.post("teams/join", asker.token, {"lead": eve.id}).status_code == 202
+    # Asking costs the same whoever is asked, so the bound tells nothing of who leads a team.
+    again = api.post("teams/join", asker.token, {"lead": victim.id})
+    assert again.status_code == 429 and again.json_body["reason"] == "team_rate"

@@ -207,6 +207,7 @@ def test_a_lead_that_ends_and_starts_teams_leaves_one_unread_invitation_notice(a
     no sender's share limits) until every other sender was refused (`recipient_queue_full`). The
     notice is bounded per inviting lead, and an ended team's invitations no longer stand."""
     settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 10
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE = 1000  # the notice's own bound, whatever the churn's
     mallory, victim, alice = register("mallory"), register("victim"), register("alice")
     for i in range(30):
         team = api.post("teams", mallory.token, {"name": f"round {i}"}).json_body
