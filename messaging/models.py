@@ -284,7 +284,9 @@ class UnreadShare(models.Model):
     """How many of a recipient's unread deliveries (queued or delivered) come from one sender: what
     bounds one sender's share of the recipient's unread cap on every send, kept by database triggers
     on the delivery table (migration 0011) with the sender read from the delivery's message, striped
-    on PostgreSQL as `UnreadCount` is. Messages with no sender (the hub's notices) are not counted.
+    on PostgreSQL as `UnreadCount` is. The sender is the session told of the delivery's moves
+    (migration 0012, `messaging.services.delivery.told_of_moves`): messages with no sender (the
+    hub's notices) and notices the hub wrote about a session to its subscribers are not counted.
     Written only by the triggers."""
 
     pk = models.CompositePrimaryKey("recipient", "sender", "stripe")

@@ -263,10 +263,22 @@ def join_team(request: HttpRequest, body: JoinIn) -> Status:
     """Ask to join the team `lead` leads: you join now if it invited you, else it is asked (202)."""
     caller = principal(request)
     lead = _session_by_address(caller, body.lead)
-    led = live_membership(lead)
-    if led is None or led.role != "lead":
-        raise NotFound(f"{lead.label} leads no live team.")
-    return _joined(*team_ask_to_join(team=led.team, actor=caller, name=body.name))
+    member = team_ask_to_join(lead=lead, actor=caller, name=body.name)
+    if member is not None:
+        return _joined(None, member)
+    # The same answer whether or not `lead` leads a team: who leads what is its members' to know.
+    return Status(
+        202,
+        {
+            "member_id": None,
+            "invitation": None,
+            "detail": (
+                f"No invitation for you from {lead.label}: asked it to add you to the team it "
+                "leads, if it leads one. You are told when its lead adds you or declines; "
+                "the request lapses unanswered after a while. Nothing else is said of the team."
+            ),
+        },
+    )
 
 
 @router.get("/teams/invitations", response={200: dict, **ERRORS}, auth=AUTH)

@@ -54,6 +54,13 @@ TOLD_OF_MOVES = Case(When(~Q(message__kind=MessageKind.NOTIFICATION), then=F("me
 TOLD_OF_MOVES_SQL = f"CASE WHEN m.kind = '{MessageKind.NOTIFICATION.value}' THEN NULL ELSE m.sender_id END"
 
 
+def told_of_moves_is(session_id: Any) -> Q:
+    """Deliveries whose moves `session_id` is told of: its messages, in the sense every per-sender
+    count means them (the unread share, kept by migration 0012's triggers with `TOLD_OF_MOVES_SQL`;
+    the stopped-hold shares), so no count answers a session about a notice it never sent."""
+    return Q(message__sender_id=session_id) & ~Q(message__kind=MessageKind.NOTIFICATION)
+
+
 def _lock(qs: QuerySet[Delivery]) -> QuerySet[Delivery]:
     if connection.features.has_select_for_update_skip_locked:
         return qs.select_for_update(skip_locked=True, of=("self",))

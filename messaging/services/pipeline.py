@@ -854,8 +854,8 @@ class _Batch:
             inbox.sent_there += 1
         if decision.state == S.QUEUED and inbox.unread is not None:
             inbox.unread += 1
-            if inbox.unread_own is not None:
-                inbox.unread_own += 1
+            if inbox.unread_own is not None and told_of_moves(message) is not None:
+                inbox.unread_own += 1  # as the share's triggers count it: not a notice about the sender
         if decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD and inbox.holds is not None:
             inbox.holds += 1
             assert inbox.own_holds is not None  # counted with `holds` (`_make_room`)

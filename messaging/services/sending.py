@@ -53,6 +53,7 @@ from messaging.services.bulk import (
     model_row,
 )
 from messaging.services.decision import Decision, DecisionFacts
+from messaging.services.delivery import told_of_moves_is
 from messaging.services.holds import escalated_holds_announce, hold_expiry_seconds_of
 from messaging.services.pair import dedupe_key, pair_key
 from messaging.states import DeliveryState
@@ -255,9 +256,8 @@ def stopped_holds_checked(recipient: AgentSession, sender: AgentSession) -> None
     decision to hold for a stopped recipient. Two counts: the recipient's, then the hub's (the
     sender's part of it counted in the same statement)."""
     held = Delivery.objects.filter(state=S.HELD, hold_reason=STOPPED_HOLD)
-    counts = held.filter(recipient=recipient).aggregate(
-        all=Count("id"), own=Count("id", filter=Q(message__sender_id=sender.id))
-    )
+    own = told_of_moves_is(sender.id)  # not a notice the hub wrote about the sender to a subscriber
+    counts = held.filter(recipient=recipient).aggregate(all=Count("id"), own=Count("id", filter=own))
     if counts["all"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
         raise HoldFull(  # the cap, never the count: others' messages to it are not the sender's to learn
             f"{recipient.label} is stopped and has as many messages held for it as it may "
@@ -268,7 +268,7 @@ def stopped_holds_checked(recipient: AgentSession, sender: AgentSession) -> None
             f"{recipient.label} is stopped and already has {counts['own']} of yours held for it, as "
             "many as one sender may; wait until it starts again.",
         )
-    hub = held.aggregate(all=Count("id"), own=Count("id", filter=Q(message__sender_id=sender.id)))
+    hub = held.aggregate(all=Count("id"), own=Count("id", filter=own))
     if hub["own"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB:
         raise HoldFull(
             f"This hub already holds {hub['own']} of yours for stopped sessions, as many as one "

@@ -27,9 +27,11 @@ from teams.models import Invitation, InvitationAsker, InvitationState, Membershi
 from teams.services.notify import frame_text, hub_notify, notice_withdraw
 from teams.services.teams import (
     member_require_lead,
+    roster_check_free,
     roster_check_joinable,
     roster_join,
     team_add_member,
+    team_change_bounded,
     team_require_live,
 )
 
@@ -45,16 +47,30 @@ def team_invite(
     if actor.is_operator:
         return None, team_add_member(team=team, session=session, actor=actor, name=name)
     member_require_lead(team=team, actor=actor)
+    team_change_bounded(actor=actor)
     return _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.LEAD)
 
 
-def team_ask_to_join(
-    *, team: Team, actor: Principal, name: str | None = None
-) -> tuple[Invitation | None, Membership | None]:
-    """The calling session asks to join `team`. Its lead answers; if the lead has invited it
-    already, it joins now. Returns as `team_invite` does."""
+def team_ask_to_join(*, lead: AgentSession, actor: Principal, name: str | None = None) -> Membership | None:
+    """The calling session asks `lead` to let it join the team `lead` leads. If that lead has
+    invited it, it joins now and gets its member entry; otherwise the lead is asked, and the
+    answer is None.
+
+    Who leads which team is for its invitees and members to know: a session that was not invited
+    gets the same None (and the same refusals of its own standing) whether or not `lead` leads a
+    team, and learns nothing of the team until its lead adds it. A request to a session that
+    leads no team writes nothing."""
     session = actor.require_session()
-    return _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.SESSION)
+    roster_check_free(session=session, name=name)
+    team_change_bounded(actor=actor)  # every ask alike, so the bound tells nothing of `lead` either
+    led = Membership.objects.select_related("team").filter(
+        session=lead, role=Role.LEAD, left_at__isnull=True, team__ended_at__isnull=True
+    )
+    team = led[0].team if led else None
+    if team is None:
+        return None
+    _, member = _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.SESSION)
+    return member
 
 
 def _say_yes(
@@ -214,6 +230,7 @@ def invitation_cancel(*, invitation_id: Any, actor: Principal) -> Invitation:
         if not mine:
             raise NotFound("No such invitation of yours.")
     _require_open(invitation)
+    team_change_bounded(actor=actor)
     _close(invitation, actor=actor, state=InvitationState.CANCELLED)
     return invitation
 
@@ -279,7 +296,11 @@ def _tell_opener(invitation: Invitation) -> None:
         text = f"{session.label} {invitation.state} your invitation to team {team.name!r}."
     else:
         recipient, source = session, team.id
-        text = f"The lead of team {team.name!r} {invitation.state} your request to join it."
+        # The team's name is for its members: a declined asker hears only who answered.
+        if invitation.state == InvitationState.ACCEPTED:
+            text = f"The lead of team {team.name!r} accepted your request to join it."
+        else:
+            text = f"{_lead_of(team).label} {invitation.state} your request to join its team."
     hub_notify(
         recipient=recipient,
         text=text,
@@ -312,7 +333,9 @@ def invitations_visible(*, actor: Principal) -> list[Invitation]:
         led = Membership.objects.filter(session=session, role=Role.LEAD, left_at__isnull=True).values(
             "team_id"
         )
-        qs = qs.filter(session=session) | qs.filter(team_id__in=led)
+        # A session's own unanswered request to join is not shown to it: it would tell the asker
+        # that the session it asked leads a team, and which (`team_ask_to_join`).
+        qs = qs.filter(session=session, asked_by=Asker.LEAD) | qs.filter(team_id__in=led)
     return list(qs.order_by("-created_at")[:200])
 
 

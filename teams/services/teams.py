@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -10,12 +11,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from messaging.errors import Conflict, Forbidden, Invalid, NotFound
+from messaging.errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
+from messaging.metrics import RATE_LIMIT_REFUSALS
 from messaging.models import AgentSession, SessionStatus
 from messaging.names import clean_name, name_problem, normalize_name
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
 from messaging.services.events import announce
+from messaging.services.limits import bucket_take
 from teams.models import (
     FrameRequest,
     Membership,
@@ -139,6 +142,33 @@ def team_require_live(*, team: Team) -> None:
         raise Conflict("This team has ended; its tasks and history are kept read-only.", reason="team_ended")
 
 
+def team_change_bounded(*, actor: Principal) -> None:
+    """Spend one of the session's team changes (create or end a team, invite, ask to join,
+    withdraw an invitation): SWITCHBOARD_TEAM_CHANGE_RATE per SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS,
+    on the store the send limits use. Each change writes rows and audit events, so one token
+    churning teams or invitations at request speed would write without bound. Called after the
+    caller's own checks and before any write: a refusal (429 `team_rate`) writes nothing. An
+    operator (and the hub) is not counted."""
+    if actor.session is None or actor.is_operator:
+        return
+    wait = bucket_take(
+        "team_change",
+        actor.session.id,
+        capacity=settings.SWITCHBOARD_TEAM_CHANGE_RATE,
+        per=settings.SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS,
+    )
+    if wait:
+        RATE_LIMIT_REFUSALS.labels("team_rate").inc()
+        raise RateLimited(
+            f"This session is changing teams and invitations faster than "
+            f"{settings.SWITCHBOARD_TEAM_CHANGE_RATE} changes per "
+            f"{settings.SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS} s; nothing changed. Wait "
+            f"{math.ceil(wait)} s and try again.",
+            reason="team_rate",
+            retry_after=math.ceil(wait),
+        )
+
+
 def _member_name(session: AgentSession, name: str | None) -> tuple[str, str]:
     chosen = name if name else session.name
     problem = name_problem(chosen)
@@ -169,6 +199,7 @@ def team_create(*, lead: AgentSession, name: str, actor: Principal) -> Team:
     team_name = (name or "").strip() or f"team-{lead.name}"
     if len(team_name) > 64:
         raise Invalid("bad_team_name", "A team name takes at most 64 characters.")
+    team_change_bounded(actor=actor)
     try:
         with transaction.atomic():
             team = Team.objects.create(name=team_name, lead_session=lead)
@@ -196,13 +227,19 @@ def team_add_member(
     return roster_join(team=team, session=session, actor=actor, name=name)
 
 
-def roster_check_joinable(*, team: Team, session: AgentSession, name: str | None) -> tuple[str, str]:
-    """Refuse a session that cannot join `team` now; return its roster name and that name's key."""
-    team_require_live(team=team)
+def roster_check_free(*, session: AgentSession, name: str | None) -> tuple[str, str]:
+    """Refuse a session that cannot join any team now (exited, an observer, on a roster, a bad
+    name): facts of the session alone. Return its roster name and that name's key."""
     _require_free(session)
     if live_membership(session) is not None:
         raise Conflict(f"{session.label} is already on a team's roster.", reason="already_member")
     return _member_name(session, name)
+
+
+def roster_check_joinable(*, team: Team, session: AgentSession, name: str | None) -> tuple[str, str]:
+    """Refuse a session that cannot join `team` now; return its roster name and that name's key."""
+    team_require_live(team=team)
+    return roster_check_free(session=session, name=name)
 
 
 def roster_join(
@@ -285,6 +322,8 @@ def team_end(*, team: Team, actor: Principal, why: str = "ended") -> Team:
 
     if actor.kind != "hub":
         member_require_lead(team=team, actor=actor)
+    if team.ended_at is None:  # ending an ended team again writes nothing
+        team_change_bounded(actor=actor)
     now = timezone.now()
     with transaction.atomic():
         if (

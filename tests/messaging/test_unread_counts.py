@@ -18,9 +18,17 @@ from django.db import connection, connections
 from django.db.models import Count, Sum
 
 from messaging.errors import SwitchboardError
-from messaging.models import AgentSession, Delivery, SenderPolicy, SessionStatus, UnreadCount, UnreadShare
+from messaging.models import (
+    AgentSession,
+    Delivery,
+    MessageKind,
+    SenderPolicy,
+    SessionStatus,
+    UnreadCount,
+    UnreadShare,
+)
 from messaging.principals import operator_principal, session_principal
-from messaging.services.delivery import inbox_ack, inbox_pull
+from messaging.services.delivery import TOLD_OF_MOVES_SQL, inbox_ack, inbox_pull
 from messaging.services.holds import holds_decide
 from messaging.services.limits import UNREAD_STATES
 from messaging.services.pipeline import message_send, messages_send_batch
@@ -66,8 +74,11 @@ def shares_kept() -> dict[tuple[object, object], int]:
 
 
 def shares_counted() -> dict[tuple[object, object], int]:
-    """(recipient id, sender id) → queued + delivered deliveries of the sender's messages."""
-    waiting = Delivery.objects.filter(state__in=UNREAD_STATES, message__sender__isnull=False)
+    """(recipient id, sender id) → queued + delivered deliveries of the sender's messages (those
+    it is told of: not a notice the hub wrote about it, `told_of_moves`)."""
+    waiting = Delivery.objects.filter(state__in=UNREAD_STATES, message__sender__isnull=False).exclude(
+        message__kind=MessageKind.NOTIFICATION
+    )
     rows = waiting.values_list("recipient_id", "message__sender_id").annotate(total=Count("id"))
     return {(r, s): n for r, s, n in rows}
 
@@ -77,6 +88,11 @@ def test_the_migration_counts_the_states_the_cap_means() -> None:
         migration = importlib.import_module(f"messaging.migrations.{name}")
         written_out = migration.UNREAD
         assert written_out == "(" + ", ".join(f"'{state.value}'" for state in UNREAD_STATES) + ")"
+
+
+def test_the_share_counts_whom_a_delivery_is_told_to_as_the_code_does() -> None:
+    migration = importlib.import_module("messaging.migrations.0012_unread_shares_told")
+    assert migration.TOLD == TOLD_OF_MOVES_SQL
 
 
 @pytest.mark.django_db

@@ -1,0 +1,153 @@
+"""What one session's token reaches through the team surface (round 2): each test performs the
+attack with a session that holds its own token only, through the hub's real API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from messaging.models import AuditEvent, Delivery
+from teams.models import Invitation, Team
+
+pytestmark = pytest.mark.django_db
+
+
+def _without_lead(body: dict[str, Any], lead: Any) -> dict[str, Any]:
+    """An answer with the asked session's own label taken out, to compare answers about two leads."""
+    return {
+        k: (v.replace(lead.name, "X").replace(lead.ref, "R") if isinstance(v, str) else v)
+        for k, v in body.items()
+    }
+
+
+def test_asking_to_join_does_not_tell_who_leads_which_team(api, register):
+    """The attack: eve, invited by nobody, asks to join each session in turn. Were the answer for a
+    session that leads a team other than for one that leads none, or did it carry the team's id or
+    name, eve would map who leads what. Both answers must be the same, with nothing of the team,
+    and her open request must not show in her own list of invitations either."""
+    eve, boss, loner = register("eve"), register("boss"), register("loner")
+    team = api.post("teams", boss.token, {"name": "secret-project"}).json_body
+
+    to_lead = api.post("teams/join", eve.token, {"lead": boss.id})
+    to_loner = api.post("teams/join", eve.token, {"lead": loner.id})
+
+    assert (to_lead.status_code, to_loner.status_code) == (202, 202)
+    assert _without_lead(to_lead.json_body, boss) == _without_lead(to_loner.json_body, loner)
+    for answer in (to_lead, to_loner):
+        assert team["id"] not in str(answer.json_body) and "secret-project" not in str(answer.json_body)
+    listed = api.get("teams/invitations", eve.token).json_body["invitations"]
+    assert listed == []
+    # The lead was asked (and only the lead's team holds a request): the legitimate path still works.
+    assert Invitation.objects.filter(session_id=eve.id).count() == 1
+    added = api.post(f"teams/{team['id']}/members", boss.token, {"session": eve.id})
+    assert added.status_code == 201, added.json_body
+
+
+def test_an_invited_session_joins_by_asking_its_lead(api, register):
+    """The legitimate path the rule above keeps: a session the lead invited joins at once when it
+    asks, and is then entitled to its team."""
+    boss, mate = register("boss"), register("mate")
+    team = api.post("teams", boss.token, {"name": "open-project"}).json_body
+    assert api.post(f"teams/{team['id']}/members", boss.token, {"session": mate.id}).status_code == 202
+    joined = api.post("teams/join", mate.token, {"lead": "boss"})
+    assert joined.status_code == 201 and joined.json_body["member_id"], joined.json_body
+    assert api.get("teams/mine", mate.token).json_body["team"]["name"] == "open-project"
+
+
+def _idle(api: Any, agent: Any, answer: str) -> None:
+    assert api.patch("sessions/me", agent.token, {"status": "busy"}).status_code == 200
+    assert (
+        api.patch("sessions/me", agent.token, {"status": "idle", "final_answer": answer}).status_code == 200
+    )
+
+
+def test_a_notice_about_a_session_does_not_use_its_share_of_the_subscribers_inbox(api, register, settings):
+    """The attack: eve subscribes to alice's next idle (notify-when-idle), so the hub writes a
+    notice in alice's name into eve's inbox, which eve leaves unread. Were that notice counted in
+    alice's share of eve's unread cap, alice's own messages to eve would be refused early, and
+    the refusal (`unread_share_full`, "has not read N of your messages") would tell alice that eve
+    watches her: a message alice never sent."""
+    settings.SWITCHBOARD_UNREAD_PER_SENDER = 1
+    eve, alice = register("eve"), register("alice")
+    assert api.post("teams/subscriptions", eve.token, {"target": alice.id}).status_code == 201
+    _idle(api, alice, "done")
+    assert Delivery.objects.filter(recipient_id=eve.id, message__sender_id=alice.id).count() == 1
+
+    sent = api.post("messages", alice.token, {"to": eve.id, "message": "hi eve"})
+
+    assert sent.status_code == 201, sent.json_body
+    refused = api.post("messages", alice.token, {"to": eve.id, "message": "and again"})
+    assert refused.status_code == 429 and "not read 1 of your" in refused.json_body["detail"]
+
+
+def test_a_notice_about_a_session_is_not_counted_among_its_holds_for_a_stopped_subscriber(
+    api, register, settings
+):
+    """The same attack on the room for messages held for a stopped session: eve's notice about
+    alice waits for eve, who is stopped. Were it counted among alice's messages held there, alice's
+    first message to eve would be refused with "already has 1 of yours held": word of a notice
+    alice never sent."""
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER = 1
+    settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB = 1
+    eve, alice = register("eve"), register("alice")
+    assert api.patch("sessions/me", alice.token, {"status": "busy"}).status_code == 200
+    assert api.post("teams/subscriptions", eve.token, {"target": alice.id}).status_code == 201
+    assert api.patch("sessions/me", eve.token, {"status": "stopped"}).status_code == 200
+    _idle(api, alice, "done")
+    assert (
+        Delivery.objects.filter(recipient_id=eve.id, message__sender_id=alice.id, state="held").count() == 1
+    )
+
+    sent = api.post("messages", alice.token, {"to": eve.id, "message": "hi eve"})
+
+    assert sent.status_code == 201 and sent.json_body["status"] == "held", sent.json_body
+
+
+def test_creating_and_ending_teams_at_request_speed_is_bounded(api, register, settings):
+    """The attack: eve creates a team and ends it, again and again, as fast as the hub answers;
+    each round writes a team, a roster row and audit events, with no bound but her speed. Past
+    SWITCHBOARD_TEAM_CHANGE_RATE changes a window she gets 429 `rate_limited` (reason
+    `team_rate`) and nothing is written."""
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE = 4
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS = 3600
+    eve = register("eve")
+    answers = []
+    for round_ in range(5):
+        made = api.post("teams", eve.token, {"name": f"churn-{round_}"})
+        answers.append(made.status_code)
+        if made.status_code != 201:
+            break
+        answers.append(api.post(f"teams/{made.json_body['id']}/end", eve.token).status_code)
+    assert answers == [201, 200, 201, 200, 429]
+    written = (Team.objects.count(), AuditEvent.objects.count())
+    refused = api.post("teams", eve.token, {"name": "one more"})
+    assert refused.status_code == 429 and refused.json_body["reason"] == "team_rate", refused.json_body
+    assert refused.json_body["retry_after"] > 0
+    assert (Team.objects.count(), AuditEvent.objects.count()) == written
+
+
+def test_opening_and_withdrawing_invitations_at_request_speed_is_bounded(api, register, settings):
+    """The same churn with invitations: eve, a lead, invites a session and withdraws the
+    invitation in a loop (and asks leads to let her join): each writes an invitation or its
+    close, audit events and a notice. The same per-session bound holds for every such change."""
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE = 5
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS = 3600
+    eve, victim = register("eve"), register("victim")
+    team = api.post("teams", eve.token, {"name": "churn"}).json_body  # 1 change
+    answers = []
+    for _ in range(3):
+        invited = api.post(f"teams/{team['id']}/members", eve.token, {"session": victim.id})
+        answers.append(invited.status_code)
+        if invited.status_code != 202:
+            break
+        withdrawn = api.delete(f"teams/invitations/{invited.json_body['invitation']['id']}", eve.token)
+        answers.append(withdrawn.status_code)
+    assert answers == [202, 200, 202, 200, 429]
+    assert Invitation.objects.filter(team_id=team["id"]).count() == 2
+    asker = register("asker")
+    settings.SWITCHBOARD_TEAM_CHANGE_RATE = 1
+    assert api.post("teams/join", asker.token, {"lead": eve.id}).status_code == 202
+    # Asking costs the same whoever is asked, so the bound tells nothing of who leads a team.
+    again = api.post("teams/join", asker.token, {"lead": victim.id})
+    assert again.status_code == 429 and again.json_body["reason"] == "team_rate"
