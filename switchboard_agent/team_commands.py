@@ -103,14 +103,14 @@ def add_task_commands(
 
 
 def _roster_answer(args: argparse.Namespace, body: dict[str, Any]) -> None:
-    """Joined (its member id) or waiting for the other side (the invitation)."""
+    """Joined (its member id) or waiting for the other side: the hub's sentence on what is open
+    (an invitation, or a request to a lead that says nothing of its team)."""
     if args.json:
         print(json.dumps(body, ensure_ascii=False))
     elif body.get("member_id"):
         print(f"{body['name']} joined the team (member {body['member_id']}).")
     else:
-        invitation = body.get("invitation") or {}
-        print(f"Invitation {invitation.get('id')} is open; the {invitation.get('answer_by')} answers it.")
+        print(body.get("detail") or "Asked; nothing is decided yet.")
 
 
 def add_team_commands(

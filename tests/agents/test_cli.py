@@ -156,6 +156,22 @@ def test_team_commands_invite_accept_and_allow_a_watcher(
     assert code == 0 and "other-2" in out
 
 
+def test_team_join_says_what_the_hub_said_when_the_lead_has_not_invited_you(
+    inprocess_hub: str, register, api, capsys, monkeypatch
+) -> None:
+    """Asking a lead that never invited this session is answered the same whether or not it leads
+    a team (no invitation shown): the command prints the hub's sentence, not an empty invitation."""
+    lead = register("lead-3")
+    asker = register("asker-3")
+    api.post("teams", lead.token, {"name": "core"})
+    monkeypatch.setenv("SWITCHBOARD_TOKEN", asker.token)
+
+    code, out, err = run(capsys, "team", "join", "lead-3")
+
+    assert code == 0, err
+    assert out.startswith("No invitation for you from lead-3") and "None" not in out
+
+
 def test_install_hooks_prints_then_merges_without_clobbering(tmp_path: Path, capsys) -> None:
     settings = tmp_path / ".claude" / "settings.json"
     settings.parent.mkdir()
