@@ -37,6 +37,7 @@ from nacl.public import PublicKey, SealedBox
 from federation.errors import HopLimit, PermanentError, RelayQuotaFull, TransientError, Unreachable
 from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
 from federation.services.files import envelope_file_heads, files_for_envelope, files_limits_check
+from federation.services.hub_shares import peer_holds_checked, stopped_holds_checked_for_hub
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
 from federation.services.keys import (
     hub_key_pinned,
@@ -53,7 +54,7 @@ from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
 from messaging.errors import Ambiguous, Invalid, NotFound, PinConflict, TooLarge, Unavailable
-from messaging.hold_reasons import ISOLATION_HOLD, UNKNOWN_PEER_HOLD
+from messaging.hold_reasons import ISOLATION_HOLD, STOPPED_HOLD, UNKNOWN_PEER_HOLD
 from messaging.jobs import enqueue
 from messaging.liveness import LIVE
 from messaging.models import AgentSession, Delivery, Message, Priority, SessionStatus
@@ -995,6 +996,9 @@ def inbound_accept(
     priority = claimed if vouched and claimed in ("normal", "urgent") else "normal"
     try:
         with transaction.atomic():
+            if hold_reason:
+                # Held for an operator because of its key: the key's stand-ins share one bound.
+                peer_holds_checked(hub_key=sender_hub)
             outcome = message_send(
                 SendRequest(
                     sender=sender,
@@ -1016,6 +1020,8 @@ def inbound_accept(
                     ),
                 )
             )
+            if outcome.delivery.state == S.HELD and outcome.delivery.hold_reason == STOPPED_HOLD:
+                stopped_holds_checked_for_hub(hub_key=sender_hub, recipient_id=outcome.recipient.id)
             from federation.services.files import files_receive
 
             files_receive(
