@@ -46,6 +46,7 @@ from federation.services.keys import (
     lease_unverified_record,
     relay_key,
 )
+from federation.services.lookups import LookupCache
 from federation.services.peers import PeerStanding, peer_seen, peer_vouched_tier
 from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
 from federation.services.relay import relay_lease_entry_problem
@@ -75,11 +76,8 @@ HAND_OVER_AT_ONCE = 20
 # A delivery accepted for another hub is carried at once (hand-over or job); one still pending this
 # long after (its process stopped before carrying it) is the forward sweeper's (`forwards_due`).
 CARRY_GRACE = timedelta(seconds=60)
-_hosts_cache: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
-# How long a "do you host X?" that the peer did not answer itself counts as not hosted: a burst of
-# sends waits on a peer that is down once, and nobody but the peer keeps a name unreachable there
-# for longer than this.
-UNANSWERED_LOOKUP_SECONDS = 5.0
+# "Do you host X?" answers, LAN peers' and the relay's, kept as `federation.services.lookups` says.
+_hosts_cache: LookupCache[tuple[str, str], dict[str, Any] | None] = LookupCache()
 
 
 @dataclass(frozen=True)
@@ -216,13 +214,12 @@ def lan_peer_urls() -> list[str]:
 
 def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
     """Ask the hub at `url` whether it hosts `target`. Its own answer, yes or no (signed by the key
-    held for it: a 2xx, or a 4xx refusal), is cached SWITCHBOARD_HOSTS_CACHE_SECONDS; no answer
-    (unreachable, 5xx, or one it did not sign: someone on the path) only UNANSWERED_LOOKUP_SECONDS."""
+    held for it: a 2xx, or a 4xx refusal), is remembered as its word; no answer (unreachable, 5xx,
+    or one it did not sign: someone on the path) only briefly (`federation.services.lookups`)."""
     key = (url, normalize_name(target))
-    now = time.monotonic()
-    cached = _hosts_cache.get(key)
-    if cached and cached[0] > now:
-        return cached[1]
+    hit, cached = _hosts_cache.get(key)
+    if hit:
+        return cached
     from urllib.parse import quote
 
     # Only a peer whose key this hub holds from a verified source is asked: what is forwarded to
@@ -238,10 +235,7 @@ def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
         )
     except TransientError as exc:
         log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
-        _hosts_cache[key] = (
-            now + min(UNANSWERED_LOOKUP_SECONDS, settings.SWITCHBOARD_HOSTS_CACHE_SECONDS),
-            None,
-        )
+        _hosts_cache.unanswered(key, None)
         return None
     except PermanentError as exc:
         log.info("LAN peer %s refused to say whether it hosts %r: %s", url, target, exc)
@@ -250,7 +244,7 @@ def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
         if isinstance(answer, dict) and answer.get("hosted") and answer.get("hub_key") == dest_key
         else None
     )
-    _hosts_cache[key] = (now + settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, found)
+    _hosts_cache.answered(key, found)
     return found
 
 
@@ -310,9 +304,9 @@ def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
     from urllib.parse import quote
 
     key = (f"relay:{relay}", normalize_name(target))
-    cached = _hosts_cache.get(key)
-    if cached and cached[0] > time.monotonic():
-        return cached[1]
+    hit, cached = _hosts_cache.get(key)
+    if hit:
+        return cached
     try:
         dest = relay_key()
         answer = hub_call("GET", relay, f"/relay/agents?to={quote(target)}", dest_key=dest, timeout=1.5)
@@ -328,8 +322,7 @@ def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
             relay=relay, hub_key=str(found.get("hub_key", "")), agent=normalize_name(target), problem=problem
         )
         return None
-    good_for = found["statement"]["valid_until"] - time.time()
-    _hosts_cache[key] = (time.monotonic() + min(settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, good_for), found)
+    _hosts_cache.answered(key, found, good_for=found["statement"]["valid_until"] - time.time())
     return found
 
 

@@ -254,6 +254,37 @@ def test_the_relays_directory_lists_only_names_whose_hub_signed_the_lease(
     assert sorted(a["name"] for a in listed if a.get("tier") == "relay") == ["carol", "kay"]
 
 
+def test_the_directory_keeps_the_relays_list_no_longer_than_its_first_statement_holds(
+    relay: InProcessRelay, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """Given the relay lists kay with a statement that ends in 10 s, then the directory keeps the
+    relay's list for those 10 s, not SWITCHBOARD_HOSTS_CACHE_SECONDS: it asks the relay again
+    rather than show kay past what kay's hub signed (as "who holds kay?" is kept)."""
+    from types import SimpleNamespace
+
+    from federation.services import lookups
+    from federation.services.discovery import remote_agents_list
+
+    clock = [1000.0]
+    monkeypatch.setattr(lookups, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    kays = OtherHub(SigningKey.generate(), name="kays-hub")
+    pin_hub(kays, tier="relay")
+    with relay.role():
+        relay_lease_take(
+            hub_key=kays.public_key,
+            agent="kay",
+            statement=kays.lease("kay", now=time.time() - settings.SWITCHBOARD_RELAY_LEASE_SECONDS - 20),
+        )
+    assert [r["name"] for r in remote_agents_list()] == ["kay"]
+    asked = relay.calls.count(("GET", "/relay/agents"))
+    clock[0] += 9
+    remote_agents_list()
+    assert relay.calls.count(("GET", "/relay/agents")) == asked
+    clock[0] += 2
+    remote_agents_list()
+    assert relay.calls.count(("GET", "/relay/agents")) == asked + 1
+
+
 # --- the relay: no lease without its hub's statement ------------------------------------------------
 
 
