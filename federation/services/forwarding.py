@@ -36,7 +36,12 @@ from nacl.public import PublicKey, SealedBox
 
 from federation.errors import HopLimit, PermanentError, RelayQuotaFull, TransientError, Unreachable
 from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
-from federation.services.files import envelope_file_heads, files_for_envelope, files_limits_check
+from federation.services.files import (
+    envelope_file_heads,
+    files_for_envelope,
+    files_limits_check,
+    files_receive,
+)
 from federation.services.hub_shares import peer_holds_checked, stopped_holds_checked_for_hub
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
 from federation.services.keys import (
@@ -1013,16 +1018,17 @@ def inbound_accept(
                     ),
                 )
             )
-            if outcome.delivery.state == S.HELD and outcome.delivery.hold_reason == STOPPED_HOLD:
-                stopped_holds_checked_for_hub(hub_key=sender_hub, recipient_id=outcome.recipient.id)
-            from federation.services.files import files_receive
-
-            files_receive(
-                envelope=envelope,
-                message_id=outcome.message.id,
-                recipient=outcome.recipient,
-                trust=trust,
-            )
+            if not outcome.duplicate:
+                # A duplicate (the same sender's same text within the dedupe window) is the message
+                # it repeats, with the files that one's signature covered: its own join nothing.
+                if outcome.delivery.state == S.HELD and outcome.delivery.hold_reason == STOPPED_HOLD:
+                    stopped_holds_checked_for_hub(hub_key=sender_hub, recipient_id=outcome.recipient.id)
+                files_receive(
+                    envelope=envelope,
+                    message_id=outcome.message.id,
+                    recipient=outcome.recipient,
+                    trust=trust,
+                )
             InboundMessage.objects.create(
                 origin_hub=sender_hub,
                 message_id=message_id,

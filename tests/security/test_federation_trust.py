@@ -333,6 +333,33 @@ def test_a_first_seen_key_revoked_with_mode_hold_is_not_upgraded_to_verified(
     assert seen == ("unverified", "unverified", 0, "withheld"), seen  # priority 0: normal
 
 
+def test_a_forward_taken_as_a_duplicate_adds_no_file_to_the_message_it_repeats(client, register, attacker):
+    """Given a hub's message to bob without files, when the same sender sends the same text again
+    within the dedupe window, under a new id and now carrying a file (or, again, another one),
+    then each is answered as the first message (duplicate) and that message keeps the files its
+    signature covered (none): the later forwards' files neither join a message already accepted,
+    perhaps already read, nor make the hub fail (500) on a second set at the same positions."""
+    from federation.services.signatures import envelope_sign
+
+    register("bob")
+    pin_hub(attacker, "lan")
+
+    def again(files: list[dict[str, Any]]) -> Any:
+        envelope = attacker.envelope(to="bob", text="the build is green", files=files)
+        envelope["from"]["id"] = "alice-on-the-other-hub"  # the same sender each time
+        return _forward(client, attacker, envelope_sign(envelope, key=attacker.key))
+
+    first = again([])
+    later = [again([_file(b"#!/bin/sh\necho one\n", "one.sh")]), again([_file(b"two", "two.txt")])]
+
+    assert first.status_code == 201 and first.json_body["status"] == "queued", first.json_body
+    assert [(a.status_code, a.json_body.get("duplicate")) for a in later] == [(200, True), (200, True)], [
+        a.json_body for a in later
+    ]
+    assert Message.objects.count() == 1
+    assert not MessageAttachment.objects.exists()
+
+
 def test_a_pinned_key_revoked_with_mode_hold_loses_its_verified_trust_and_hub_name(
     client, api, register, attacker, operator_token
 ):
