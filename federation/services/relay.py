@@ -48,6 +48,7 @@ from federation.models import FederationTier, RelayLease, RelayMessage, RelaySto
 from federation.services.identity import hub_identity
 from federation.services.keys import relay_key
 from federation.services.signatures import (
+    lease_statement_kept,
     lease_statement_longest,
     lease_statement_problem,
     lease_statement_sign,
@@ -101,6 +102,7 @@ def relay_lease_take(*, hub_key: str, agent: str, statement: Any, now: Any = Non
             f"The lease on {agent!r} is taken only with the leasing hub's signed statement for it and "
             f"this relay; this request has {problem}.",
         )
+    statement = lease_statement_kept(statement)
     until = min(
         now + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS),
         datetime.fromtimestamp(statement["valid_until"], tz=UTC),

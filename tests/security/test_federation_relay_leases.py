@@ -31,6 +31,7 @@ from federation.models import RelayLease, RelayMessage
 from federation.services.identity import hub_identity
 from federation.services.relay import (
     relay_agents,
+    relay_lease_entry_problem,
     relay_lease_take,
     relay_lookup,
     relay_pull,
@@ -355,6 +356,25 @@ def test_a_renewal_keeps_the_fresh_statement_and_the_lease_ends_with_it(
     lease = relay_lease_take(hub_key=hub.public_key, agent="carol", statement=second)
     assert relay_lookup(target="carol")["statement"] == second
     assert lease.expires_at.timestamp() == second["valid_until"]
+
+
+def test_the_relay_keeps_of_a_statement_only_what_its_signature_covers(relay_role: None) -> None:
+    """Given a key made at home that leases a name with its genuine statement padded with a field
+    of its own (a megabyte here; a hub-to-hub body may carry 280 MB), then the relay keeps and
+    hands every sender who asks, and every reader of its list, the signed statement alone: a lease
+    costs the relay, and each answer naming it, a statement's few hundred bytes, and the statement
+    it shows still holds for the name."""
+    squatter = OtherHub(SigningKey.generate(), name="squatter")
+    statement = dict(squatter.lease("carol"), pad="x" * 1_000_000)
+    lease = relay_lease_take(hub_key=squatter.public_key, agent="carol", statement=statement)
+
+    shown = relay_lookup(target="carol")
+    listed = relay_agents()
+
+    assert sorted(lease.statement) == sorted(squatter.lease("carol"))
+    assert shown["statement"] == listed[0]["statement"] == lease.statement
+    assert len(json.dumps(listed)) < 2000
+    assert relay_lease_entry_problem(shown, asked="carol", relay_key=hub_identity().public_key) is None
 
 
 # --- the leasing hub: a fresh statement with every renewal that needs one ---------------------------
