@@ -103,9 +103,9 @@ def relay_lease_take(*, hub_key: str, agent: str, statement: Any, now: Any = Non
             f"this relay; this request has {problem}.",
         )
     statement = lease_statement_kept(statement)
-    until = min(
-        now + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS),
-        datetime.fromtimestamp(statement["valid_until"], tz=UTC),
+    # Compared as timestamps first: the key chose its statement's end, which may be past any date.
+    until = datetime.fromtimestamp(
+        min(now.timestamp() + settings.SWITCHBOARD_RELAY_LEASE_SECONDS, statement["valid_until"]), tz=UTC
     )
     with transaction.atomic():
         before = RelayLease.objects.filter(agent_key=key).values_list("hub_key", flat=True).first()

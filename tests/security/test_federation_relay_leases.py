@@ -328,6 +328,32 @@ def test_an_older_hubs_lease_call_is_refused_with_the_reason(relay_role: None, h
     assert taken.status_code == 200, taken.json_body
 
 
+def test_a_statement_good_for_ages_takes_a_lease_for_a_lease_period(
+    relay_role: None, hub_client: Any, settings: Any
+) -> None:
+    """A key signs its own statement, window and all: one good until a year no date reaches
+    (timestamp 10**12) is still a lease for the relay's lease period, answered 200, not a fault of
+    the relay (500)."""
+    squatter = OtherHub(SigningKey.generate())
+    now = int(time.time())
+    statement = _statement_signed(
+        squatter.key,
+        agent="carol",
+        hub=squatter.public_key,
+        relay=hub_identity().public_key,
+        issued_at=now,
+        valid_until=10**12,
+    )
+
+    taken = squatter.call(
+        hub_client, "POST", "/api/v1/relay/leases", {"agent": "carol", "statement": statement}
+    )
+
+    assert taken.status_code == 200, taken.content
+    lease = RelayLease.objects.get(agent_key="carol")
+    assert lease.expires_at <= timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS)
+
+
 def test_a_lease_from_before_statements_is_not_shown_until_its_hub_renews_it(relay_role: None) -> None:
     """A lease row kept from before statements existed is neither answered nor listed; its hub's
     next renewal (with a statement) makes it one a sender can check."""
