@@ -354,6 +354,34 @@ def test_a_statement_good_for_ages_takes_a_lease_for_a_lease_period(
     assert lease.expires_at <= timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS)
 
 
+def test_one_key_holds_a_bounded_number_of_leases(relay_role: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a key made at home that leases name after name (500 in each pull, as many pulls as it
+    likes), then it holds at most LEASES_PER_HUB live leases: the next new name is refused (429
+    `relay_quota`; `quota_full` in a pull's `leases`), its own leases still renew, and another key
+    still leases the name. (A hub's pull renews at most 500 names; the bound leaves it room while
+    leases it no longer renews lapse.)"""
+    from federation.errors import RelayQuotaFull
+    from federation.services import relay as relay_service
+    from federation.services.relay import relay_pull
+
+    monkeypatch.setattr(relay_service, "LEASES_PER_HUB", 3)
+    squatter, genuine = OtherHub(SigningKey.generate()), OtherHub(SigningKey.generate())
+    for name in ("ann", "ben", "cal"):
+        relay_lease_take(hub_key=squatter.public_key, agent=name, statement=squatter.lease(name))
+
+    with pytest.raises(RelayQuotaFull):
+        relay_lease_take(hub_key=squatter.public_key, agent="dan", statement=squatter.lease("dan"))
+    names = ["ann", "dan"]
+    pulled = relay_pull(
+        hub_key=squatter.public_key, agents=names, statements={n: squatter.lease(n) for n in names}
+    )
+
+    assert pulled["leases"] == {"ann": "ok", "dan": "quota_full"}
+    assert RelayLease.objects.filter(hub_key=squatter.public_key).count() == 3
+    relay_lease_take(hub_key=genuine.public_key, agent="dan", statement=genuine.lease("dan"))
+    assert relay_lookup(target="dan")["hub_key"] == genuine.public_key
+
+
 def test_a_lease_from_before_statements_is_not_shown_until_its_hub_renews_it(relay_role: None) -> None:
     """A lease row kept from before statements existed is neither answered nor listed; its hub's
     next renewal (with a statement) makes it one a sender can check."""
