@@ -478,6 +478,39 @@ def test_stand_ins_nothing_refers_to_expire(client, register, attacker, settings
     assert Peer.objects.filter(public_key=attacker.public_key).exists()
 
 
+def test_the_contact_records_of_keys_made_at_home_do_not_pile_up(client, register, attacker, settings):
+    """Given keys made at home that only asked whether this hub hosts an address (a signed call
+    each, a contact record each, free to repeat with a new key), and one that still has a held
+    message here, when a day passes without them, then the hourly prune forgets the first ones'
+    records; it keeps the one whose message waits, and every key an operator pinned or revoked."""
+    from federation.tasks import prune_remote_sessions
+
+    register("bob")
+    askers = [OtherHub(SigningKey.generate(), name=f"asker-{n}") for n in range(3)]
+    for asker in askers:
+        assert asker.call(client, "GET", "/api/v1/federation/agents?to=bob").status_code == 200
+    assert (
+        _forward(client, attacker, attacker.envelope(to="bob", text="waiting")).json_body["status"] == "held"
+    )
+    pinned, revoked = OtherHub(SigningKey.generate()), OtherHub(SigningKey.generate())
+    pin_hub(pinned, "lan")
+    Peer.objects.create(public_key=revoked.public_key, revoked=True, revocation_mode="hold")
+    assert Peer.objects.count() == 6
+    prune_remote_sessions()
+    assert Peer.objects.count() == 6  # all seen just now
+    long_ago = timezone.now() - timedelta(seconds=settings.SWITCHBOARD_REMOTE_SESSION_IDLE_SECONDS + 60)
+    Peer.objects.update(last_seen=long_ago)
+    AgentSession.objects.filter(kind="remote").update(last_seen=long_ago)
+
+    prune_remote_sessions()
+
+    assert set(Peer.objects.values_list("public_key", flat=True)) == {
+        attacker.public_key,
+        pinned.public_key,
+        revoked.public_key,
+    }
+
+
 # --- message ids chosen by another hub ---------------------------------------------------------------
 
 
