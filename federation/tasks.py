@@ -49,10 +49,12 @@ def refresh_registry() -> int:
 
 @shared_task(name="federation.tasks.remote_sessions_prune")
 def prune_remote_sessions() -> int:
-    """Delete stand-ins for remote senders that nothing refers to and nobody used lately."""
+    """Delete stand-ins for remote senders that nothing refers to and nobody used lately, then
+    the contact records of keys nobody vouched for that have none left."""
     from federation.services.forwarding import remote_sessions_prune
+    from federation.services.peers import peers_unvouched_prune
 
-    return remote_sessions_prune()
+    return remote_sessions_prune() + peers_unvouched_prune()
 
 
 @shared_task(name="federation.tasks.relay_cleanup")

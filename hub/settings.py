@@ -364,6 +364,13 @@ SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS = _env_int("SWITCHBOARD_TEAM_CHANGE_RATE_SE
 # --- Inbound policy, holds and loop protection (messaging.policy, services.holds/limits) ---------
 SWITCHBOARD_HOLD_EXPIRY_SECONDS = _env_int("SWITCHBOARD_HOLD_EXPIRY_SECONDS", 300)
 SWITCHBOARD_HOLDS_PER_RECIPIENT = _env_int("SWITCHBOARD_HOLDS_PER_RECIPIENT", 100)
+# Of the holds for an operator that a hub key nobody vouched for (first use, revoked with mode hold)
+# has waiting here, whichever recipients and whichever of its senders, at most this many: one key
+# made at home fills neither a recipient's room for such holds nor the operator's list
+# (federation.services.hub_shares).
+SWITCHBOARD_PEER_HOLDS_PER_KEY = _env_int(
+    "SWITCHBOARD_PEER_HOLDS_PER_KEY", (SWITCHBOARD_HOLDS_PER_RECIPIENT + 1) // 2
+)
 # When on, a sensitive message from a verified sender is not forced into a hold (escalate=none).
 SWITCHBOARD_SENSITIVE_EXEMPT_VERIFIED = _env_bool("SWITCHBOARD_SENSITIVE_EXEMPT_VERIFIED", False)
 SWITCHBOARD_RATE_PAIR = _env_int("SWITCHBOARD_RATE_PAIR", 10)  # messages per sender→recipient ...

@@ -36,7 +36,13 @@ from nacl.public import PublicKey, SealedBox
 
 from federation.errors import HopLimit, PermanentError, RelayQuotaFull, TransientError, Unreachable
 from federation.models import FederationTier, InboundMessage, RemoteDelivery, RemoteSession
-from federation.services.files import envelope_file_heads, files_for_envelope, files_limits_check
+from federation.services.files import (
+    envelope_file_heads,
+    files_for_envelope,
+    files_limits_check,
+    files_receive,
+)
+from federation.services.hub_shares import peer_holds_checked, stopped_holds_checked_for_hub
 from federation.services.identity import hub_identity, key_fingerprint, verify_key_from
 from federation.services.keys import (
     hub_key_pinned,
@@ -45,6 +51,7 @@ from federation.services.keys import (
     lease_unverified_record,
     relay_key,
 )
+from federation.services.lookups import LookupCache
 from federation.services.peers import PeerStanding, peer_seen, peer_vouched_tier
 from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
 from federation.services.relay import relay_lease_entry_problem
@@ -53,7 +60,7 @@ from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
 from messaging.errors import Ambiguous, Invalid, NotFound, PinConflict, TooLarge, Unavailable
-from messaging.hold_reasons import ISOLATION_HOLD, UNKNOWN_PEER_HOLD
+from messaging.hold_reasons import ISOLATION_HOLD, STOPPED_HOLD, UNKNOWN_PEER_HOLD
 from messaging.jobs import enqueue
 from messaging.liveness import LIVE
 from messaging.models import AgentSession, Delivery, Message, Priority, SessionStatus
@@ -74,11 +81,8 @@ HAND_OVER_AT_ONCE = 20
 # A delivery accepted for another hub is carried at once (hand-over or job); one still pending this
 # long after (its process stopped before carrying it) is the forward sweeper's (`forwards_due`).
 CARRY_GRACE = timedelta(seconds=60)
-_hosts_cache: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
-# How long a "do you host X?" that the peer did not answer itself counts as not hosted: a burst of
-# sends waits on a peer that is down once, and nobody but the peer keeps a name unreachable there
-# for longer than this.
-UNANSWERED_LOOKUP_SECONDS = 5.0
+# "Do you host X?" answers, LAN peers' and the relay's, kept as `federation.services.lookups` says.
+_hosts_cache: LookupCache[tuple[str, str], dict[str, Any] | None] = LookupCache()
 
 
 @dataclass(frozen=True)
@@ -215,13 +219,12 @@ def lan_peer_urls() -> list[str]:
 
 def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
     """Ask the hub at `url` whether it hosts `target`. Its own answer, yes or no (signed by the key
-    held for it: a 2xx, or a 4xx refusal), is cached SWITCHBOARD_HOSTS_CACHE_SECONDS; no answer
-    (unreachable, 5xx, or one it did not sign: someone on the path) only UNANSWERED_LOOKUP_SECONDS."""
+    held for it: a 2xx, or a 4xx refusal), is remembered as its word; no answer (unreachable, 5xx,
+    or one it did not sign: someone on the path) only briefly (`federation.services.lookups`)."""
     key = (url, normalize_name(target))
-    now = time.monotonic()
-    cached = _hosts_cache.get(key)
-    if cached and cached[0] > now:
-        return cached[1]
+    hit, cached = _hosts_cache.get(key)
+    if hit:
+        return cached
     from urllib.parse import quote
 
     # Only a peer whose key this hub holds from a verified source is asked: what is forwarded to
@@ -237,10 +240,7 @@ def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
         )
     except TransientError as exc:
         log.info("LAN peer %s did not answer for %r: %s", url, target, exc)
-        _hosts_cache[key] = (
-            now + min(UNANSWERED_LOOKUP_SECONDS, settings.SWITCHBOARD_HOSTS_CACHE_SECONDS),
-            None,
-        )
+        _hosts_cache.unanswered(key, None)
         return None
     except PermanentError as exc:
         log.info("LAN peer %s refused to say whether it hosts %r: %s", url, target, exc)
@@ -249,7 +249,7 @@ def hosts_lookup(url: str, target: str) -> dict[str, Any] | None:
         if isinstance(answer, dict) and answer.get("hosted") and answer.get("hub_key") == dest_key
         else None
     )
-    _hosts_cache[key] = (now + settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, found)
+    _hosts_cache.answered(key, found)
     return found
 
 
@@ -309,9 +309,9 @@ def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
     from urllib.parse import quote
 
     key = (f"relay:{relay}", normalize_name(target))
-    cached = _hosts_cache.get(key)
-    if cached and cached[0] > time.monotonic():
-        return cached[1]
+    hit, cached = _hosts_cache.get(key)
+    if hit:
+        return cached
     try:
         dest = relay_key()
         answer = hub_call("GET", relay, f"/relay/agents?to={quote(target)}", dest_key=dest, timeout=1.5)
@@ -327,8 +327,7 @@ def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
             relay=relay, hub_key=str(found.get("hub_key", "")), agent=normalize_name(target), problem=problem
         )
         return None
-    good_for = found["statement"]["valid_until"] - time.time()
-    _hosts_cache[key] = (time.monotonic() + min(settings.SWITCHBOARD_HOSTS_CACHE_SECONDS, good_for), found)
+    _hosts_cache.answered(key, found, good_for=found["statement"]["valid_until"] - time.time())
     return found
 
 
@@ -995,6 +994,9 @@ def inbound_accept(
     priority = claimed if vouched and claimed in ("normal", "urgent") else "normal"
     try:
         with transaction.atomic():
+            if hold_reason:
+                # Held for an operator because of its key: the key's stand-ins share one bound.
+                peer_holds_checked(hub_key=sender_hub)
             outcome = message_send(
                 SendRequest(
                     sender=sender,
@@ -1016,14 +1018,17 @@ def inbound_accept(
                     ),
                 )
             )
-            from federation.services.files import files_receive
-
-            files_receive(
-                envelope=envelope,
-                message_id=outcome.message.id,
-                recipient=outcome.recipient,
-                trust=trust,
-            )
+            if not outcome.duplicate:
+                # A duplicate (the same sender's same text within the dedupe window) is the message
+                # it repeats, with the files that one's signature covered: its own join nothing.
+                if outcome.delivery.state == S.HELD and outcome.delivery.hold_reason == STOPPED_HOLD:
+                    stopped_holds_checked_for_hub(hub_key=sender_hub, recipient_id=outcome.recipient.id)
+                files_receive(
+                    envelope=envelope,
+                    message_id=outcome.message.id,
+                    recipient=outcome.recipient,
+                    trust=trust,
+                )
             InboundMessage.objects.create(
                 origin_hub=sender_hub,
                 message_id=message_id,

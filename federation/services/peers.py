@@ -10,6 +10,8 @@ An operator can revoke a peer, after which its messages are refused or held for 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -205,6 +207,28 @@ def _set_revoked(*, peer_id: int, revoked: bool, mode: str, actor: Principal) ->
         )
         announce("peer.changed", peer_summary(peer))
     return peer
+
+
+def peers_unvouched_prune(*, now: Any = None, batch: int = 1000) -> int:
+    """Forget the contact records of keys nobody vouched for (first use: not pinned, not revoked,
+    neither registered nor configured) that were not seen for SWITCHBOARD_REMOTE_SESSION_IDLE_SECONDS
+    and have no stand-in left (`forwarding.remote_sessions_prune` keeps those while a message
+    refers to them): keys cost nothing to make, and a signed call with a new one records a row.
+    A key that calls again is recorded again, as on its first call. Returns how many went."""
+    from federation.models import RemoteSession
+    from federation.services.registry import registry_hub_keys
+
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.SWITCHBOARD_REMOTE_SESSION_IDLE_SECONDS)
+    vouched = {*registry_hub_keys().values(), *settings.SWITCHBOARD_LAN_PEER_KEYS.values()}
+    stale = (
+        Peer.objects.filter(pinned=False, revoked=False, last_seen__lt=cutoff)
+        .exclude(public_key__in=vouched)
+        .exclude(public_key__in=RemoteSession.objects.values("hub_key"))
+    )
+    ids = list(stale.values_list("pk", flat=True)[:batch])
+    deleted, _ = Peer.objects.filter(pk__in=ids, pinned=False, revoked=False).delete()
+    return deleted
 
 
 def peers_list() -> list[dict[str, object]]:

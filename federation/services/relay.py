@@ -48,6 +48,7 @@ from federation.models import FederationTier, RelayLease, RelayMessage, RelaySto
 from federation.services.identity import hub_identity
 from federation.services.keys import relay_key
 from federation.services.signatures import (
+    lease_statement_kept,
     lease_statement_longest,
     lease_statement_problem,
     lease_statement_sign,
@@ -62,6 +63,11 @@ log = logging.getLogger(__name__)
 MAX_SEALED_BYTES = 80 * 1024 * 1024  # 50 MB of files, base64, plus the text
 RECEIPTS_PER_PULL = 20
 MESSAGES_PER_PULL = 50
+# Names one pull leases or renews; and the live leases one key may hold, twice that: a hub's pull
+# keeps its agents' names, with room for the ones it no longer renews while they lapse, and a key
+# made at home cannot take every name nobody holds yet.
+LEASES_PER_PULL = 500
+LEASES_PER_HUB = 2 * LEASES_PER_PULL
 # Hub side: pulls in one cycle while the relay says more waits, and how long a cycle keeps going
 # back (the embedded scheduler runs the other periodic jobs on the same thread).
 PULL_ROUNDS_PER_CYCLE = 8
@@ -101,11 +107,14 @@ def relay_lease_take(*, hub_key: str, agent: str, statement: Any, now: Any = Non
             f"The lease on {agent!r} is taken only with the leasing hub's signed statement for it and "
             f"this relay; this request has {problem}.",
         )
-    until = min(
-        now + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS),
-        datetime.fromtimestamp(statement["valid_until"], tz=UTC),
+    statement = lease_statement_kept(statement)
+    # Compared as timestamps first: the key chose its statement's end, which may be past any date.
+    until = datetime.fromtimestamp(
+        min(now.timestamp() + settings.SWITCHBOARD_RELAY_LEASE_SECONDS, statement["valid_until"]), tz=UTC
     )
     with transaction.atomic():
+        if not RelayLease.objects.filter(agent_key=key, hub_key=hub_key, expires_at__gt=now).exists():
+            _leases_checked(hub_key, now=now)
         before = RelayLease.objects.filter(agent_key=key).values_list("hub_key", flat=True).first()
         taken = (
             RelayLease.objects.filter(agent_key=key)
@@ -139,6 +148,19 @@ def relay_lease_take(*, hub_key: str, agent: str, statement: Any, now: Any = Non
             ) from None
         audit_event("relay.lease_taken", actor="hub", target=hub_key, detail={"agent": key})
         return lease
+
+
+def _leases_checked(hub_key: str, *, now: Any) -> None:
+    """Before `hub_key` takes one more name: refuse (RelayQuotaFull, 429) when it holds
+    LEASES_PER_HUB live leases already. Counted under the key's lock (`_storer_locked`), so a
+    key's leases taken at once cannot pass the bound together."""
+    _storer_locked(hub_key)
+    if RelayLease.objects.filter(hub_key=hub_key, expires_at__gt=now).count() >= LEASES_PER_HUB:
+        raise RelayQuotaFull(
+            f"This hub key already holds {LEASES_PER_HUB} leases at the relay, as many as one key may; "
+            "release the names it no longer hosts, or wait until the leases it no longer renews lapse.",
+            limit=LEASES_PER_HUB,
+        )
 
 
 def relay_lease_release(*, hub_key: str, agent: str) -> bool:
@@ -386,15 +408,16 @@ def relay_pull(
     """One pull cycle for a hub in one call: take or renew the lease on each of its live agents
     (each with its statement in `statements`, by the name as listed), claim their messages (only
     where the lease is this hub's; oldest first across them), and claim its receipts, all within
-    one answer's byte budget (`PullBudget`). `leases` says per name `ok`, `held_elsewhere` or
-    `bad_statement` (no statement, or one that does not hold: no lease taken). `more` says that
+    one answer's byte budget (`PullBudget`). `leases` says per name `ok`, `held_elsewhere`,
+    `bad_statement` (no statement, or one that does not hold: no lease taken) or `quota_full`
+    (the key holds LEASES_PER_HUB leases already). `more` says that
     items were left for the next pull (budget or count reached), so the hub pulls again."""
     require_relay()
     now = timezone.now()
     statements = statements if isinstance(statements, Mapping) else {}
     leases: dict[str, str] = {}
     leased: list[str] = []
-    for name in list(dict.fromkeys(a for a in agents if isinstance(a, str) and a))[:500]:
+    for name in list(dict.fromkeys(a for a in agents if isinstance(a, str) and a))[:LEASES_PER_PULL]:
         try:
             relay_lease_take(hub_key=hub_key, agent=name, statement=statements.get(name), now=now)
         except LeaseHeld:
@@ -402,6 +425,9 @@ def relay_pull(
             continue
         except LeaseStatementRefused:
             leases[name] = "bad_statement"
+            continue
+        except RelayQuotaFull:
+            leases[name] = "quota_full"
             continue
         leases[name] = "ok"
         leased.append(normalize_name(name))
@@ -497,6 +523,8 @@ def _relay_pull_round(*, relay: str, agents: list[str], counts: dict[str, int]) 
             # The relay did not take this hub's signed statement (its clock, or its key, is not
             # what this hub holds): senders would not believe the lease, so nothing comes here.
             log.warning("relay: the relay refused this hub's lease statement for %r; no relay messages", name)
+        elif state == "quota_full":
+            log.warning("relay: this hub holds as many leases as the relay gives one key; %r has none", name)
         else:
             # Another hub holds this name's lease: its relay messages go there, not to this copy.
             log.warning(

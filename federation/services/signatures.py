@@ -70,6 +70,9 @@ RECEIPT_SIGNATURE_VERSION = 2
 REQUEST_SIGNATURE_VERSION = "switchboard-request-2"
 ANSWER_SIGNATURE_VERSION = "switchboard-answer-1"
 LEASE_STATEMENT_VERSION = "switchboard-lease-1"
+# A lease statement's fields: the version, the signed facts (`lease_statement_digest_input`), the
+# signature.
+LEASE_STATEMENT_FIELDS = ("v", "agent", "hub", "relay", "issued_at", "valid_until", "signature")
 # How far apart the clocks of a leasing hub, its relay and a sender may be: a lease statement is
 # good for the lease period plus this, and one dated up to this far ahead is still taken.
 LEASE_CLOCK_SLACK_SECONDS = 30
@@ -270,6 +273,13 @@ def lease_statement_sign(
         **facts,
         "signature": sign_bytes(lease_statement_digest_input(**facts), key=signer),
     }
+
+
+def lease_statement_kept(statement: Mapping[str, Any]) -> dict[str, Any]:
+    """Of a statement that holds (`lease_statement_problem`), what its signature covers and
+    nothing else: what a relay keeps with the lease and shows whoever asks. Any other field is the
+    leasing key's padding, which would cost the relay, and every answer naming the lease, its size."""
+    return {field: statement[field] for field in LEASE_STATEMENT_FIELDS}
 
 
 def lease_statement_problem(

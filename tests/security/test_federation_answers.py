@@ -266,11 +266,12 @@ def test_an_answer_to_do_you_host_bob_that_is_not_the_peers_word_is_not_remember
     peer that is down once), and then asks again: the peer's own signed yes is a route. (Remembered
     as "not hosted" for SWITCHBOARD_HOSTS_CACHE_SECONDS, one forged answer would keep bob
     unreachable from here for a minute.)"""
-    from federation.services import forwarding
-    from federation.services.forwarding import UNANSWERED_LOOKUP_SECONDS, hosts_lookup
+    from federation.services import lookups
+    from federation.services.forwarding import hosts_lookup
+    from federation.services.lookups import UNANSWERED_LOOKUP_SECONDS
 
     clock = [1000.0]
-    monkeypatch.setattr(forwarding, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    monkeypatch.setattr(lookups, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
 
     no = {"hosted": False, "hub_key": _public(peer_key), "hub_name": "bobs-hub"}
     yes = {"hosted": True, "hub_key": _public(peer_key), "hub_name": "bobs-hub", "id": "r-1", "name": "bob"}
@@ -306,6 +307,60 @@ def test_the_peers_own_no_to_do_you_host_bob_is_remembered(peer, peer_key):
         peer_key, request, 200, dict(no, hosted=True, id="r-1", name="bob")
     )
     assert hosts_lookup(peer.url, "bob") is None
+    assert len(peer.requests) == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("first", ["forged, empty", "the peer's own 503"])
+def test_an_agent_list_that_is_not_the_peers_word_is_not_remembered(peer, peer_key, first, monkeypatch):
+    """Given the directory asks a LAN peer which agents it hosts, and gets an answer the peer did
+    not sign (an empty list forged at its address) or the peer's 503, then the directory
+    lists none of the peer's agents and asks no more for UNANSWERED_LOOKUP_SECONDS, as "do you host
+    X?" (`federation.services.lookups`); then it asks again and lists what the peer's own signed
+    answer names. (Remembered for SWITCHBOARD_HOSTS_CACHE_SECONDS, one forged answer would hide the
+    peer's agents from the directory for a minute.)"""
+    from federation.services import lookups
+    from federation.services.discovery import remote_agents_list
+    from federation.services.lookups import UNANSWERED_LOOKUP_SECONDS
+
+    clock = [1000.0]
+    monkeypatch.setattr(lookups, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    listed = {
+        "hub_key": _public(peer_key),
+        "hub_name": "bobs-hub",
+        "agents": [{"id": "r-1", "name": "bob", "ref": "bobref", "status": "idle"}],
+    }
+    answers: dict[str, Callable[[dict[str, Any]], Answer]] = {
+        "forged, empty": lambda request: unsigned(200, dict(listed, agents=[])),
+        "the peer's own 503": lambda request: signed_by(peer_key, request, 503, {"error": "unavailable"}),
+    }
+    peer.answer = answers[first]
+    assert remote_agents_list() == []
+
+    peer.answer = lambda request: signed_by(peer_key, request, 200, listed)
+    clock[0] += UNANSWERED_LOOKUP_SECONDS - 1
+    assert remote_agents_list() == []
+    assert len(peer.requests) == 1
+    clock[0] += 1
+    assert [(r["name"], r["tier"], r["hub"]) for r in remote_agents_list()] == [("bob", "lan", "bobs-hub")]
+
+
+@pytest.mark.django_db
+def test_the_peers_own_agent_list_is_remembered(peer, peer_key):
+    """The peer's own signed list is its word: remembered for SWITCHBOARD_HOSTS_CACHE_SECONDS, so
+    the directory asks it once for a burst of reads."""
+    from federation.services.discovery import remote_agents_list
+
+    listed = {"hub_key": _public(peer_key), "hub_name": "bobs-hub", "agents": []}
+    peer.answer = lambda request: signed_by(peer_key, request, 200, listed)
+    assert remote_agents_list() == []
+    peer.answer = lambda request: signed_by(
+        peer_key,
+        request,
+        200,
+        dict(listed, agents=[{"id": "r-1", "name": "bob", "ref": "b", "status": "idle"}]),
+    )
+    assert remote_agents_list() == []
     assert len(peer.requests) == 1
 
 

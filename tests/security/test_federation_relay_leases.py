@@ -31,6 +31,7 @@ from federation.models import RelayLease, RelayMessage
 from federation.services.identity import hub_identity
 from federation.services.relay import (
     relay_agents,
+    relay_lease_entry_problem,
     relay_lease_take,
     relay_lookup,
     relay_pull,
@@ -254,6 +255,37 @@ def test_the_relays_directory_lists_only_names_whose_hub_signed_the_lease(
     assert sorted(a["name"] for a in listed if a.get("tier") == "relay") == ["carol", "kay"]
 
 
+def test_the_directory_keeps_the_relays_list_no_longer_than_its_first_statement_holds(
+    relay: InProcessRelay, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """Given the relay lists kay with a statement that ends in 10 s, then the directory keeps the
+    relay's list for those 10 s, not SWITCHBOARD_HOSTS_CACHE_SECONDS: it asks the relay again
+    rather than show kay past what kay's hub signed (as "who holds kay?" is kept)."""
+    from types import SimpleNamespace
+
+    from federation.services import lookups
+    from federation.services.discovery import remote_agents_list
+
+    clock = [1000.0]
+    monkeypatch.setattr(lookups, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    kays = OtherHub(SigningKey.generate(), name="kays-hub")
+    pin_hub(kays, tier="relay")
+    with relay.role():
+        relay_lease_take(
+            hub_key=kays.public_key,
+            agent="kay",
+            statement=kays.lease("kay", now=time.time() - settings.SWITCHBOARD_RELAY_LEASE_SECONDS - 20),
+        )
+    assert [r["name"] for r in remote_agents_list()] == ["kay"]
+    asked = relay.calls.count(("GET", "/relay/agents"))
+    clock[0] += 9
+    remote_agents_list()
+    assert relay.calls.count(("GET", "/relay/agents")) == asked
+    clock[0] += 2
+    remote_agents_list()
+    assert relay.calls.count(("GET", "/relay/agents")) == asked + 1
+
+
 # --- the relay: no lease without its hub's statement ------------------------------------------------
 
 
@@ -296,6 +328,60 @@ def test_an_older_hubs_lease_call_is_refused_with_the_reason(relay_role: None, h
     assert taken.status_code == 200, taken.json_body
 
 
+def test_a_statement_good_for_ages_takes_a_lease_for_a_lease_period(
+    relay_role: None, hub_client: Any, settings: Any
+) -> None:
+    """A key signs its own statement, window and all: one good until a year no date reaches
+    (timestamp 10**12) is still a lease for the relay's lease period, answered 200, not a fault of
+    the relay (500)."""
+    squatter = OtherHub(SigningKey.generate())
+    now = int(time.time())
+    statement = _statement_signed(
+        squatter.key,
+        agent="carol",
+        hub=squatter.public_key,
+        relay=hub_identity().public_key,
+        issued_at=now,
+        valid_until=10**12,
+    )
+
+    taken = squatter.call(
+        hub_client, "POST", "/api/v1/relay/leases", {"agent": "carol", "statement": statement}
+    )
+
+    assert taken.status_code == 200, taken.content
+    lease = RelayLease.objects.get(agent_key="carol")
+    assert lease.expires_at <= timezone.now() + timedelta(seconds=settings.SWITCHBOARD_RELAY_LEASE_SECONDS)
+
+
+def test_one_key_holds_a_bounded_number_of_leases(relay_role: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a key made at home that leases name after name (500 in each pull, as many pulls as it
+    likes), then it holds at most LEASES_PER_HUB live leases: the next new name is refused (429
+    `relay_quota`; `quota_full` in a pull's `leases`), its own leases still renew, and another key
+    still leases the name. (A hub's pull renews at most 500 names; the bound leaves it room while
+    leases it no longer renews lapse.)"""
+    from federation.errors import RelayQuotaFull
+    from federation.services import relay as relay_service
+    from federation.services.relay import relay_pull
+
+    monkeypatch.setattr(relay_service, "LEASES_PER_HUB", 3)
+    squatter, genuine = OtherHub(SigningKey.generate()), OtherHub(SigningKey.generate())
+    for name in ("ann", "ben", "cal"):
+        relay_lease_take(hub_key=squatter.public_key, agent=name, statement=squatter.lease(name))
+
+    with pytest.raises(RelayQuotaFull):
+        relay_lease_take(hub_key=squatter.public_key, agent="dan", statement=squatter.lease("dan"))
+    names = ["ann", "dan"]
+    pulled = relay_pull(
+        hub_key=squatter.public_key, agents=names, statements={n: squatter.lease(n) for n in names}
+    )
+
+    assert pulled["leases"] == {"ann": "ok", "dan": "quota_full"}
+    assert RelayLease.objects.filter(hub_key=squatter.public_key).count() == 3
+    relay_lease_take(hub_key=genuine.public_key, agent="dan", statement=genuine.lease("dan"))
+    assert relay_lookup(target="dan")["hub_key"] == genuine.public_key
+
+
 def test_a_lease_from_before_statements_is_not_shown_until_its_hub_renews_it(relay_role: None) -> None:
     """A lease row kept from before statements existed is neither answered nor listed; its hub's
     next renewal (with a statement) makes it one a sender can check."""
@@ -324,6 +410,25 @@ def test_a_renewal_keeps_the_fresh_statement_and_the_lease_ends_with_it(
     lease = relay_lease_take(hub_key=hub.public_key, agent="carol", statement=second)
     assert relay_lookup(target="carol")["statement"] == second
     assert lease.expires_at.timestamp() == second["valid_until"]
+
+
+def test_the_relay_keeps_of_a_statement_only_what_its_signature_covers(relay_role: None) -> None:
+    """Given a key made at home that leases a name with its genuine statement padded with a field
+    of its own (a megabyte here; a hub-to-hub body may carry 280 MB), then the relay keeps and
+    hands every sender who asks, and every reader of its list, the signed statement alone: a lease
+    costs the relay, and each answer naming it, a statement's few hundred bytes, and the statement
+    it shows still holds for the name."""
+    squatter = OtherHub(SigningKey.generate(), name="squatter")
+    statement = dict(squatter.lease("carol"), pad="x" * 1_000_000)
+    lease = relay_lease_take(hub_key=squatter.public_key, agent="carol", statement=statement)
+
+    shown = relay_lookup(target="carol")
+    listed = relay_agents()
+
+    assert sorted(lease.statement) == sorted(squatter.lease("carol"))
+    assert shown["statement"] == listed[0]["statement"] == lease.statement
+    assert len(json.dumps(listed)) < 2000
+    assert relay_lease_entry_problem(shown, asked="carol", relay_key=hub_identity().public_key) is None
 
 
 # --- the leasing hub: a fresh statement with every renewal that needs one ---------------------------

@@ -333,6 +333,33 @@ def test_a_first_seen_key_revoked_with_mode_hold_is_not_upgraded_to_verified(
     assert seen == ("unverified", "unverified", 0, "withheld"), seen  # priority 0: normal
 
 
+def test_a_forward_taken_as_a_duplicate_adds_no_file_to_the_message_it_repeats(client, register, attacker):
+    """Given a hub's message to bob without files, when the same sender sends the same text again
+    within the dedupe window, under a new id and now carrying a file (or, again, another one),
+    then each is answered as the first message (duplicate) and that message keeps the files its
+    signature covered (none): the later forwards' files neither join a message already accepted,
+    perhaps already read, nor make the hub fail (500) on a second set at the same positions."""
+    from federation.services.signatures import envelope_sign
+
+    register("bob")
+    pin_hub(attacker, "lan")
+
+    def again(files: list[dict[str, Any]]) -> Any:
+        envelope = attacker.envelope(to="bob", text="the build is green", files=files)
+        envelope["from"]["id"] = "alice-on-the-other-hub"  # the same sender each time
+        return _forward(client, attacker, envelope_sign(envelope, key=attacker.key))
+
+    first = again([])
+    later = [again([_file(b"#!/bin/sh\necho one\n", "one.sh")]), again([_file(b"two", "two.txt")])]
+
+    assert first.status_code == 201 and first.json_body["status"] == "queued", first.json_body
+    assert [(a.status_code, a.json_body.get("duplicate")) for a in later] == [(200, True), (200, True)], [
+        a.json_body for a in later
+    ]
+    assert Message.objects.count() == 1
+    assert not MessageAttachment.objects.exists()
+
+
 def test_a_pinned_key_revoked_with_mode_hold_loses_its_verified_trust_and_hub_name(
     client, api, register, attacker, operator_token
 ):
@@ -449,6 +476,39 @@ def test_stand_ins_nothing_refers_to_expire(client, register, attacker, settings
     [kept] = RemoteSession.objects.all()
     assert Message.objects.filter(sender_id=kept.session_id).exists()
     assert Peer.objects.filter(public_key=attacker.public_key).exists()
+
+
+def test_the_contact_records_of_keys_made_at_home_do_not_pile_up(client, register, attacker, settings):
+    """Given keys made at home that only asked whether this hub hosts an address (a signed call
+    each, a contact record each, free to repeat with a new key), and one that still has a held
+    message here, when a day passes without them, then the hourly prune forgets the first ones'
+    records; it keeps the one whose message waits, and every key an operator pinned or revoked."""
+    from federation.tasks import prune_remote_sessions
+
+    register("bob")
+    askers = [OtherHub(SigningKey.generate(), name=f"asker-{n}") for n in range(3)]
+    for asker in askers:
+        assert asker.call(client, "GET", "/api/v1/federation/agents?to=bob").status_code == 200
+    assert (
+        _forward(client, attacker, attacker.envelope(to="bob", text="waiting")).json_body["status"] == "held"
+    )
+    pinned, revoked = OtherHub(SigningKey.generate()), OtherHub(SigningKey.generate())
+    pin_hub(pinned, "lan")
+    Peer.objects.create(public_key=revoked.public_key, revoked=True, revocation_mode="hold")
+    assert Peer.objects.count() == 6
+    prune_remote_sessions()
+    assert Peer.objects.count() == 6  # all seen just now
+    long_ago = timezone.now() - timedelta(seconds=settings.SWITCHBOARD_REMOTE_SESSION_IDLE_SECONDS + 60)
+    Peer.objects.update(last_seen=long_ago)
+    AgentSession.objects.filter(kind="remote").update(last_seen=long_ago)
+
+    prune_remote_sessions()
+
+    assert set(Peer.objects.values_list("public_key", flat=True)) == {
+        attacker.public_key,
+        pinned.public_key,
+        revoked.public_key,
+    }
 
 
 # --- message ids chosen by another hub ---------------------------------------------------------------
