@@ -403,13 +403,21 @@ def team_detail(*, team_id: Any) -> dict[str, Any] | None:
     }
 
 
+PEERS_SHOWN = 1000
+
+
 def peer_rows() -> list[dict[str, Any]]:
-    """Peer hubs for the peers page, most recently seen first, each with the short key fingerprint
-    an operator compares with the one the other hub's console shows for itself."""
+    """Peer hubs for the peers page, each with the short key fingerprint an operator compares with
+    the one the other hub's console shows for itself: every key an operator pinned or revoked
+    first (keys made by the thousand, each recorded on its first call, never push an operator's
+    decision off the page), then the most recently seen of the others, PEERS_SHOWN in all."""
     from federation.models import Peer
     from federation.services.identity import key_fingerprint
 
-    peers = Peer.objects.order_by(F("last_seen").desc(nulls_last=True), "name", "pk")[:1000]
+    recent = (F("last_seen").desc(nulls_last=True), "name", "pk")
+    decided = Q(pinned=True) | Q(revoked=True)
+    peers = list(Peer.objects.filter(decided).order_by(*recent))
+    peers += Peer.objects.exclude(decided).order_by(*recent)[: max(0, PEERS_SHOWN - len(peers))]
     return [{"peer": p, "fingerprint": key_fingerprint(p.public_key)} for p in peers]
 
 

@@ -164,3 +164,24 @@ def test_a_key_nothing_was_sealed_to_is_listed_until_an_operator_pins_it(operato
     csrf_post(operator_client, "/peers/pin", {"public_key": key, "tier": "relay"})
     assert Peer.objects.get(public_key=key).pinned
     assert "Keys nothing was sent to" not in operator_client.get("/peers/").content.decode()
+
+
+def test_a_flood_of_first_seen_keys_never_pushes_a_pinned_or_revoked_hub_off_the_page(operator_client, db):
+    """Given a hub an operator pinned and one it revoked, both last seen long ago, when a thousand
+    home-made keys call afterwards (each recorded on first use), then the peers page still lists
+    the pinned and the revoked hub, with their buttons: an operator's decisions stay in reach."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    long_ago = timezone.now() - timedelta(days=30)
+    pinned = Peer.objects.create(public_key=_new_key(), name="trusted-hub", pinned=True, last_seen=long_ago)
+    revoked = Peer.objects.create(public_key=_new_key(), name="banned-hub", revoked=True, last_seen=long_ago)
+    Peer.objects.bulk_create(
+        Peer(public_key=f"flood-{i:04d}", name=f"stranger-{i}", last_seen=timezone.now()) for i in range(1000)
+    )
+
+    page = operator_client.get("/peers/").content.decode()
+
+    assert "trusted-hub" in page and "banned-hub" in page
+    assert f"/peers/{pinned.pk}/revoke" in page and f"/peers/{revoked.pk}/restore" in page
