@@ -257,15 +257,38 @@ def pending_registrations(hub: str) -> Iterator[PendingRegistration]:
             yield pending
 
 
+class SessionLockBusy(TimeoutError):
+    """The session's lock stayed held (another hook, or the MCP server, registering it) until the
+    caller's time was up. Nothing of the hub's: the hub was not asked."""
+
+
+LOCK_POLL = 0.02  # seconds between tries of a lock held elsewhere, when the wait is bounded
+
+
 @contextlib.contextmanager
-def session_lock(name: str) -> Iterator[None]:
+def session_lock(name: str, *, until: float | None = None) -> Iterator[None]:
     """Hold an exclusive lock (a 0600 file in the sessions folder) while registering a session for
     `name`, so hooks that start together register one session, not one each. The kernel releases
-    it when the process dies, so a killed hook never leaves it held."""
+    it when the process dies, so a killed hook never leaves it held.
+    `until`: a monotonic time after which to stop waiting for it (SessionLockBusy); None waits."""
     safe = name if SESSION_ID_CHARS.match(name) else hashlib.sha256(name.encode()).hexdigest()[:32]
     fd = os.open(sessions_dir() / f".{safe}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if until is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        raise SessionLockBusy(
+                            f"The lock of saved session {name} was held elsewhere (another hook or the "
+                            "MCP server registering it) until this call's time was up."
+                        ) from None
+                    time.sleep(min(LOCK_POLL, left))
         yield
     finally:
         os.close(fd)  # closing the only descriptor releases the lock

@@ -55,7 +55,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -64,6 +64,7 @@ from switchboard_agent.client import HubClient, HubError, HubUnreachable
 from switchboard_agent.config import (
     Breaker,
     SavedSession,
+    SessionLockBusy,
     hub_url,
     log_path,
     process_session_key,
@@ -79,7 +80,7 @@ from switchboard_agent.delivery_text import render_messages
 from switchboard_agent.hints import reread
 from switchboard_agent.home import UnsafeHome
 from switchboard_agent.identity import SESSION_ENV, anchor_alive, client_anchor
-from switchboard_agent.registration import session_register_saved
+from switchboard_agent.registration import REGISTER_RESERVE, session_register_saved
 from switchboard_agent.transport import Timeout
 
 log = logging.getLogger("switchboard.hook")
@@ -231,6 +232,12 @@ class Hook:
         return sum(c.requests for c in self._clients)
 
     # --- sessions ------------------------------------------------------------------------------
+    def lock(self) -> AbstractContextManager[None]:
+        """This session's lock, waited for only while the hub would still have REGISTER_RESERVE of
+        the deadline after it: a lock another process holds (the MCP server or another hook
+        registering) ends the wait with SessionLockBusy, a local matter, never the hub's failure."""
+        return session_lock(self.key, until=self.deadline - REGISTER_RESERVE)
+
     def saved(self) -> SavedSession | None:
         """The live saved session for this session id (also one it served before a /clear)."""
         return session_find(self.key, self.url) if self.key else None
@@ -259,7 +266,7 @@ class Hook:
         `stale_token`: the saved token the hub refused (then a fresh registration replaces it)."""
         if not self.key:
             raise ValueError("The hook input has no session_id.")
-        with session_lock(self.key):
+        with self.lock():
             found = self.saved()
             if found is not None and found.token != stale_token:
                 return found
@@ -310,7 +317,7 @@ class Hook:
     def on_session_start(self) -> dict[str, Any] | None:
         saved = self.saved()
         if saved is None or (saved.anchor != self.anchor and self.left_behind(saved)):
-            with session_lock(self.key):
+            with self.lock():
                 saved = self.saved()
                 if saved is not None and self.left_behind(saved):
                     session_set_aside(saved)
@@ -701,6 +708,9 @@ def run_hook(
             with suppress(Exception):
                 stdout.write(json.dumps(notice))
                 stdout.flush()
+    except SessionLockBusy as exc:
+        # Waiting on this machine says nothing of the hub: the breaker stays as it was.
+        status = f"skipped before the hook's deadline: {exc}"
     except HubError as exc:
         status = f"hub error {exc.code} ({exc.status}): {exc.detail}"
         # Only a hub that could not be reached (or not in time) costs the agent a wait.
