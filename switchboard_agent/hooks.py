@@ -42,7 +42,8 @@ client counts it), every failure is logged to
 `$SWITCHBOARD_HOME/agent.log`, the hook prints nothing and exits 0 (fail open), and after a failure
 later hooks skip the hub for a short while (`config.Breaker`) instead of each paying the timeout.
 A home another user could write (`home.UnsafeHome`) is refused too, fail open, but the user is told:
-the SessionStart hook answers with a `systemMessage` (`unsafe_home_notice`), which all three show.
+the SessionStart hook answers with a `systemMessage` (`unsafe_home_notice`), which all three show
+(Codex in its TUI only: `codex exec` prints no hook's answer, docs/agents.md).
 """
 
 from __future__ import annotations
@@ -734,8 +735,9 @@ def run_hook(
 def unsafe_home_notice(event: dict[str, Any], client_name: str, exc: UnsafeHome) -> dict[str, Any] | None:
     """What a hook that refused the home answers so that the user sees it: at SessionStart only
     (once per session; not again for Claude Code's `compact`, the same session going on), a
-    `systemMessage`, which Claude Code, Codex and Gemini CLI all show the user (with the fix), and
-    context telling the model, whose Switchboard tools will not work either, to leave it to them.
+    `systemMessage`, which Claude Code, Codex (its TUI; `codex exec` shows no hook's answer) and
+    Gemini CLI show the user (with the fix), and context telling the model, whose Switchboard tools
+    will not work either, to leave it to them (in `codex exec`, the only way it reaches the user).
     None for other events: their answers would repeat it on every prompt and tool call."""
     name = str(event.get("hook_event_name") or "")
     if EVENTS.get(client_name, {}).get(name) != "start" or event.get("source") == "compact":
