@@ -203,6 +203,14 @@ def process_session_key(client: str, anchor: str) -> str:
     return f"{client}-{anchor.replace(':', '-')}"
 
 
+def resumed_session_key(key: str, anchor: str) -> str:
+    """The saved-session key of session id `key` in agent client process `anchor` when another live
+    client process has that id too (one conversation open in two clients: `claude --resume`, or
+    `/resume`, of a conversation still running elsewhere): `<key>.<pid>-<start time>`, so each
+    process keeps a saved session, and a hub session, of its own."""
+    return f"{key[:80]}.{anchor.replace(':', '-')}"[:128]
+
+
 def sessions_of_process(anchor: str, hub: str) -> list[SavedSession]:
     """The live saved sessions on `hub` registered from the agent client process `anchor`."""
     return [s for s in live_sessions(hub) if s.anchor == anchor] if anchor else []

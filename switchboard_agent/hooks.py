@@ -80,7 +80,7 @@ from switchboard_agent.config import (
 from switchboard_agent.delivery_text import render_messages
 from switchboard_agent.hints import reread
 from switchboard_agent.home import UnsafeHome
-from switchboard_agent.identity import SESSION_ENV, anchor_alive, client_anchor
+from switchboard_agent.identity import SESSION_ENV, anchor_alive, client_anchor, own_session_key
 from switchboard_agent.registration import REGISTER_RESERVE, session_register_saved
 from switchboard_agent.transport import Timeout
 
@@ -178,7 +178,8 @@ class Hook:
 
     def _session_key(self) -> str:
         """Which saved session this hook serves. Claude Code and Gemini CLI: the session id they
-        pass (Claude Code passes it to its MCP servers too). Codex passes its MCP servers none, so
+        pass (Claude Code passes it to its MCP servers too), unless another client process that
+        runs has that id too (`identity.own_session_key`). Codex passes its MCP servers none, so
         its hooks and its MCP server share the session of the Codex process they run under; a
         /clear (a new thread id in the same process) keeps it.
 
@@ -193,7 +194,10 @@ class Hook:
                 )
             return process_session_key("codex", self.anchor)
         inherited = os.environ.get(SESSION_ENV) if self.client_name == "claude" else None
-        return str(self.event.get("session_id") or inherited or "")
+        key = str(self.event.get("session_id") or inherited or "")
+        # A conversation still open in another live client process (resumed here while it runs
+        # there) is that process's: this one's session goes by a key of its own.
+        return own_session_key(key, self.url, self.anchor) if key else key
 
     @property
     def step(self) -> str | None:
