@@ -203,6 +203,14 @@ def process_session_key(client: str, anchor: str) -> str:
     return f"{client}-{anchor.replace(':', '-')}"
 
 
+def resumed_session_key(key: str, anchor: str) -> str:
+    """The saved-session key of session id `key` in agent client process `anchor` when another live
+    client process has that id too (one conversation open in two clients: `claude --resume`, or
+    `/resume`, of a conversation still running elsewhere): `<key>.<pid>-<start time>`, so each
+    process keeps a saved session, and a hub session, of its own."""
+    return f"{key[:80]}.{anchor.replace(':', '-')}"[:128]
+
+
 def sessions_of_process(anchor: str, hub: str) -> list[SavedSession]:
     """The live saved sessions on `hub` registered from the agent client process `anchor`."""
     return [s for s in live_sessions(hub) if s.anchor == anchor] if anchor else []
@@ -257,15 +265,38 @@ def pending_registrations(hub: str) -> Iterator[PendingRegistration]:
             yield pending
 
 
+class SessionLockBusy(TimeoutError):
+    """The session's lock stayed held (another hook, or the MCP server, registering it) until the
+    caller's time was up. Nothing of the hub's: the hub was not asked."""
+
+
+LOCK_POLL = 0.02  # seconds between tries of a lock held elsewhere, when the wait is bounded
+
+
 @contextlib.contextmanager
-def session_lock(name: str) -> Iterator[None]:
+def session_lock(name: str, *, until: float | None = None) -> Iterator[None]:
     """Hold an exclusive lock (a 0600 file in the sessions folder) while registering a session for
     `name`, so hooks that start together register one session, not one each. The kernel releases
-    it when the process dies, so a killed hook never leaves it held."""
+    it when the process dies, so a killed hook never leaves it held.
+    `until`: a monotonic time after which to stop waiting for it (SessionLockBusy); None waits."""
     safe = name if SESSION_ID_CHARS.match(name) else hashlib.sha256(name.encode()).hexdigest()[:32]
     fd = os.open(sessions_dir() / f".{safe}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if until is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        raise SessionLockBusy(
+                            f"The lock of saved session {name} was held elsewhere (another hook or the "
+                            "MCP server registering it) until this call's time was up."
+                        ) from None
+                    time.sleep(min(LOCK_POLL, left))
         yield
     finally:
         os.close(fd)  # closing the only descriptor releases the lock

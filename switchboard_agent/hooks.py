@@ -42,7 +42,8 @@ client counts it), every failure is logged to
 `$SWITCHBOARD_HOME/agent.log`, the hook prints nothing and exits 0 (fail open), and after a failure
 later hooks skip the hub for a short while (`config.Breaker`) instead of each paying the timeout.
 A home another user could write (`home.UnsafeHome`) is refused too, fail open, but the user is told:
-the SessionStart hook answers with a `systemMessage` (`unsafe_home_notice`), which all three show.
+the SessionStart hook answers with a `systemMessage` (`unsafe_home_notice`), which all three show
+(Codex in its TUI only: `codex exec` prints no hook's answer, docs/agents.md).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -64,6 +65,7 @@ from switchboard_agent.client import HubClient, HubError, HubUnreachable
 from switchboard_agent.config import (
     Breaker,
     SavedSession,
+    SessionLockBusy,
     hub_url,
     log_path,
     process_session_key,
@@ -78,8 +80,8 @@ from switchboard_agent.config import (
 from switchboard_agent.delivery_text import render_messages
 from switchboard_agent.hints import reread
 from switchboard_agent.home import UnsafeHome
-from switchboard_agent.identity import SESSION_ENV, anchor_alive, client_anchor
-from switchboard_agent.registration import session_register_saved
+from switchboard_agent.identity import SESSION_ENV, anchor_alive, client_anchor, own_session_key
+from switchboard_agent.registration import REGISTER_RESERVE, session_register_saved
 from switchboard_agent.transport import Timeout
 
 log = logging.getLogger("switchboard.hook")
@@ -176,7 +178,8 @@ class Hook:
 
     def _session_key(self) -> str:
         """Which saved session this hook serves. Claude Code and Gemini CLI: the session id they
-        pass (Claude Code passes it to its MCP servers too). Codex passes its MCP servers none, so
+        pass (Claude Code passes it to its MCP servers too), unless another client process that
+        runs has that id too (`identity.own_session_key`). Codex passes its MCP servers none, so
         its hooks and its MCP server share the session of the Codex process they run under; a
         /clear (a new thread id in the same process) keeps it.
 
@@ -191,7 +194,10 @@ class Hook:
                 )
             return process_session_key("codex", self.anchor)
         inherited = os.environ.get(SESSION_ENV) if self.client_name == "claude" else None
-        return str(self.event.get("session_id") or inherited or "")
+        key = str(self.event.get("session_id") or inherited or "")
+        # A conversation still open in another live client process (resumed here while it runs
+        # there) is that process's: this one's session goes by a key of its own.
+        return own_session_key(key, self.url, self.anchor) if key else key
 
     @property
     def step(self) -> str | None:
@@ -231,6 +237,12 @@ class Hook:
         return sum(c.requests for c in self._clients)
 
     # --- sessions ------------------------------------------------------------------------------
+    def lock(self) -> AbstractContextManager[None]:
+        """This session's lock, waited for only while the hub would still have REGISTER_RESERVE of
+        the deadline after it: a lock another process holds (the MCP server or another hook
+        registering) ends the wait with SessionLockBusy, a local matter, never the hub's failure."""
+        return session_lock(self.key, until=self.deadline - REGISTER_RESERVE)
+
     def saved(self) -> SavedSession | None:
         """The live saved session for this session id (also one it served before a /clear)."""
         return session_find(self.key, self.url) if self.key else None
@@ -259,7 +271,7 @@ class Hook:
         `stale_token`: the saved token the hub refused (then a fresh registration replaces it)."""
         if not self.key:
             raise ValueError("The hook input has no session_id.")
-        with session_lock(self.key):
+        with self.lock():
             found = self.saved()
             if found is not None and found.token != stale_token:
                 return found
@@ -310,7 +322,7 @@ class Hook:
     def on_session_start(self) -> dict[str, Any] | None:
         saved = self.saved()
         if saved is None or (saved.anchor != self.anchor and self.left_behind(saved)):
-            with session_lock(self.key):
+            with self.lock():
                 saved = self.saved()
                 if saved is not None and self.left_behind(saved):
                     session_set_aside(saved)
@@ -701,6 +713,9 @@ def run_hook(
             with suppress(Exception):
                 stdout.write(json.dumps(notice))
                 stdout.flush()
+    except SessionLockBusy as exc:
+        # Waiting on this machine says nothing of the hub: the breaker stays as it was.
+        status = f"skipped before the hook's deadline: {exc}"
     except HubError as exc:
         status = f"hub error {exc.code} ({exc.status}): {exc.detail}"
         # Only a hub that could not be reached (or not in time) costs the agent a wait.
@@ -724,8 +739,9 @@ def run_hook(
 def unsafe_home_notice(event: dict[str, Any], client_name: str, exc: UnsafeHome) -> dict[str, Any] | None:
     """What a hook that refused the home answers so that the user sees it: at SessionStart only
     (once per session; not again for Claude Code's `compact`, the same session going on), a
-    `systemMessage`, which Claude Code, Codex and Gemini CLI all show the user (with the fix), and
-    context telling the model, whose Switchboard tools will not work either, to leave it to them.
+    `systemMessage`, which Claude Code, Codex (its TUI; `codex exec` shows no hook's answer) and
+    Gemini CLI show the user (with the fix), and context telling the model, whose Switchboard tools
+    will not work either, to leave it to them (in `codex exec`, the only way it reaches the user).
     None for other events: their answers would repeat it on every prompt and tool call."""
     name = str(event.get("hook_event_name") or "")
     if EVENTS.get(client_name, {}).get(name) != "start" or event.get("source") == "compact":

@@ -37,6 +37,7 @@ from switchboard_agent.config import (
     SavedSession,
     hub_url,
     process_session_key,
+    resumed_session_key,
     session_find,
     session_forget,
     session_lock,
@@ -120,6 +121,41 @@ def client_anchor(pid: int | None = None) -> str:
             return f"{current}:{started}"
         current = parent
     return ""
+
+
+def _ancestors() -> set[str]:
+    """This process's ancestors, each as "pid:start time" (as `client_anchor` writes them)."""
+    found, current = set(), os.getppid()
+    for _ in range(16):
+        facts = _process(current) if current > 0 else None
+        if facts is None:
+            break
+        found.add(f"{current}:{facts[1]}")
+        current = facts[0]
+    return found
+
+
+def held_elsewhere(saved: SavedSession, anchor: str) -> bool:
+    """Whether `saved` is the session of another agent client process that still runs than
+    `anchor`, this process's own client: one conversation open in two clients. A session of no
+    recorded process, of one that is gone (see `anchor_alive`), or of an ancestor of this process
+    (an MCP server its client started through a wrapper) is not another's. False when this
+    process's client is unknown (`anchor` ""): then nothing tells the two apart."""
+    if not saved.anchor or not anchor or saved.anchor == anchor:
+        return False
+    return anchor_alive(saved.anchor) and saved.anchor not in _ancestors()
+
+
+def own_session_key(key: str, hub: str, anchor: str) -> str:
+    """The saved-session key under which agent client process `anchor` keeps its hub session for
+    the client's session id `key` (hooks and MCP server alike): `key`, unless the session saved for
+    it is another live process's (`held_elsewhere`: a conversation resumed while its first client
+    still runs), then `config.resumed_session_key`. Each live process so has exactly one hub
+    session, and neither takes, re-ties or ends the other's."""
+    found = session_find(key, hub)
+    if found is not None and held_elsewhere(found, anchor):
+        return resumed_session_key(key, anchor)
+    return key
 
 
 class NoAgentSession(HubError):
@@ -238,7 +274,9 @@ class Identity:
 
     def _resolve_by_key(self, key: str, stale_token: str | None) -> HubClient:
         """The session the client's hooks keep for session id `key`, registered here (under the
-        hooks' lock and key, so they find it) when they have not."""
+        hooks' lock and key, so they find it) when they have not. The same id open in another
+        live client process is that one's: this process's session goes by its own key."""
+        key = own_session_key(key, self.url, client_anchor())
         saved = self._find_by_key(key)
         if saved is not None and saved.token != stale_token:
             return self._use(saved)

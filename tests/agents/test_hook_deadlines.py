@@ -21,7 +21,7 @@ import pytest
 from hub_topology import REPO
 from hub_topology.hung import HungHub
 from switchboard_agent.client import HubClient, HubUnreachable
-from switchboard_agent.config import SavedSession, session_save
+from switchboard_agent.config import SavedSession, session_load, session_save
 from switchboard_agent.hooks import run_hook
 
 SESSION_ID = "5e1f0c2a-1b2c-4d3e-8f4a-9b8c7d6e5f4a"
@@ -158,6 +158,33 @@ def test_a_hub_that_answers_again_closes_the_breaker(
 
     assert "Refunds API is live." in json.loads(out.getvalue())["hookSpecificOutput"]["additionalContext"]
     assert not breaker.path.exists()
+
+
+def test_a_hook_kept_waiting_by_the_session_lock_leaves_a_hub_that_answers_in_use(
+    inprocess_hub: str, tmp_path: Path
+) -> None:
+    """Another process (the MCP server, another hook) holds the session's lock while it registers,
+    past this hook's time, with a hub that answers: the hook ends within its deadline, and the
+    wait is not counted as the hub's failure, so the next hooks go to the hub, not around it."""
+    from switchboard_agent.config import Breaker, session_lock
+
+    with session_lock(SESSION_ID):  # held elsewhere (flock: each open file is its own holder)
+        started = time.monotonic()
+        out = io.StringIO()
+        assert run_hook(io.StringIO(payload("SessionStart")), out, guard=True, spent=1.0) == 0
+        took = time.monotonic() - started
+
+    assert out.getvalue() == ""  # fail open: nothing for the client to act on
+    assert took < HOOK_DEADLINE - 1.0 + 0.3, f"the hook waited {took:.1f} s for the lock"
+    log = (Path(os.environ["SWITCHBOARD_HOME"]) / "agent.log").read_text().splitlines()
+    assert "lock" in log[-1] and "deadline" in log[-1], log[-1]
+    assert Breaker(inprocess_hub).open_until() is None  # the hub did nothing wrong
+
+    out = io.StringIO()
+    assert run_hook(io.StringIO(payload("PostToolUse")), out) == 0  # the lock is free again
+    log = (Path(os.environ["SWITCHBOARD_HOME"]) / "agent.log").read_text().splitlines()
+    assert " INFO hook PostToolUse: ok;" in log[-1], log[-1]  # registered on the hub, not skipped
+    assert session_load(SESSION_ID) is not None
 
 
 def test_the_deadline_counts_the_hook_process_start_up(hung: HungHub, tmp_path: Path, monkeypatch) -> None:

@@ -307,6 +307,86 @@ def test_resume_in_the_same_process_of_a_conversation_left_behind_keeps_one_sess
     assert [s.ref for s in holding("shop")] == [first[1]]
 
 
+@pytest.fixture
+def other_client() -> Any:
+    """The anchor of another agent client process that runs (not this one, nor an ancestor)."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    anchor = client_anchor(other.pid)  # (a Python process: its own anchor)
+    assert anchor.startswith(f"{other.pid}:")
+    yield anchor
+    other.kill()
+    other.wait(timeout=30)
+
+
+@pytest.fixture
+def a_running(inprocess_hub: str, monkeypatch: pytest.MonkeyPatch, other_client: str) -> tuple[str, str]:
+    """Claude Code A (another client process, which runs) has registered session id A: its anchor
+    and its hub session's ref. The hooks fired next run under this process (Claude Code B)."""
+    monkeypatch.delenv("SWITCHBOARD_NAME", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    client_process(monkeypatch, other_client)
+    first = _registered(fire("SessionStart", SID_A, source="startup"))
+    client_process(monkeypatch, this_process())
+    return other_client, first[1]
+
+
+def test_a_conversation_resumed_by_a_new_process_while_its_first_still_runs_is_two_sessions(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch, a_running: tuple[str, str]
+) -> None:
+    """Given Claude Code A running session id A, when a second Claude Code B starts on the same
+    conversation (`claude --resume A`) while A still runs, then B is a hub session of its own (its
+    hooks and its MCP server alike) and A keeps its own, tied to A: neither takes the other's saved
+    session, and B's quitting ends B's only."""
+    from switchboard_agent.config import session_find
+    from switchboard_agent.identity import Identity
+
+    other_client, first = a_running
+    second = _registered(fire("SessionStart", SID_A, source="resume"))
+    assert second[1] != first
+    mcp_b = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+    assert mcp_b.call(lambda c: c.me())["ref"] == second[1]
+    fire("UserPromptSubmit", SID_A, prompt="go on")  # B's hooks go on as B
+    assert len(holding()) == 2
+
+    client_process(monkeypatch, other_client)
+    assert session_find(SID_A, inprocess_hub).anchor == other_client  # still A's
+    fire("UserPromptSubmit", SID_A, prompt="and on")
+    mcp_a = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+    assert mcp_a.call(lambda c: c.me())["ref"] == first
+
+    client_process(monkeypatch, this_process())
+    fire("SessionEnd", SID_A, reason="prompt_input_exit")  # B quits
+    assert [s.ref for s in holding()] == [first]
+    assert AgentSession.objects.count() == 2
+
+
+def test_resume_in_a_process_of_a_conversation_open_in_another_keeps_each_process_its_session(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch, a_running: tuple[str, str]
+) -> None:
+    """Given Claude Code A on session id A and Claude Code B on session id B, when B resumes A's
+    conversation in place (`/resume`) while A runs, then B goes on as its own hub session (the one
+    its MCP server acts as) and A as its own; when A quits, B still goes on as the same session."""
+    from switchboard_agent.identity import Identity
+
+    other_client, first = a_running
+    second = _registered(fire("SessionStart", SID_B, source="startup"))
+
+    fire("SessionEnd", SID_B, reason="resume")
+    assert _registered(fire("SessionStart", SID_A, source="resume")) == second
+    mcp_b = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_B)
+    assert mcp_b.call(lambda c: c.me())["ref"] == second[1]
+    client_process(monkeypatch, other_client)
+    mcp_a = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+    assert mcp_a.call(lambda c: c.me())["ref"] == first
+
+    fire("SessionEnd", SID_A, reason="prompt_input_exit")  # A quits
+    client_process(monkeypatch, this_process())
+    fire("UserPromptSubmit", SID_A, prompt="go on")
+    assert [s.ref for s in holding()] == [second[1]]
+    assert AgentSession.objects.count() == 2  # none registered afresh
+    assert mcp_b.call(lambda c: c.me())["ref"] == second[1]
+
+
 def client_process(monkeypatch: pytest.MonkeyPatch, anchor: str) -> None:
     """The agent client process the next hooks and MCP servers run under (see conftest)."""
     from switchboard_agent import hooks, identity

@@ -11,6 +11,7 @@ hub answers, and is never asked).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -101,4 +102,33 @@ def test_codex_takes_the_notice_and_tells_its_model(tmp_path: Path) -> None:
     assert code == 0, log[-3000:]
     assert "hook: SessionStart Completed" in log, log[-3000:]  # the answer passed Codex's schema
     assert json.dumps(UNSAFE_HOME_CONTEXT)[1:-1] in json.dumps(setup.requests())
+    assert hub_sessions(tmp_path) == []
+
+
+def squashed(text: str) -> str:
+    """`text` without spaces, line ends and box lines: what a TUI wraps still reads the same."""
+    return re.sub(r"[\s│╭╮╰╯─┃━]+", "", text)
+
+
+def shown(screen: str, fix: str) -> bool:
+    """Whether the notice and its fix are on the screen."""
+    return squashed(UNSAFE_HOME_NOTICE) in squashed(screen) and squashed(fix) in squashed(screen)
+
+
+def test_an_interactive_gemini_shows_why_it_is_not_connected(tmp_path: Path) -> None:
+    """Interactive Gemini CLI shows the SessionStart answer's `systemMessage` in its history, with
+    the fix, before any prompt."""
+    from tests.clients.test_gemini import Model, Terminal, gemini_env, project_with_hooks
+
+    with netns() as space:
+        hub_in(space, tmp_path)
+        env = gemini_env(tmp_path)
+        project = project_with_hooks(tmp_path, env)
+        fix = open_to_others(tmp_path)
+        Model(space, tmp_path)
+        gemini = Terminal(space, env, project)
+        try:
+            gemini.until(lambda: shown(gemini.screen(), fix), "the notice on its screen", timeout=60)
+        finally:
+            gemini.close()
     assert hub_sessions(tmp_path) == []
