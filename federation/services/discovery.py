@@ -13,6 +13,7 @@ from federation.services.keys import lan_peer_key, relay_key
 from federation.services.lookups import LookupCache
 from federation.services.registry import registry_entries
 from federation.services.relay import relay_lease_entry_problem
+from federation.services.signatures import lease_statement_seconds_left
 from federation.transport import hub_call
 from messaging.names import normalize_name
 
@@ -114,8 +115,8 @@ def _relay_row_believed(row: dict[str, Any], relay: str) -> bool:
 
 def _statements_good_for(rows: list[dict[str, Any]]) -> float | None:
     """How long the relay rows listed stay believed: until the first of their statements ends."""
-    ends = [float(r["statement"]["valid_until"]) for r in rows]
-    return min(ends) - time.time() if ends else None
+    now = time.time()
+    return min((lease_statement_seconds_left(r["statement"], now=now) for r in rows), default=None)
 
 
 def discovery_cache_clear() -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -55,7 +54,12 @@ from federation.services.lookups import LookupCache
 from federation.services.peers import PeerStanding, peer_seen, peer_vouched_tier
 from federation.services.registry import registry_drop_hub, registry_entries, registry_hub_keys
 from federation.services.relay import relay_lease_entry_problem
-from federation.services.signatures import MESSAGE_SIGNATURE_VERSION, envelope_sign, envelope_verify
+from federation.services.signatures import (
+    MESSAGE_SIGNATURE_VERSION,
+    envelope_sign,
+    envelope_verify,
+    lease_statement_seconds_left,
+)
 from federation.transport import SEALED_TYPE, hub_call
 from messaging.addressing import Candidate, Resolution, normalize_name, resolve
 from messaging.credentials import hash_token
@@ -327,7 +331,7 @@ def hosts_lookup_relay(relay: str, target: str) -> dict[str, Any] | None:
             relay=relay, hub_key=str(found.get("hub_key", "")), agent=normalize_name(target), problem=problem
         )
         return None
-    _hosts_cache.answered(key, found, good_for=found["statement"]["valid_until"] - time.time())
+    _hosts_cache.answered(key, found, good_for=lease_statement_seconds_left(found["statement"]))
     return found
 
 

@@ -266,7 +266,7 @@ def lease_statement_sign(
         "hub": hub,
         "relay": relay_key,
         "issued_at": issued_at,
-        "valid_until": issued_at + settings.SWITCHBOARD_RELAY_LEASE_SECONDS + LEASE_CLOCK_SLACK_SECONDS,
+        "valid_until": issued_at + lease_statement_longest(),
     }
     return {
         "v": LEASE_STATEMENT_VERSION,
@@ -333,6 +333,12 @@ def lease_statement_problem(
 def lease_statement_longest() -> int:
     """The longest window of a lease statement this hub believes: its lease period plus the slack."""
     return settings.SWITCHBOARD_RELAY_LEASE_SECONDS + LEASE_CLOCK_SLACK_SECONDS
+
+
+def lease_statement_seconds_left(statement: Mapping[str, Any], *, now: float | None = None) -> float:
+    """How long a statement that `lease_statement_problem` found good stays good: what a lookup
+    resting on it may be remembered for."""
+    return float(statement["valid_until"]) - (time.time() if now is None else now)
 
 
 # --- requests -------------------------------------------------------------------------------------
