@@ -50,7 +50,8 @@ def told_of_moves(message: Message) -> Any:
     return None if message.kind == MessageKind.NOTIFICATION else message.sender_id
 
 
-TOLD_OF_MOVES = Case(When(~Q(message__kind=MessageKind.NOTIFICATION), then=F("message__sender_id")))
+_SENDER_TOLD = ~Q(message__kind=MessageKind.NOTIFICATION)  # a delivery's message is not a notice
+TOLD_OF_MOVES = Case(When(_SENDER_TOLD, then=F("message__sender_id")))
 TOLD_OF_MOVES_SQL = f"CASE WHEN m.kind = '{MessageKind.NOTIFICATION.value}' THEN NULL ELSE m.sender_id END"
 
 
@@ -58,7 +59,7 @@ def told_of_moves_is(session_id: Any) -> Q:
     """Deliveries whose moves `session_id` is told of: its messages, in the sense every per-sender
     count means them (the unread share, kept by migration 0012's triggers with `TOLD_OF_MOVES_SQL`;
     the stopped-hold shares), so no count answers a session about a notice it never sent."""
-    return Q(message__sender_id=session_id) & ~Q(message__kind=MessageKind.NOTIFICATION)
+    return Q(message__sender_id=session_id) & _SENDER_TOLD
 
 
 def _lock(qs: QuerySet[Delivery]) -> QuerySet[Delivery]:
