@@ -38,6 +38,7 @@ DEFAULT_URL = "http://127.0.0.1:8765"
 # Where `switchboard serve` writes the address it listens on (this machine's view of it), in its
 # home: the agent side with the same home finds the hub there, whatever port it took.
 HUB_URL_FILE = "hub.url"
+ENROLL_KEY_FILE = "enroll.key"  # where a hub on this machine keeps its enrollment key
 # Words that mean something else in an address (the hub refuses them as names).
 RESERVED_NAMES = frozenset({"lead", "hub", "operator", "switchboard"})
 SESSION_ID_CHARS = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -64,7 +65,7 @@ def enroll_key(url: str) -> str | None:
     if not hub_of_this_home(url):
         return None
     try:
-        return read_private(home_dir() / "enroll.key").strip() or None
+        return read_private(home_dir() / ENROLL_KEY_FILE).strip() or None
     except OSError:
         return None
 
@@ -350,7 +351,7 @@ def home_problems() -> list[UnsafeHome]:
     found = []
     names = [
         home / HUB_URL_FILE,
-        home / "enroll.key",
+        home / ENROLL_KEY_FILE,
         *sorted(folder.glob("*.json")),
         *sorted(folder.glob("*.pending")),
     ]
