@@ -14,7 +14,9 @@ All keyed by session ids, never by anything a client sends:
 Dedupe, the unread caps and loop detection are database queries, exact across processes (the
 unread caps read counts the database keeps up to date with triggers: models.UnreadCount and
 models.UnreadShare). The buckets live in Redis when REDIS_URL is set (one Lua script per take,
-atomic across every web process), else in this process's memory (embedded mode is one process).
+atomic across every web process), else in this process's memory (embedded mode is one process);
+while Redis cannot be reached, each process keeps them in its own memory, so every limit still
+holds, per process.
 """
 
 from __future__ import annotations
@@ -184,15 +186,50 @@ class RedisBuckets:
         self._give_back(keys=[w.key for w in wants], args=args)
 
 
+class SharedBuckets:
+    """The shared store (Redis) with this process's buckets behind it: while Redis cannot be
+    reached, every take and give-back goes to the process's own buckets, so each limit still holds
+    in each web process (at most its capacity per process, not none) and the hub keeps answering."""
+
+    def __init__(self, shared: BucketStore, local: BucketStore | None = None) -> None:
+        self._shared = shared
+        self._local = local if local is not None else MemoryBuckets()
+        self._warned_at = -math.inf
+
+    def take_many(self, wants: list[Want], now: float) -> list[tuple[int, float]]:
+        try:
+            return self._shared.take_many(wants, now)
+        except Exception:
+            self._unreachable()
+            return self._local.take_many(wants, now)
+
+    def give_back(self, wants: list[Want]) -> None:
+        try:
+            self._shared.give_back(wants)
+        except Exception:
+            self._unreachable()
+            self._local.give_back(wants)
+
+    def _unreachable(self) -> None:
+        # One warning a minute while the outage lasts: every request would otherwise log one.
+        if time.monotonic() - self._warned_at >= 60:
+            self._warned_at = time.monotonic()
+            log.warning(
+                "rate-limit store unavailable; limits hold per process until it is back", exc_info=True
+            )
+
+
 _stores: dict[str, BucketStore] = {}
 _stores_lock = threading.Lock()
 
 
 def bucket_store() -> BucketStore:
+    """The rate-limit store: Redis when REDIS_URL is set (this process's buckets while it is
+    unreachable), else this process's buckets (embedded mode is one process)."""
     url = settings.REDIS_URL or ""
     with _stores_lock:
         if url not in _stores:
-            _stores[url] = RedisBuckets(url) if url else MemoryBuckets()
+            _stores[url] = SharedBuckets(RedisBuckets(url)) if url else MemoryBuckets()
         return _stores[url]
 
 
@@ -206,21 +243,14 @@ def _key(*parts: object) -> str:
 def bucket_take(*parts: object, capacity: int, per: float) -> float:
     """Take one token from the bucket named by `parts` (`capacity` per `per` seconds), for limits
     other apps keep on the same store. Returns 0 when taken, else the seconds until one is free."""
-    try:
-        [(taken, wait)] = bucket_store().take_many([Want(_key(*parts), capacity, per, 1)], time.time())
-    except Exception:  # Redis down: what the caller bounds is still bounded by the database
-        log.warning("rate-limit store unavailable; letting a bounded notice through", exc_info=True)
-        return 0.0
+    [(taken, wait)] = bucket_store().take_many([Want(_key(*parts), capacity, per, 1)], time.time())
     return 0.0 if taken else max(wait, 1e-6)
 
 
 def bucket_give_back(*parts: object, capacity: int, per: float) -> None:
     """Return one token taken with `bucket_take` from the bucket named by `parts` and not spent
     (a bucket then bounds how many of something are under way at once, not how often they start)."""
-    try:
-        bucket_store().give_back([Want(_key(*parts), capacity, per, 1)])
-    except Exception:  # Redis down: the token comes back as the bucket refills
-        log.warning("rate-limit store unavailable; a token comes back with the refill", exc_info=True)
+    bucket_store().give_back([Want(_key(*parts), capacity, per, 1)])
 
 
 # The kept counts as scalar subqueries, for the reads that take them with other facts in one
@@ -326,11 +356,7 @@ class TokenReservation:
 
     def take(self, wants: list[Want]) -> None:
         """Take the tokens `wants` asks for, in one store call, and hold them."""
-        try:
-            answers = bucket_store().take_many(wants, time.time())
-        except Exception:  # Redis down: the database still bounds the queue and catches loops
-            log.warning("rate-limit store unavailable; letting the send through", exc_info=True)
-            answers = [(want.count, 0.0) for want in wants]
+        answers = bucket_store().take_many(wants, time.time())
         for want, (taken, wait) in zip(wants, answers, strict=True):
             held = self.held.setdefault(want.key, [0, 0.0])
             held[0] += taken
@@ -342,10 +368,7 @@ class TokenReservation:
         self.held = {}
         if not wants:
             return
-        try:
-            bucket_store().give_back(wants)
-        except Exception:  # Redis down: the tokens come back on their own within the bucket's period
-            log.warning("rate-limit store unavailable; could not give back %d tokens", len(wants))
+        bucket_store().give_back(wants)
 
 
 def _hub_want(count: int) -> Want:
