@@ -1026,7 +1026,7 @@ def inbound_accept(
                 # A duplicate (the same sender's same text within the dedupe window) is the message
                 # it repeats, with the files that one's signature covered: its own join nothing.
                 if outcome.delivery.state == S.HELD and outcome.delivery.hold_reason == STOPPED_HOLD:
-                    stopped_holds_checked_for_hub(hub_key=sender_hub, recipient_id=outcome.recipient.id)
+                    stopped_holds_checked_for_hub(hub_key=sender_hub, recipient=outcome.recipient)
                 files_receive(
                     envelope=envelope,
                     message_id=outcome.message.id,

@@ -20,22 +20,25 @@ sends never come here: their cost is unchanged.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 
 from federation.models import Peer, RemoteSession
 from messaging.errors import HoldFull
-from messaging.hold_reasons import PEER_HOLDS, STOPPED_HOLD
-from messaging.models import Delivery
+from messaging.hold_reasons import PEER_HOLDS
+from messaging.models import AgentSession, Delivery
+from messaging.services.sending import stopped_holds_checked
 from messaging.states import DeliveryState
+
+
+def _sent_by(hub_key: str) -> Q:
+    """The deliveries whose message one of `hub_key`'s stand-ins sent."""
+    return Q(message__sender_id__in=RemoteSession.objects.filter(hub_key=hub_key).values("session_id"))
 
 
 def _held_from(hub_key: str) -> QuerySet[Delivery]:
     """The deliveries waiting (held) whose message one of `hub_key`'s stand-ins sent."""
-    stand_ins = RemoteSession.objects.filter(hub_key=hub_key).values("session_id")
-    return Delivery.objects.filter(state=DeliveryState.HELD, message__sender_id__in=stand_ins)
+    return Delivery.objects.filter(_sent_by(hub_key), state=DeliveryState.HELD)
 
 
 def _hub_key_lock(hub_key: str) -> None:
@@ -59,27 +62,11 @@ def peer_holds_checked(*, hub_key: str) -> None:
         )
 
 
-def stopped_holds_checked_for_hub(*, hub_key: str, recipient_id: Any) -> None:
-    """After a message from `hub_key` was held for the stopped session `recipient_id` (written in
-    the current transaction): raise HoldFull when `hub_key`'s stand-ins together now hold more
-    for it than one sender may (SWITCHBOARD_STOPPED_HOLDS_PER_SENDER), or more for stopped
-    sessions on this hub (SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB); the caller's transaction
-    then keeps nothing. One count, with the key's row locked."""
+def stopped_holds_checked_for_hub(*, hub_key: str, recipient: AgentSession) -> None:
+    """After a message from `hub_key` was held for the stopped session `recipient` (written in the
+    current transaction): raise HoldFull when `hub_key`'s stand-ins together now hold more than
+    one sender may, for it or for stopped sessions on this hub (messaging's
+    `stopped_holds_checked`, over all of the key's stand-ins); the caller's transaction then keeps
+    nothing. Counted with the key's row locked."""
     _hub_key_lock(hub_key)
-    counts = (
-        _held_from(hub_key)
-        .filter(hold_reason=STOPPED_HOLD)
-        .aggregate(hub=Count("id"), recipient=Count("id", filter=Q(recipient_id=recipient_id)))
-    )
-    if counts["recipient"] > settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER:
-        raise HoldFull(
-            "The session is stopped and already holds as many messages from your hub as it holds "
-            f"from one sender ({settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER}); nothing was kept. "
-            "Wait until it starts again.",
-        )
-    if counts["hub"] > settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB:
-        raise HoldFull(
-            "This hub already holds as many messages from your hub for stopped sessions as it "
-            f"holds from one sender ({settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB}); "
-            "nothing was kept. Wait until they start again.",
-        )
+    stopped_holds_checked(recipient, whose=_sent_by(hub_key), yours="your hub's", written=True)

@@ -66,7 +66,7 @@ from messaging.principals import Principal, session_principal
 from messaging.sensitivity import Classification, classify
 from messaging.services.bulk import as_uuid
 from messaging.services.decision import Decision, decide
-from messaging.services.delivery import told_of_moves
+from messaging.services.delivery import told_of_moves, told_of_moves_is
 from messaging.services.events import Announcement
 from messaging.services.holds import holds_counted, holds_full, holds_make_room
 from messaging.services.limits import (
@@ -807,7 +807,7 @@ class _Batch:
             decision = self._decide(item, inbox, classification, trust)
             if decision.hold_reason == STOPPED_HOLD:
                 self._write()  # the caps count every message held for a stopped session
-                stopped_holds_checked(recipient, self.sender)
+                stopped_holds_checked(recipient, whose=told_of_moves_is(self.sender.id))
         if forwarded is not None:
             decision = forwarded.adjust(decision, recipient=recipient, now=self.now)
         if decision.state == S.HELD and decision.hold_reason != STOPPED_HOLD:

@@ -53,7 +53,6 @@ from messaging.services.bulk import (
     model_row,
 )
 from messaging.services.decision import Decision, DecisionFacts
-from messaging.services.delivery import told_of_moves_is
 from messaging.services.holds import escalated_holds_announce, hold_expiry_seconds_of
 from messaging.services.pair import dedupe_key, pair_key
 from messaging.states import DeliveryState
@@ -248,33 +247,40 @@ def looks_like_protocol_frame(text: str) -> bool:
     return isinstance(parsed, dict) and str(parsed.get("type", "")).lower() in PROTOCOL_FRAME_TYPES
 
 
-def stopped_holds_checked(recipient: AgentSession, sender: AgentSession) -> None:
-    """Raise HoldFull when a stopped `recipient` holds as many messages as it may, or as many from
-    `sender` as one sender may (so no sender takes all of its room), or when the hub holds as many
-    for stopped sessions from `sender` as one sender may (so no sender, holding messages for many
-    stopped sessions, takes all of the hub's room), or as many in all as it may: the caps of a
-    decision to hold for a stopped recipient. Two counts: the recipient's, then the hub's (the
-    sender's part of it counted in the same statement)."""
+def stopped_holds_checked(
+    recipient: AgentSession, *, whose: Q, yours: str = "yours", written: bool = False
+) -> None:
+    """Raise HoldFull when a stopped `recipient` holds as many messages as it may, or as many of
+    one sender's as one sender may (so no sender takes all of its room), or when the hub holds as
+    many of that sender's for stopped sessions as one sender may (so no sender, holding messages
+    for many stopped sessions, takes all of the hub's room), or as many in all as it may: the caps
+    of a decision to hold for a stopped recipient.
+
+    `whose` picks the sender's deliveries out of all (a session's: `told_of_moves_is`; another
+    hub's, as federation counts it: all of its key's stand-ins'), and `yours` names them in a
+    refusal. `written`: the message being held is already written in the
+    caller's transaction, so each count holds it (and `whose` picks it) on top of those before it.
+    Two counts: the recipient's, then the hub's (the sender's part of each in the same statement)."""
+    new = int(written)  # the caps bound the holds before this one
     held = Delivery.objects.filter(state=S.HELD, hold_reason=STOPPED_HOLD)
-    own = told_of_moves_is(sender.id)  # not a notice the hub wrote about the sender to a subscriber
-    counts = held.filter(recipient=recipient).aggregate(all=Count("id"), own=Count("id", filter=own))
-    if counts["all"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
+    counts = held.filter(recipient=recipient).aggregate(all=Count("id"), own=Count("id", filter=whose))
+    if counts["all"] - new >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT:
         raise HoldFull(  # the cap, never the count: others' messages to it are not the sender's to learn
             f"{recipient.label} is stopped and has as many messages held for it as it may "
             f"({settings.SWITCHBOARD_STOPPED_HOLDS_PER_RECIPIENT}); wait until it starts again.",
         )
-    if counts["own"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER:
+    if (own := counts["own"] - new) >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER:
         raise HoldFull(
-            f"{recipient.label} is stopped and already has {counts['own']} of yours held for it, as "
+            f"{recipient.label} is stopped and already has {own} of {yours} held for it, as "
             "many as one sender may; wait until it starts again.",
         )
-    hub = held.aggregate(all=Count("id"), own=Count("id", filter=own))
-    if hub["own"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB:
+    hub = held.aggregate(all=Count("id"), own=Count("id", filter=whose))
+    if (own := hub["own"] - new) >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_SENDER_ON_HUB:
         raise HoldFull(
-            f"This hub already holds {hub['own']} of yours for stopped sessions, as many as one "
+            f"This hub already holds {own} of {yours} for stopped sessions, as many as one "
             "sender may; wait until they start again.",
         )
-    if hub["all"] >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB:
+    if hub["all"] - new >= settings.SWITCHBOARD_STOPPED_HOLDS_PER_HUB:
         raise HoldFull("This hub holds as many messages for stopped sessions as it may; try later.")
 
 
