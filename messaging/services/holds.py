@@ -96,18 +96,25 @@ def holds_full(recipient: AgentSession, *, own: int) -> HoldFull:
     )
 
 
-def holds_make_room(*, recipient: AgentSession, sender: AgentSession, hold_reason: str) -> list[Moved]:
-    """Before holding one more message from `sender` for `recipient` (for `hold_reason`): when the
-    holds it shares the cap with are at the cap, expire the sender's own oldest of them so the new
-    one fits, and tell the sender. Never another sender's: when the sender has too few to give up,
-    raise HoldFull and expire nothing. Runs inside the send transaction."""
-    cap = settings.SWITCHBOARD_HOLDS_PER_RECIPIENT
-    held, own = holds_counted(recipient_id=recipient.id, sender_id=sender.id, hold_reason=hold_reason)
-    over = held - cap + 1
+def holds_over(recipient: AgentSession, *, held: int, own: int) -> int:
+    """How many of the sender's own holds must expire before one more fits among `recipient`'s
+    `held` holds (`holds_counted`: all of those the new one shares the cap with, `own` of them the
+    sender's): 0 below the cap. Raise HoldFull when the sender has too few of its own to give up."""
+    over = held - settings.SWITCHBOARD_HOLDS_PER_RECIPIENT + 1
     if over <= 0:
-        return []
+        return 0
     if over > own:
         raise holds_full(recipient, own=own)
+    return over
+
+
+def holds_make_room(
+    *, recipient: AgentSession, sender: AgentSession, hold_reason: str, over: int
+) -> list[Moved]:
+    """Before holding one more message from `sender` for `recipient` (for `hold_reason`), at the
+    cap: expire the sender's own `over` oldest holds that the new one shares the cap with
+    (`holds_over`), so it fits, and tell the sender. Never another sender's. Runs inside the send
+    transaction, after the count that gave `over`."""
     own_holds = _holds_counted_with(recipient.id, hold_reason).filter(message__sender_id=sender.id)
     oldest = list(own_holds.order_by("held_at", "id").values_list("id", flat=True)[:over])
     moved = delivery_transition(

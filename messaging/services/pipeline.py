@@ -68,7 +68,7 @@ from messaging.services.bulk import as_uuid
 from messaging.services.decision import Decision, decide
 from messaging.services.delivery import told_of_moves, told_of_moves_is
 from messaging.services.events import Announcement
-from messaging.services.holds import holds_counted, holds_full, holds_make_room
+from messaging.services.holds import holds_counted, holds_make_room, holds_over
 from messaging.services.limits import (
     UNREAD_SHARE_SQL,
     UNREAD_SQL,
@@ -965,13 +965,13 @@ class _Batch:
             inbox.holds, inbox.own_holds = holds_counted(
                 recipient_id=inbox.recipient.id, sender_id=self.sender.id, hold_reason=hold_reason
             )
-        over = inbox.holds - settings.SWITCHBOARD_HOLDS_PER_RECIPIENT + 1
-        if over <= 0:
+        over = holds_over(inbox.recipient, held=inbox.holds, own=inbox.own_holds)
+        if not over:
             return
-        if over > inbox.own_holds:
-            raise holds_full(inbox.recipient, own=inbox.own_holds)
         self._write()  # the oldest holds may be this batch's own
-        moved = holds_make_room(recipient=inbox.recipient, sender=self.sender, hold_reason=hold_reason)
+        moved = holds_make_room(
+            recipient=inbox.recipient, sender=self.sender, hold_reason=hold_reason, over=over
+        )
         # Only the sender's own holds are expired (so only the sender is notified, below).
         inbox.holds -= len(moved)
         inbox.own_holds -= len(moved)

@@ -7,9 +7,14 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from messaging.errors import SwitchboardError
-from messaging.models import Delivery
+from messaging.models import AgentSession, Delivery
+from messaging.principals import session_principal
+from messaging.services.pipeline import message_send, messages_send
+from messaging.services.request import SendRequest
 
 
 @pytest.fixture(autouse=True)
@@ -77,11 +82,6 @@ def test_a_full_hold_cap_refuses_a_sender_with_no_hold_to_give_up(
 
 
 def test_a_group_of_senders_makes_room_for_holds_as_sent_one_by_one(api, register, send, hold_for, settings):
-    from messaging.models import AgentSession
-    from messaging.principals import session_principal
-    from messaging.services.pipeline import messages_send
-    from messaging.services.request import SendRequest
-
     settings.SWITCHBOARD_HOLDS_PER_RECIPIENT = 2
     register("alice"), register("mallory"), register("carol")
     bob = register("bob")
@@ -102,3 +102,24 @@ def test_a_group_of_senders_makes_room_for_holds_as_sent_one_by_one(api, registe
         for d in Delivery.objects.filter(recipient_id=bob.id).select_related("message")
     }
     assert states == {"a1": "held", "m1": "expired", "m2": "held"}
+
+
+def test_a_hold_that_makes_room_counts_the_recipients_holds_once(register, send, hold_for, settings):
+    """The send that expires the sender's oldest hold to make room for its new one reads the count
+    of the recipient's holds once, and passes it on: the number of statements on that path is
+    pinned (a second count of the same holds, in the same transaction, adds one)."""
+    settings.SWITCHBOARD_HOLDS_PER_RECIPIENT = 2
+    alice, bob = register("alice"), register("bob")
+    hold_for(bob)
+    for n in range(2):
+        assert send(alice, "bob", f"held {n}").json_body["status"] == "held"
+    sender = AgentSession.objects.get(pk=alice.id)
+
+    with CaptureQueriesContext(connection) as queries:
+        outcome = message_send(SendRequest(sender=sender, to="bob", text="one more"))
+
+    assert outcome.delivery.state == "held"
+    assert Delivery.objects.get(message__text="held 0").decision_reason == "hold_overflow"
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert sum('AS "held"' in sql for sql in statements) == 1, statements  # `holds_counted`
+    assert len(statements) == (17 if connection.vendor == "postgresql" else 19), statements
