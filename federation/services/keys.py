@@ -152,6 +152,19 @@ def lease_unverified_record(*, relay: str, hub_key: str, agent: str, problem: st
     )
 
 
+def receipt_rejected_record(*, relay: str, hub_key: str, problem: str) -> None:
+    """Log a receipt batch pulled from `relay` that this hub did not believe (`hub_key`: the hub it
+    names, its own word; `receipt_batch_problem` says why), and audit it as
+    `federation.receipt_rejected` for the relay (`_audit_at_most_every`): any key may store batches
+    there for this hub, as many as it likes, so the operators get the fact, not one row per batch."""
+    log.info("receipt batch from relay %s naming hub key %s refused: %s", relay, hub_key[:16], problem)
+    _audit_at_most_every(
+        "federation.receipt_rejected",
+        target=relay[:200],
+        detail={"hub_key": hub_key[:64], "why": problem[:200]},
+    )
+
+
 def _audit_at_most_every(kind: str, *, target: str, detail: dict[str, object]) -> None:
     """Audit `kind` for `target` once per AUDIT_REPEAT_SECONDS: what refuses a peer (or the relay)
     recurs at every retry, every few seconds, and its operators need the fact, not one row per try."""

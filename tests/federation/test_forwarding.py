@@ -422,7 +422,7 @@ def test_a_receipt_batch_b_signed_for_another_hub_is_not_believed_here(relayed_t
     assert Delivery.objects.get(message_id=relayed_to_b).state == "relayed"
     assert RemoteDelivery.objects.get().remote_state == "at_relay"
     [rejected] = AuditEvent.objects.filter(kind="federation.receipt_rejected")
-    assert rejected.target == HUB_B and "another hub" in rejected.detail["why"]
+    assert rejected.detail["hub_key"] == HUB_B and "another hub" in rejected.detail["why"]
 
 
 def test_a_receipt_batch_b_signed_for_this_hub_moves_the_senders_delivery(relayed_to_b, settings, tmp_path):

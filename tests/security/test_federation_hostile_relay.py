@@ -6,6 +6,8 @@ gives and than it asked about."""
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -128,3 +130,50 @@ def test_one_pull_answer_gives_no_more_items_and_lease_names_than_a_relay_gives(
     assert len(finished[0]["release"]) == MESSAGES_PER_PULL
     refused = AuditEvent.objects.filter(kind="relay.lease_refused").values_list("target", flat=True)
     assert list(refused) == ["ops"]
+
+
+def test_junk_receipt_batches_through_the_relay_are_audited_once_per_relay(
+    db: None, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any key may store receipt batches at the relay for this hub, and a relay may make up its
+    own: batches sealed to this hub, each naming another key made at home, signed for another hub
+    or by another key, pull after pull. Each is refused, and the refusals are audited once for
+    the relay (`federation.receipt_rejected`, once per relay per 10 minutes), not once a batch."""
+    from federation.services.forwarding import seal_for_hub
+    from federation.services.identity import hub_identity
+    from federation.services.relay import RECEIPTS_PER_PULL, relay_pull_once
+    from federation.services.signatures import receipt_batch_sign
+    from messaging.models import AuditEvent
+
+    settings.SWITCHBOARD_RELAY_URL = "http://127.0.0.1:9"
+    settings.SWITCHBOARD_RELAY_KEY = OtherHub(SigningKey.generate()).public_key
+    here = hub_identity().public_key
+    offered: list[str] = []
+
+    def junk(n: int) -> dict[str, Any]:
+        key = SigningKey.generate()
+        receipts = [{"message_id": str(uuid.uuid4()), "state": "read"}]
+        if n % 2:
+            batch = receipt_batch_sign(receipts=receipts, dest_key=OtherHub(key).public_key, key=key)
+        else:
+            batch = receipt_batch_sign(receipts=receipts, dest_key=here, key=key)
+            batch["hub"] = OtherHub(SigningKey.generate()).public_key
+        sealed = seal_for_hub(hub_key=here, payload=json.dumps(batch).encode())
+        offered.append(batch["hub"])
+        return {"id": str(uuid.uuid4()), "sealed": base64.b64encode(sealed).decode()}
+
+    def relay_answers(method: str, base_url: str, path: str, body: Any = None, **kw: Any) -> Any:
+        if path == "/relay/pull":
+            receipts = [junk(n) for n in range(RECEIPTS_PER_PULL)]
+            return {"leases": {}, "messages": [], "receipts": receipts, "more": True}
+        return {}
+
+    monkeypatch.setattr("federation.services.relay.hub_call", relay_answers)
+
+    for _ in range(2):
+        assert relay_pull_once(sessions=[])["receipts"] == 0
+
+    assert len(set(offered)) > 2 * RECEIPTS_PER_PULL
+    [rejected] = AuditEvent.objects.filter(kind="federation.receipt_rejected")
+    assert rejected.target == settings.SWITCHBOARD_RELAY_URL
+    assert rejected.detail["hub_key"] in offered and rejected.detail["why"]
