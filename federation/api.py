@@ -25,13 +25,14 @@ from federation.services.forwarding import (
 from federation.services.identity import hub_identity
 from federation.services.keys import keys_refused_recently
 from federation.services.peers import (
+    PEERS_PAGE,
     peer_pin,
     peer_refusal,
     peer_restore,
     peer_revoke,
     peer_seen,
     peer_vouched_tier,
-    peers_list,
+    peers_page,
 )
 from federation.services.receipts import receipts_from_hub
 from federation.services.relay import (
@@ -274,10 +275,12 @@ class RevokeIn(Schema):
 
 
 @router.get("/federation/peers", auth=AUTH)
-def peers(request: HttpRequest) -> dict[str, Any]:
-    """Peer hubs this hub knows, and keys it refused to seal to lately for want of a pin (operators)."""
+def peers(request: HttpRequest, after: int = 0, limit: int = PEERS_PAGE) -> dict[str, Any]:
+    """Peer hubs this hub knows, a page at a time (`limit`, at most 1000, after the id `after`;
+    `next` is the `after` of the next page, null on the last), and keys it refused to seal to
+    lately for want of a pin (operators)."""
     operator(request)
-    return {"peers": peers_list(), "unverified_keys": keys_refused_recently()}
+    return {**peers_page(after=after, limit=limit), "unverified_keys": keys_refused_recently()}
 
 
 @router.post("/federation/peers", auth=AUTH, response={200: dict, 201: dict})

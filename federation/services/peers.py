@@ -231,8 +231,20 @@ def peers_unvouched_prune(*, now: Any = None, batch: int = 1000) -> int:
     return deleted
 
 
-def peers_list() -> list[dict[str, object]]:
-    return [peer_summary(p) for p in Peer.objects.order_by("name", "pk")]
+PEERS_PAGE = 100
+PEERS_PAGE_MAX = 1000
+
+
+def peers_page(*, after: int = 0, limit: int = PEERS_PAGE) -> dict[str, Any]:
+    """The peer hubs this hub knows, one page of them in id order: the first `limit` (1 to
+    PEERS_PAGE_MAX) after the id `after`, and `next`, the `after` of the following page (None on
+    the last). Every signed call with a new key records a row, so no answer lists them all."""
+    limit = max(1, min(limit, PEERS_PAGE_MAX))
+    rows = list(Peer.objects.filter(pk__gt=after).order_by("pk")[: limit + 1])
+    return {
+        "peers": [peer_summary(p) for p in rows[:limit]],
+        "next": rows[limit - 1].pk if len(rows) > limit else None,
+    }
 
 
 def peer_is_revoked(public_key: str) -> bool:

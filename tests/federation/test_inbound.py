@@ -300,3 +300,26 @@ def test_a_forwarded_message_counts_against_its_remote_senders_stand_in(
     assert refused.status_code == 429 and refused.json_body["reason"] == "unread_share_full"
     assert [forwarded("r2", f"two {i}").status_code for i in range(2)] == [201, 201]
     assert send(carol, "bob", "local").status_code == 201
+
+
+def test_the_peers_list_comes_a_page_at_a_time_and_every_page_is_reachable(api, operator_token):
+    """Given more contact records than one answer carries (every signed call with a new key makes
+    one), when an operator lists peers, then each answer is capped (100 by default, 1000 at most,
+    however many are asked for) and `next` leads to the following page, until every peer is seen."""
+    Peer.objects.bulk_create(Peer(public_key=f"key-{n:05d}", name=f"hub-{n}") for n in range(1005))
+    total = Peer.objects.count()
+
+    first = api.get("federation/peers", operator_token).json_body
+    assert len(first["peers"]) == 100 and first["next"] == first["peers"][-1]["id"]
+    widest = api.get("federation/peers", operator_token, limit=100000).json_body
+    assert len(widest["peers"]) == 1000 and widest["next"] is not None
+
+    seen, after = [], 0
+    for _ in range(total):  # bounded: each page has at least one peer
+        page = api.get("federation/peers", operator_token, after=after, limit=300).json_body
+        seen += [p["public_key"] for p in page["peers"]]
+        if page["next"] is None:
+            break
+        after = page["next"]
+    assert sorted(seen) == sorted(Peer.objects.values_list("public_key", flat=True))
+    assert len(seen) == total
