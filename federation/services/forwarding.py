@@ -978,13 +978,6 @@ def inbound_accept(
     if earlier is not None:
         return earlier
     trust = f"{tier}-verified" if vouched else "unverified"
-    if not signed_ok:
-        audit_event(
-            "federation.signature_failed",
-            actor="hub",
-            target=sender_hub,
-            detail={"message_id": str(message_id), "tier": tier, "claimed_hub": str(origin_hub)[:64]},
-        )
     sender = remote_session_for(
         hub_key=sender_hub,
         hub_name=str(origin.get("hub_name", "")) if own_claims else "",
@@ -1046,6 +1039,15 @@ def inbound_accept(
                 else "",
                 reported_state=outcome.delivery.state,
             )
+            if not signed_ok and not outcome.duplicate:
+                # One row per message kept, in its transaction: a forgery refused keeps nothing
+                # and writes nothing, so the audit grows no faster than the holds it bounds.
+                audit_event(
+                    "federation.signature_failed",
+                    actor="hub",
+                    target=sender_hub,
+                    detail={"message_id": str(message_id), "tier": tier, "claimed_hub": str(origin_hub)[:64]},
+                )
     except IntegrityError:
         earlier = _inbound_earlier(sender_hub, message_id)
         if earlier is not None:

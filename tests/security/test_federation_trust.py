@@ -26,7 +26,7 @@ from django.utils import timezone
 from nacl.signing import SigningKey
 
 from federation.models import MessageAttachment, Peer, RemoteSession
-from messaging.models import AgentSession, Delivery, Message
+from messaging.models import AgentSession, AuditEvent, Delivery, Message
 from tests.federation.conftest import OtherHub, federation_isolated, pin_hub
 
 URL = "/api/v1/federation/messages"
@@ -625,3 +625,23 @@ def test_pinning_a_key_that_called_vouches_for_its_messages_not_for_the_url_it_c
     sent = _send(api, alice, "carol", "for carol, wherever she is", django_capture_on_commit_callbacks)
     assert sent.status_code == 404, sent.json_body
     assert [c for c in calls if c[1] == ATTACKER_URL] == []
+
+
+def test_forged_envelopes_the_hub_keeps_nothing_of_write_no_audit_rows(client, register, attacker):
+    """A stranger posts envelopes whose signature fails (claiming a key it does not hold), to a
+    name this hub does not host, as fast as it likes: nothing is kept, so nothing is audited
+    either (each refused forgery used to write a `federation.signature_failed` row: the audit
+    grew at the caller's pace). A forgery the hub keeps, held, is audited once with it."""
+    register("bob")
+    for n in range(5):
+        forged = attacker.envelope(to="nobody-here", text=f"forged {n}")
+        forged["from"]["hub"] = OtherHub(SigningKey.generate(), name="x").public_key
+        assert _forward(client, attacker, forged).status_code == 404
+    assert not AuditEvent.objects.filter(kind="federation.signature_failed").exists()
+
+    kept = attacker.envelope(to="bob", text="forged, kept")
+    kept["from"]["hub"] = OtherHub(SigningKey.generate(), name="y").public_key
+    answer = _forward(client, attacker, kept)
+    assert answer.status_code == 201 and answer.json_body["trust"] == "unverified", answer.json_body
+    [row] = AuditEvent.objects.filter(kind="federation.signature_failed")
+    assert row.detail["message_id"] == kept["id"]
