@@ -28,11 +28,11 @@ from teams.services.notify import frame_text, hub_notify, notice_withdraw
 from teams.services.teams import (
     member_require_lead,
     roster_check_free,
+    roster_check_invitable,
     roster_check_joinable,
     roster_join,
     team_add_member,
     team_change_bounded,
-    team_require_live,
 )
 
 Asker = InvitationAsker
@@ -43,7 +43,9 @@ def team_invite(
 ) -> tuple[Invitation | None, Membership | None]:
     """The lead invites `session` to its team (an operator adds it at once). Returns (invitation,
     None) while the session has not accepted; (the accepted invitation or None, member) once it is
-    on the roster, which is at once when the session had asked to join this team."""
+    on the roster, which is at once when the session had asked to join this team. The invitation
+    opens whether or not the session is on another roster or an observer: that is the session's
+    to answer when it accepts, not the lead's to learn (`roster_check_invitable`)."""
     if actor.is_operator:
         return None, team_add_member(team=team, session=session, actor=actor, name=name)
     member_require_lead(team=team, actor=actor)
@@ -76,7 +78,10 @@ def team_ask_to_join(*, lead: AgentSession, actor: Principal, name: str | None =
 def _say_yes(
     *, team: Team, session: AgentSession, actor: Principal, name: str | None, side: str
 ) -> tuple[Invitation | None, Membership | None]:
-    member_name, _ = roster_check_joinable(team=team, session=session, name=name)
+    if side == Asker.LEAD:
+        member_name, _ = roster_check_invitable(team=team, session=session, name=name)
+    else:
+        member_name, _ = roster_check_joinable(team=team, session=session, name=name)
     now = timezone.now()
     Invitation.objects.filter(
         team=team, session=session, state=InvitationState.OPEN, expires_at__lte=now
@@ -313,7 +318,9 @@ def _tell_opener(invitation: Invitation) -> None:
 def _accept(
     invitation: Invitation, *, actor: Principal, name: str | None
 ) -> tuple[Invitation, Membership | None]:
-    team_require_live(team=invitation.team)
+    # The invited session's own standing (on another roster, an observer) is checked here, at its
+    # yes, not when the lead invited it (`roster_check_invitable`); a refusal leaves it open.
+    roster_check_joinable(team=invitation.team, session=invitation.session, name=name or invitation.name)
     with transaction.atomic():
         _close(invitation, actor=actor, state=InvitationState.ACCEPTED)
         member = roster_join(

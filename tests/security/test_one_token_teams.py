@@ -151,3 +151,54 @@ def test_opening_and_withdrawing_invitations_at_request_speed_is_bounded(api, re
     # Asking costs the same whoever is asked, so the bound tells nothing of who leads a team.
     again = api.post("teams/join", asker.token, {"lead": victim.id})
     assert again.status_code == 429 and again.json_body["reason"] == "team_rate"
+
+
+def _invitation_answer(answer: Any, invited: Any) -> tuple[int, dict[str, Any]]:
+    """A lead's answer to an invite with what names the one session invited (its id, label,
+    name, and the invitation's own id and times) taken out, to compare answers about two sessions."""
+    body = dict(answer.json_body)
+    invitation = dict(body.get("invitation") or {})
+    text = str(body.get("detail", "")).replace(str(invitation.get("id")), "I")
+    for volatile in ("id", "session", "session_label", "name", "created_at", "expires_at"):
+        invitation.pop(volatile, None)
+    body["invitation"] = invitation
+    body["detail"] = text.replace(invited.name, "X").replace(invited.ref, "R")
+    for value in (invited.id, invited.name, invited.ref):
+        assert value not in str(body), body
+    return answer.status_code, body
+
+
+def test_inviting_does_not_tell_a_lead_who_is_on_another_team_or_an_observer(api, register):
+    """The attack: any token can create a team and so lead one. Eve does, and invites a session on
+    another team's roster, an observer and a session on no team. Were the answers to differ (a
+    409 `already_member` or `observer` for the first two), she would learn who is on some team
+    and who observes, by inviting each session in turn. Every answer is the same open invitation;
+    the invited session's own accept is what answers that it cannot join."""
+    boss, mate, watcher, loner, eve = (register(n) for n in ("boss", "mate", "watcher", "loner", "eve"))
+    theirs = api.post("teams", boss.token, {"name": "theirs"}).json_body
+    assert api.post(f"teams/{theirs['id']}/members", boss.token, {"session": mate.id}).status_code == 202
+    [to_mate] = api.get("teams/invitations", mate.token).json_body["invitations"]
+    assert api.post(f"teams/invitations/{to_mate['id']}/accept", mate.token).status_code == 201
+    assert api.post("teams/observers", watcher.token, {"target_session": boss.id}).status_code == 201
+    probe = api.post("teams", eve.token, {"name": "probe"}).json_body
+
+    invited = (mate, watcher, loner)
+    answers = {
+        w.name: api.post(f"teams/{probe['id']}/members", eve.token, {"session": w.id}) for w in invited
+    }
+
+    shapes = {w.name: _invitation_answer(answers[w.name], w) for w in invited}
+    assert shapes["mate"] == shapes["loner"] == shapes["watcher"], shapes
+    assert shapes["loner"][0] == 202
+    # Each invited session is told, and its own accept answers for its own standing.
+    accepted = {}
+    for w in invited:
+        assert any('"team_invitation"' in m["text"] for m in api.get("inbox", w.token).json_body["messages"])
+        invitation = answers[w.name].json_body["invitation"]["id"]
+        accepted[w.name] = api.post(f"teams/invitations/{invitation}/accept", w.token)
+    assert accepted["loner"].status_code == 201, accepted["loner"].json_body
+    assert accepted["mate"].status_code == 409 and accepted["mate"].json_body["reason"] == "already_member"
+    assert accepted["watcher"].status_code == 409 and accepted["watcher"].json_body["reason"] == "observer"
+    # The lead's own roster is the lead's to read: inviting a session already on it says so.
+    again = api.post(f"teams/{probe['id']}/members", eve.token, {"session": loner.id})
+    assert again.status_code == 409 and again.json_body["reason"] == "already_member"

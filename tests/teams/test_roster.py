@@ -31,8 +31,15 @@ def test_only_the_lead_adds_members_and_a_member_is_on_one_roster(api, crew, reg
     assert api.post(crew.path("/members"), crew.alice.token, {"session": carol.id}).status_code == 403
     other_lead = register("other-lead")
     other = api.post("teams", other_lead.token, {}).json_body["id"]
-    taken = api.post(f"teams/{other}/members", other_lead.token, {"session": crew.alice.id})
+    # Another lead may invite alice (who is on which roster is not its to learn); her accept is
+    # refused while she is on a roster, and the invitation stays open.
+    invited = api.post(f"teams/{other}/members", other_lead.token, {"session": crew.alice.id})
+    assert invited.status_code == 202, invited.json_body
+    invitation = invited.json_body["invitation"]["id"]
+    taken = api.post(f"teams/invitations/{invitation}/accept", crew.alice.token)
     assert taken.status_code == 409 and taken.json_body["reason"] == "already_member"
+    [still] = api.get("teams/invitations", crew.alice.token).json_body["invitations"]
+    assert (still["id"], still["state"]) == (invitation, "open")
 
 
 def test_lead_alias_reaches_the_senders_lead(api, crew, send):
