@@ -341,6 +341,9 @@ SWITCHBOARD_ALERT_TIMEOUT_SECONDS = float(
 SWITCHBOARD_ALERT_ATTEMPTS = _env_int("SWITCHBOARD_ALERT_ATTEMPTS", 3)
 # How long a team invitation (or a session's request to join) waits for the other side's answer.
 SWITCHBOARD_TEAM_INVITATION_SECONDS = _env_int("SWITCHBOARD_TEAM_INVITATION_SECONDS", 24 * 3600)
+# Open team invitations one session holds, from the leads of all teams: past it a lead's invite is
+# refused (teams.services.invitations), so sessions that each lead a team cannot flood one inbox.
+SWITCHBOARD_INVITATIONS_PER_RECIPIENT = _env_int("SWITCHBOARD_INVITATIONS_PER_RECIPIENT", 10)
 # At most this many waiting notify-when-idle subscriptions per subscriber.
 SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION = _env_int("SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION", 50)
 # Open (pending or in progress) tasks that sessions created: at most this many on one team's board,

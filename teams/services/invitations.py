@@ -92,6 +92,8 @@ def _say_yes(
         return _accept(open_one, actor=actor, name=name)
     if open_one is not None:
         return open_one, None  # asking twice is the same request, and tells nobody twice
+    if side == Asker.LEAD:
+        _require_room_for_invitation(session, now=now)
     try:
         with transaction.atomic():
             invitation = Invitation.objects.create(
@@ -115,6 +117,24 @@ def _say_yes(
             raise
         return (_accept(raced, actor=actor, name=name)) if raced.asked_by != side else (raced, None)
     return invitation, None
+
+
+def _require_room_for_invitation(session: AgentSession, *, now: Any) -> None:
+    """Refuse one more invitation to `session` while it holds SWITCHBOARD_INVITATIONS_PER_RECIPIENT
+    open ones from the leads of all teams. The bound on invitation notices is per inviting lead, so
+    without this, sessions that each lead a team would fill the session's inbox with the hub's
+    notices (which no sender's share limits). The refusal names the cap, never how many invitations
+    other teams sent, and writes nothing."""
+    cap = settings.SWITCHBOARD_INVITATIONS_PER_RECIPIENT
+    held = Invitation.objects.filter(
+        session=session, asked_by=Asker.LEAD, state=InvitationState.OPEN, expires_at__gt=now
+    ).count()
+    if held >= cap:
+        raise Conflict(
+            f"{session.label} holds as many open team invitations as a session may ({cap}); nothing "
+            "was written. Invite it again once it has answered some, or they have lapsed.",
+            reason="too_many_invitations",
+        )
 
 
 def _lead_of(team: Team) -> AgentSession:

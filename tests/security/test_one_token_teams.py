@@ -202,3 +202,39 @@ def test_inviting_does_not_tell_a_lead_who_is_on_another_team_or_an_observer(api
     # The lead's own roster is the lead's to read: inviting a session already on it says so.
     again = api.post(f"teams/{probe['id']}/members", eve.token, {"session": loner.id})
     assert again.status_code == 409 and again.json_body["reason"] == "already_member"
+
+
+def test_many_lead_sessions_cannot_flood_one_session_with_invitations(api, register, settings):
+    """The attack: the bound on invitation notices is per inviting lead, so eve registers several
+    sessions, each creates a team and invites the victim. Each opens one more invitation and writes
+    one more hub notice into the victim's inbox, which no sender's share limits, until every other
+    sender is refused (`recipient_queue_full`). A session holds at most
+    SWITCHBOARD_INVITATIONS_PER_RECIPIENT open invitations, from all teams; past it the invite is
+    refused (409 `too_many_invitations`) naming the cap, never how many others sent, and nothing
+    is written."""
+    settings.SWITCHBOARD_INVITATIONS_PER_RECIPIENT = 3
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 5
+    victim, alice = register("victim"), register("alice")
+    leads = [register(f"eve-{i}") for i in range(6)]
+    teams = [api.post("teams", lead.token, {"name": f"flood {i}"}).json_body for i, lead in enumerate(leads)]
+
+    answers = [
+        api.post(f"teams/{team['id']}/members", lead.token, {"session": victim.id})
+        for lead, team in zip(leads, teams, strict=True)
+    ]
+
+    assert [a.status_code for a in answers] == [202, 202, 202, 409, 409, 409]
+    refused = answers[-1].json_body
+    assert refused["reason"] == "too_many_invitations" and "(3)" in refused["detail"], refused
+    assert not any(t["name"] in refused["detail"] for t in teams)
+    assert Invitation.objects.filter(session_id=victim.id).count() == 3
+    # The victim's inbox keeps room for everyone else.
+    sent = api.post("messages", alice.token, {"to": victim.id, "message": "the build is green"})
+    assert sent.status_code == 201, sent.json_body
+    inbox = api.get("inbox", victim.token).json_body["messages"]
+    assert len([m for m in inbox if '"team_invitation"' in m["text"]]) == 3
+    # Answering one makes room for the next.
+    declined = api.post(f"teams/invitations/{answers[0].json_body['invitation']['id']}/decline", victim.token)
+    assert declined.status_code == 200
+    again = api.post(f"teams/{teams[3]['id']}/members", leads[3].token, {"session": victim.id})
+    assert again.status_code == 202, again.json_body
