@@ -359,7 +359,7 @@ SWITCHBOARD_OPEN_TASKS_PER_SESSION = _env_int(
 SWITCHBOARD_NOTICE_RATE = _env_int("SWITCHBOARD_NOTICE_RATE", 10)
 SWITCHBOARD_NOTICE_RATE_SECONDS = _env_int("SWITCHBOARD_NOTICE_RATE_SECONDS", 60)
 # Team changes one session makes (create or end a team, invite, ask to join, withdraw an
-# invitation): at most this many per window (teams.services.teams.team_change_bounded). Each writes
+# invitation or a request to join): at most this many per window (teams.services.teams.team_change_bounded). Each writes
 # rows and audit events; an operator's changes are not counted.
 SWITCHBOARD_TEAM_CHANGE_RATE = _env_int("SWITCHBOARD_TEAM_CHANGE_RATE", 30)
 SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS = _env_int("SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS", 60)

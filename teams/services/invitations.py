@@ -6,8 +6,9 @@ itself. Either side opens an `Invitation`: the lead invites (`team_invite`), or 
 join (`team_ask_to_join`). The other side accepts (the session joins then) or declines; asking from
 the other side while one is open counts as accepting it, so a teammate that asked to join is on the
 roster as soon as its lead adds it, with no further step. An operator adds a session directly
-(`teams.services.teams.team_add_member`). Invitations expire after
-SWITCHBOARD_TEAM_INVITATION_SECONDS.
+(`teams.services.teams.team_add_member`). A session that asks keeps its own `JoinRequest`, which
+it lists and withdraws whoever it asked (`join_requests_of`, `join_request_withdraw`).
+Invitations and requests expire after SWITCHBOARD_TEAM_INVITATION_SECONDS.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from messaging.errors import Conflict, Forbidden, NotFound
 from messaging.models import AgentSession
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
-from teams.models import Invitation, InvitationAsker, InvitationState, Membership, Role, Team
+from teams.models import (
+    Invitation,
+    InvitationAsker,
+    InvitationState,
+    JoinRequest,
+    Membership,
+    Role,
+    Team,
+)
 from teams.services.notify import frame_text, hub_notify, notice_withdraw
 from teams.services.teams import (
     member_require_lead,
@@ -53,26 +62,141 @@ def team_invite(
     return _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.LEAD)
 
 
-def team_ask_to_join(*, lead: AgentSession, actor: Principal, name: str | None = None) -> Membership | None:
+def team_ask_to_join(
+    *, lead: AgentSession, actor: Principal, name: str | None = None
+) -> tuple[JoinRequest | None, Membership | None]:
     """The calling session asks `lead` to let it join the team `lead` leads. If that lead has
-    invited it, it joins now and gets its member entry; otherwise the lead is asked, and the
-    answer is None.
+    invited it, it joins now: (None, its member entry). Otherwise the lead is asked, and the
+    answer is (the asker's join request, None); asking the same session again while that request
+    is open returns it and tells nobody twice.
 
     Who leads which team is for its invitees and members to know: a session that was not invited
-    gets the same None (and the same refusals of its own standing) whether or not `lead` leads a
-    team, and learns nothing of the team until its lead adds it. A request to a session that
-    leads no team writes nothing."""
+    gets the same answer (and the same refusals of its own standing) whether or not `lead` leads a
+    team, and learns nothing of the team until its lead adds it. So every ask writes the asker's
+    own `JoinRequest`, which it lists and withdraws alike whoever it asked; only a lead of a live
+    team is also sent a request to answer (its `invitation`)."""
     session = actor.require_session()
-    roster_check_free(session=session, name=name)
+    member_name, _ = roster_check_free(session=session, name=name)
     team_change_bounded(actor=actor)  # every ask alike, so the bound tells nothing of `lead` either
     led = Membership.objects.select_related("team").filter(
         session=lead, role=Role.LEAD, left_at__isnull=True, team__ended_at__isnull=True
     )
     team = led[0].team if led else None
-    if team is None:
-        return None
-    _, member = _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.SESSION)
-    return member
+    now = timezone.now()
+    JoinRequest.objects.filter(
+        asker=session, lead=lead, state=InvitationState.OPEN, expires_at__lte=now
+    ).update(state=InvitationState.EXPIRED)
+    if team is not None and _invited(team=team, session=session, now=now):
+        return None, _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.SESSION)[1]
+    standing = JoinRequest.objects.filter(asker=session, lead=lead, state=InvitationState.OPEN).first()
+    if standing is not None:
+        return standing, None
+    try:
+        with transaction.atomic():
+            invitation = None
+            if team is not None:
+                invitation, member = _say_yes(
+                    team=team, session=session, actor=actor, name=name, side=Asker.SESSION
+                )
+                if member is not None:  # its lead invited it a moment ago
+                    return None, member
+            request = JoinRequest.objects.create(
+                asker=session,
+                lead=lead,
+                name=member_name,
+                invitation=invitation,
+                expires_at=invitation.expires_at if invitation is not None else _expiry(now),
+            )
+            audit_event(
+                "team.join_request_opened",
+                actor=actor.actor,
+                target=str(session.id),
+                detail={"request": str(request.id), "lead": str(lead.id)},
+            )
+    except IntegrityError:
+        # The same ask a moment ago opened it: the same request.
+        raced = JoinRequest.objects.filter(asker=session, lead=lead, state=InvitationState.OPEN).first()
+        if raced is None:
+            raise
+        return raced, None
+    return request, None
+
+
+def _invited(*, team: Team, session: AgentSession, now: Any) -> bool:
+    """Has the lead of `team` an open invitation out to `session`?"""
+    return Invitation.objects.filter(
+        team=team, session=session, asked_by=Asker.LEAD, state=InvitationState.OPEN, expires_at__gt=now
+    ).exists()
+
+
+def _expiry(now: Any) -> Any:
+    return now + timedelta(seconds=settings.SWITCHBOARD_TEAM_INVITATION_SECONDS)
+
+
+def join_requests_of(*, actor: Principal) -> list[JoinRequest]:
+    """The calling session's own open requests to join, newest first: whom it asked, whether or
+    not that session leads a team (see `JoinRequest`)."""
+    session = actor.require_session()
+    return list(
+        JoinRequest.objects.select_related("lead")
+        .filter(asker=session, state=InvitationState.OPEN, expires_at__gt=timezone.now())
+        .order_by("-created_at")[:200]
+    )
+
+
+def join_request_withdraw(*, request_id: Any, actor: Principal) -> JoinRequest:
+    """The asker withdraws its own open request to join; the lead's request (if the session asked
+    leads a team) is cancelled with it and its unread notice withdrawn. Only the asker: any other
+    caller gets the NotFound an id no request has, so a request's existence is the asker's alone."""
+    session = actor.require_session()
+    try:
+        request = JoinRequest.objects.select_related("lead").get(pk=request_id, asker=session)
+    except (JoinRequest.DoesNotExist, ValueError, Exception) as exc:  # a malformed UUID: ValidationError
+        raise NotFound("No such request to join of yours.") from exc
+    now = timezone.now()
+    if request.state != InvitationState.OPEN or request.expires_at <= now:
+        state = request.state if request.state != InvitationState.OPEN else InvitationState.EXPIRED
+        raise Conflict(f"Request {request.id} is {state}; nothing changed.", reason="stale_invitation")
+    team_change_bounded(actor=actor)
+    answered = Conflict(f"Request {request.id} was answered a moment ago.", reason="stale_invitation")
+    with transaction.atomic():
+        # The invitation before the request, in the order a lead's answer (`_close`) takes them.
+        invitation = (
+            Invitation.objects.select_related("team", "session")
+            .filter(pk=request.invitation_id, state=InvitationState.OPEN)
+            .first()
+        )
+        if invitation is not None:
+            try:
+                _close(invitation, actor=actor, state=InvitationState.CANCELLED)
+            except Conflict as exc:  # the lead answered it a moment ago; never name its invitation
+                raise answered from exc
+        if not JoinRequest.objects.filter(pk=request.pk, state=InvitationState.OPEN).update(
+            state=InvitationState.CANCELLED, answered_at=now
+        ):
+            raise answered
+        request.state, request.answered_at = InvitationState.CANCELLED, now
+        audit_event(
+            "team.join_request_withdrawn",
+            actor=actor.actor,
+            target=str(session.id),
+            detail={"request": str(request.id), "lead": str(request.lead_id)},
+        )
+    return request
+
+
+def join_request_summary(request: JoinRequest) -> dict[str, Any]:
+    """A request to join as its asker sees it: whom it asked, never the team (see `JoinRequest`)."""
+    return {
+        "id": str(request.id),
+        "lead": str(request.lead_id),
+        "lead_label": request.lead.label,
+        "name": request.name,
+        "state": request.state,
+        "created_at": request.created_at.isoformat() if request.created_at else None,
+        "expires_at": request.expires_at.isoformat() if request.expires_at else None,
+        "answered_at": request.answered_at.isoformat() if request.answered_at else None,
+    }
 
 
 def _say_yes(
@@ -101,7 +225,7 @@ def _say_yes(
                 session=session,
                 name=member_name,
                 asked_by=side,
-                expires_at=now + timedelta(seconds=settings.SWITCHBOARD_TEAM_INVITATION_SECONDS),
+                expires_at=_expiry(now),
             )
             audit_event(
                 "team.invitation_opened",
@@ -280,6 +404,11 @@ def _close(invitation: Invitation, *, actor: Principal, state: str) -> None:
         if state == InvitationState.DECLINED or (
             state == InvitationState.ACCEPTED and invitation.asked_by == Asker.SESSION
         ):
+            # The asker is told of these two, so its own request closes with them; nothing else
+            # the lead's team does (ending, lapsing) shows in the asker's request.
+            JoinRequest.objects.filter(invitation=invitation, state=InvitationState.OPEN).update(
+                state=state, answered_at=now
+            )
             _tell_opener(invitation)
 
 
@@ -360,8 +489,9 @@ def invitations_visible(*, actor: Principal) -> list[Invitation]:
         led = Membership.objects.filter(session=session, role=Role.LEAD, left_at__isnull=True).values(
             "team_id"
         )
-        # A session's own unanswered request to join is not shown to it: it would tell the asker
-        # that the session it asked leads a team, and which (`team_ask_to_join`).
+        # A session's own unanswered request to join is not shown here: it would tell the asker
+        # that the session it asked leads a team, and which. It lists its `JoinRequest`s instead
+        # (`join_requests_of`), which say whom it asked and nothing of a team.
         qs = qs.filter(session=session, asked_by=Asker.LEAD) | qs.filter(team_id__in=led)
     return list(qs.order_by("-created_at")[:200])
 

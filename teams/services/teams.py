@@ -144,7 +144,7 @@ def team_require_live(*, team: Team) -> None:
 
 def team_change_bounded(*, actor: Principal) -> None:
     """Spend one of the session's team changes (create or end a team, invite, ask to join,
-    withdraw an invitation): SWITCHBOARD_TEAM_CHANGE_RATE per SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS,
+    withdraw an invitation or a request to join): SWITCHBOARD_TEAM_CHANGE_RATE per SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS,
     on the store the send limits use. Each change writes rows and audit events, so one token
     churning teams or invitations at request speed would write without bound. Called after the
     caller's own checks and before any write: a refusal (429 `team_rate`) writes nothing. An

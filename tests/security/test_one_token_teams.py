@@ -3,6 +3,7 @@ attack with a session that holds its own token only, through the hub's real API.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -14,11 +15,21 @@ pytestmark = pytest.mark.django_db
 
 
 def _without_lead(body: dict[str, Any], lead: Any) -> dict[str, Any]:
-    """An answer with the asked session's own label taken out, to compare answers about two leads."""
-    return {
-        k: (v.replace(lead.name, "X").replace(lead.ref, "R") if isinstance(v, str) else v)
-        for k, v in body.items()
-    }
+    """An answer with the asked session's own id and label, and the request's own id and times,
+    taken out, to compare answers about two leads."""
+    request = body.get("request") or {}
+    masks = {request.get("id"): "Q", lead.id: "L", lead.name: "X", lead.ref: "R"}
+    masks |= {request.get(t): "T" for t in ("created_at", "expires_at", "answered_at")}
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: masked(v) for k, v in value.items()}
+        if isinstance(value, str):
+            for seen, mask in masks.items():
+                value = value.replace(seen, mask) if seen else value
+        return value
+
+    return masked(body)
 
 
 def test_asking_to_join_does_not_tell_who_leads_which_team(api, register):
@@ -238,3 +249,55 @@ def test_many_lead_sessions_cannot_flood_one_session_with_invitations(api, regis
     assert declined.status_code == 200
     again = api.post(f"teams/{teams[3]['id']}/members", leads[3].token, {"session": victim.id})
     assert again.status_code == 202, again.json_body
+
+
+def test_an_asker_lists_and_withdraws_its_own_requests_to_join_and_nobody_else_can(api, register):
+    """The asker's own requests to join: eve asks a lead and a session that leads no team. She
+    lists both alike (whom she asked, nothing of a team) and withdraws them alike, which cancels
+    the lead's request and its unread notice. Were only the lead's listed, or withdrawn otherwise,
+    the list would map who leads what. Another session's token (even the lead's) withdrawing her
+    request gets the answer an id no request has: it learns nothing of it."""
+    eve, boss, loner, mallory = register("eve"), register("boss"), register("loner"), register("mallory")
+    team = api.post("teams", boss.token, {"name": "secret-project"}).json_body
+    asked = {
+        w.name: api.post("teams/join", eve.token, {"lead": w.id}).json_body["request"] for w in (boss, loner)
+    }
+
+    listed = {r["lead"]: r for r in api.get("teams/join", eve.token).json_body["requests"]}
+
+    assert listed == {boss.id: asked["boss"], loner.id: asked["loner"]}
+    assert _without_lead({"request": asked["boss"]}, boss) == _without_lead(
+        {"request": asked["loner"]}, loner
+    )
+    assert team["id"] not in str(listed) and "secret-project" not in str(listed)
+    assert _join_requests_to(api, boss) == 1
+    for stranger in (mallory, boss):
+        refused = api.delete(f"teams/join/{asked['boss']['id']}", stranger.token)
+        nobody = api.delete(f"teams/join/{uuid.uuid4()}", stranger.token)
+        assert refused.status_code == nobody.status_code == 404
+        assert refused.json_body == nobody.json_body
+        assert api.get("teams/join", stranger.token).json_body["requests"] == []
+    assert Invitation.objects.get(session_id=eve.id).state == "open"
+
+    withdrawn = {w.name: api.delete(f"teams/join/{asked[w.name]['id']}", eve.token) for w in (boss, loner)}
+
+    assert [w.status_code for w in withdrawn.values()] == [200, 200]
+    assert _without_lead({"request": withdrawn["boss"].json_body}, boss) == _without_lead(
+        {"request": withdrawn["loner"].json_body}, loner
+    )
+    assert withdrawn["boss"].json_body["state"] == "cancelled"
+    assert api.get("teams/join", eve.token).json_body["requests"] == []
+    assert Invitation.objects.get(session_id=eve.id).state == "cancelled"
+    # The lead's notice is withdrawn, and its add no longer completes a join: it invites.
+    assert _join_requests_to(api, boss) == 0
+    added = api.post(f"teams/{team['id']}/members", boss.token, {"session": eve.id})
+    assert added.status_code == 202 and added.json_body["member_id"] is None, added.json_body
+    again = api.delete(f"teams/join/{asked['boss']['id']}", eve.token)
+    assert again.status_code == 409 and again.json_body["reason"] == "stale_invitation"
+
+
+def _join_requests_to(api: Any, lead: Any) -> int:
+    """How many unread join-request notices wait in `lead`'s inbox (peeked, not pulled)."""
+    return Delivery.objects.filter(
+        recipient_id=lead.id, state="queued", message__text__contains='"team_join_request"'
+    ).count()

@@ -143,3 +143,27 @@ def test_malformed_ids_get_the_json_error_shape(api, crew):
         response = api.call("GET" if "shutdown" not in path else "POST", path, crew.lead.token, {})
         assert response.status_code in (400, 404), (path, response.status_code)
         assert response.json_body["error"] in ("invalid", "not_found")
+
+
+def test_an_askers_request_closes_when_its_lead_answers_and_stands_while_its_team_ends(api, register):
+    """The asker's request to join follows what it is told: the lead's decline closes it (the
+    asker hears of it); a team that ends says nothing to the asker, so its request stays listed,
+    as one to a session that leads no team does, until it lapses or the asker withdraws it."""
+    lead, asker = register("lead-j"), register("asker-j")
+    team = api.post("teams", lead.token, {"name": "j"}).json_body
+    first = api.post("teams/join", asker.token, {"lead": lead.id}).json_body["request"]
+    [invitation] = api.get("teams/invitations", lead.token).json_body["invitations"]
+    assert api.post(f"teams/invitations/{invitation['id']}/decline", lead.token).status_code == 200
+
+    assert api.get("teams/join", asker.token).json_body["requests"] == []
+    stale = api.delete(f"teams/join/{first['id']}", asker.token)
+    assert stale.status_code == 409 and "declined" in stale.json_body["detail"]
+
+    second = api.post("teams/join", asker.token, {"lead": lead.id}).json_body["request"]
+    assert second["id"] != first["id"]
+    again = api.post("teams/join", asker.token, {"lead": lead.id}).json_body["request"]
+    assert again == second  # asking twice is the same request
+    assert api.post(f"teams/{team['id']}/end", lead.token).status_code == 200
+    assert [r["id"] for r in api.get("teams/join", asker.token).json_body["requests"]] == [second["id"]]
+    withdrawn = api.delete(f"teams/join/{second['id']}", asker.token)
+    assert withdrawn.status_code == 200 and withdrawn.json_body["state"] == "cancelled"
