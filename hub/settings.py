@@ -341,6 +341,9 @@ SWITCHBOARD_ALERT_TIMEOUT_SECONDS = float(
 SWITCHBOARD_ALERT_ATTEMPTS = _env_int("SWITCHBOARD_ALERT_ATTEMPTS", 3)
 # How long a team invitation (or a session's request to join) waits for the other side's answer.
 SWITCHBOARD_TEAM_INVITATION_SECONDS = _env_int("SWITCHBOARD_TEAM_INVITATION_SECONDS", 24 * 3600)
+# Open team invitations one session holds, from the leads of all teams: past it a lead's invite is
+# refused (teams.services.invitations), so sessions that each lead a team cannot flood one inbox.
+SWITCHBOARD_INVITATIONS_PER_RECIPIENT = _env_int("SWITCHBOARD_INVITATIONS_PER_RECIPIENT", 10)
 # At most this many waiting notify-when-idle subscriptions per subscriber.
 SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION = _env_int("SWITCHBOARD_SUBSCRIPTIONS_PER_SESSION", 50)
 # Open (pending or in progress) tasks that sessions created: at most this many on one team's board,
@@ -356,7 +359,7 @@ SWITCHBOARD_OPEN_TASKS_PER_SESSION = _env_int(
 SWITCHBOARD_NOTICE_RATE = _env_int("SWITCHBOARD_NOTICE_RATE", 10)
 SWITCHBOARD_NOTICE_RATE_SECONDS = _env_int("SWITCHBOARD_NOTICE_RATE_SECONDS", 60)
 # Team changes one session makes (create or end a team, invite, ask to join, withdraw an
-# invitation): at most this many per window (teams.services.teams.team_change_bounded). Each writes
+# invitation or a request to join): at most this many per window (teams.services.teams.team_change_bounded). Each writes
 # rows and audit events; an operator's changes are not counted.
 SWITCHBOARD_TEAM_CHANGE_RATE = _env_int("SWITCHBOARD_TEAM_CHANGE_RATE", 30)
 SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS = _env_int("SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS", 60)

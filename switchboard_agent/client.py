@@ -331,8 +331,15 @@ class HubClient:
         return self.call("POST", "teams/subscriptions", body={"target": target})
 
     def team_join(self, *, lead: str, name: str | None = None) -> dict[str, Any]:
-        """Ask to join `lead`'s team: the member (joined now) or `{"invitation": ...}` (asked)."""
+        """Ask to join `lead`'s team: the member (joined now) or `{"request": ...}` (asked)."""
         return self.call("POST", "teams/join", body={"lead": lead, "name": name or None})
+
+    def join_requests(self) -> list[dict[str, Any]]:
+        """This session's own open requests to join."""
+        return self.call("GET", "teams/join")["requests"]
+
+    def join_request_withdraw(self, request_id: str) -> dict[str, Any]:
+        return self.call("DELETE", f"teams/join/{request_id}")
 
     def invitations(self) -> list[dict[str, Any]]:
         return self.call("GET", "teams/invitations")["invitations"]

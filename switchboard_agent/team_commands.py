@@ -119,7 +119,7 @@ def add_team_commands(
     client_for: Callable[..., HubClient],
     guard: Callable[[Command], Command],
 ) -> None:
-    """`team invite|join|invitations|accept|decline|allow-watcher|watchers|revoke-watcher`."""
+    """`team invite|join|requests|withdraw|invitations|accept|decline|allow-watcher|watchers|revoke-watcher`."""
     from switchboard_agent.commands import EXIT_NOTHING, EXIT_OK
 
     def cmd_invite(args: argparse.Namespace) -> int:
@@ -134,16 +134,41 @@ def add_team_commands(
         _roster_answer(args, body)
         return EXIT_OK
 
-    def cmd_invitations(args: argparse.Namespace) -> int:
+    def listing(fetch: Callable[[HubClient], list[dict[str, Any]]], line: Callable[[Any], str]) -> Command:
+        """A command that prints what `fetch` lists (JSON with --json, else `line` of each row) and
+        exits 1 when it is empty."""
+
+        def cmd(args: argparse.Namespace) -> int:
+            with client_for(args) as client:
+                found = fetch(client)
+            if args.json:
+                print(json.dumps(found, ensure_ascii=False))
+            for row in [] if args.json else found:
+                print(line(row))
+            return EXIT_OK if found else EXIT_NOTHING
+
+        return cmd
+
+    cmd_requests = listing(
+        lambda c: c.join_requests(),
+        lambda r: f"{r['id']}  asked {r['lead_label']} to add you as {r['name']}  (lapses {r['expires_at']})",
+    )
+    cmd_invitations = listing(
+        lambda c: c.invitations(),
+        lambda i: (
+            f"{i['id']}  team {i['team_name']!r}  {i['session_label']} as {i['name']}  "
+            f"(the {i['answer_by']} answers)"
+        ),
+    )
+    cmd_watchers = listing(
+        lambda c: c.watchers(), lambda g: f"#{g['id']:<5} {g['watcher_label']}  (by {g['granted_by']})"
+    )
+
+    def cmd_withdraw(args: argparse.Namespace) -> int:
         with client_for(args) as client:
-            found = client.invitations()
-        if args.json:
-            print(json.dumps(found, ensure_ascii=False))
-        for i in [] if args.json else found:
-            print(
-                f"{i['id']}  team {i['team_name']!r}  {i['session_label']} as {i['name']}  (the {i['answer_by']} answers)"
-            )
-        return EXIT_OK if found else EXIT_NOTHING
+            body = client.join_request_withdraw(args.id)
+        print(json.dumps(body, ensure_ascii=False) if args.json else f"Request {args.id} withdrawn.")
+        return EXIT_OK
 
     def answer(accept: bool) -> Command:
         def cmd(args: argparse.Namespace) -> int:
@@ -169,15 +194,6 @@ def add_team_commands(
         )
         return EXIT_OK
 
-    def cmd_watchers(args: argparse.Namespace) -> int:
-        with client_for(args) as client:
-            found = client.watchers()
-        if args.json:
-            print(json.dumps(found, ensure_ascii=False))
-        for g in [] if args.json else found:
-            print(f"#{g['id']:<5} {g['watcher_label']}  (by {g['granted_by']})")
-        return EXIT_OK if found else EXIT_NOTHING
-
     def cmd_revoke(args: argparse.Namespace) -> int:
         with client_for(args) as client:
             client.watcher_revoke(args.id)
@@ -193,6 +209,11 @@ def add_team_commands(
     p.add_argument("lead")
     p.add_argument("--name", help="your name on the roster")
     p.set_defaults(func=guard(cmd_join))
+    p = sub.add_parser("requests", parents=[common], help="your open requests to join (exit 1: none)")
+    p.set_defaults(func=guard(cmd_requests))
+    p = sub.add_parser("withdraw", parents=[common], help="withdraw your request to join by id")
+    p.add_argument("id")
+    p.set_defaults(func=guard(cmd_withdraw))
     p = sub.add_parser(
         "invitations", parents=[common], help="open invitations to and from you (exit 1: none)"
     )

@@ -72,10 +72,22 @@ def register_team_tools(
     @tool(structured_output=False)
     def join_team(lead: str, name: str = "") -> CallToolResult:
         """Ask `lead` to add you to its team; you join at once if it invited you."""
-        return _joined(
-            hub(lambda c: c.team_join(lead=lead, name=name or None)),
-            f"Asked {lead} to add you; you join when it does.",
+        body = hub(lambda c: c.team_join(lead=lead, name=name or None))
+        if body.get("member_id"):
+            return _joined(body, "")
+        return answer(
+            f"Asked {lead} to add you; you join when it does (withdraw_join_request to take it back).",
+            {"request_id": (body.get("request") or {}).get("id")},
         )
+
+    @tool(structured_output=False)
+    def withdraw_join_request(request_id: str = "") -> CallToolResult:
+        """Withdraw your request to join a team by id (no id: list your open requests)."""
+        if not request_id:
+            mine = hub(lambda c: c.join_requests())
+            return answer(f"{len(mine)} open request(s) to join.", mine, key="requests")
+        hub(lambda c: c.join_request_withdraw(request_id))
+        return answer("Request withdrawn; nothing else changed.")
 
     @tool(structured_output=False)
     def answer_invitation(invitation_id: str = "", accept: bool = True) -> CallToolResult:

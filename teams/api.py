@@ -35,6 +35,9 @@ from teams.services.invitations import (
     invitation_cancel,
     invitation_summary,
     invitations_visible,
+    join_request_summary,
+    join_request_withdraw,
+    join_requests_of,
     team_ask_to_join,
     team_invite,
 )
@@ -260,25 +263,41 @@ def _joined(invitation: Any, member: Any) -> Status:
 
 @router.post("/teams/join", response={201: dict, 202: dict, **ERRORS}, auth=AUTH)
 def join_team(request: HttpRequest, body: JoinIn) -> Status:
-    """Ask to join the team `lead` leads: you join now if it invited you, else it is asked (202)."""
+    """Ask to join the team `lead` leads: you join now if it invited you, else it is asked (202,
+    your request to join)."""
     caller = principal(request)
     lead = _session_by_address(caller, body.lead)
-    member = team_ask_to_join(lead=lead, actor=caller, name=body.name)
+    asked, member = team_ask_to_join(lead=lead, actor=caller, name=body.name)
     if member is not None:
         return _joined(None, member)
+    assert asked is not None
     # The same answer whether or not `lead` leads a team: who leads what is its members' to know.
     return Status(
         202,
         {
             "member_id": None,
             "invitation": None,
+            "request": join_request_summary(asked),
             "detail": (
                 f"No invitation for you from {lead.label}: asked it to add you to the team it "
                 "leads, if it leads one. You are told when its lead adds you or declines; "
-                "the request lapses unanswered after a while. Nothing else is said of the team."
+                "the request lapses unanswered after a while. Nothing else is said of the team. "
+                f"Withdraw it: DELETE /api/v1/teams/join/{asked.id}."
             ),
         },
     )
+
+
+@router.get("/teams/join", response={200: dict, **ERRORS}, auth=AUTH)
+def list_join_requests(request: HttpRequest) -> dict[str, Any]:
+    """Your own open requests to join: whom you asked (nothing of any team)."""
+    return {"requests": [join_request_summary(r) for r in join_requests_of(actor=principal(request))]}
+
+
+@router.delete("/teams/join/{uuid:request_id}", response={200: dict, **ERRORS}, auth=AUTH)
+def withdraw_join_request(request: HttpRequest, request_id: uuid.UUID) -> dict[str, Any]:
+    """Withdraw your own open request to join (only its asker may)."""
+    return join_request_summary(join_request_withdraw(request_id=request_id, actor=principal(request)))
 
 
 @router.get("/teams/invitations", response={200: dict, **ERRORS}, auth=AUTH)

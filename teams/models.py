@@ -326,7 +326,31 @@ class InvitationAsker(models.TextChoices):
     SESSION = "session"  # the session asked to join; the lead answers
 
 
-class Invitation(models.Model):
+def one_open_per(*fields: str, name: str) -> models.UniqueConstraint:
+    """At most one open row (an `Answerable` waiting for its answer) per value of `fields`."""
+    return models.UniqueConstraint(fields=list(fields), condition=Q(state="open"), name=name)
+
+
+class Answerable(models.Model):
+    """A yes that waits for an answer until it expires (the state and times an invitation and a
+    request to join share)."""
+
+    state = models.CharField(
+        max_length=10, choices=InvitationState.choices, default=InvitationState.OPEN, db_index=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self._meta.verbose_name} {self.pk} ({self.state})"
+
+
+class Invitation(Answerable):
     """One side's yes to a session joining a team, waiting for the other side's.
 
     A session joins a team only with both yeses (the lead's and its own) or an operator's. Whoever
@@ -338,24 +362,31 @@ class Invitation(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="team_invitations")
     name = models.CharField(max_length=64, help_text="the name it will have on the roster")
     asked_by = models.CharField(max_length=8, choices=InvitationAsker.choices)
-    state = models.CharField(
-        max_length=10, choices=InvitationState.choices, default=InvitationState.OPEN, db_index=True
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField()
-    answered_at = models.DateTimeField(null=True, blank=True)
     answered_by = models.CharField(max_length=200, blank=True, default="")
 
-    class Meta:
-        ordering = ["-created_at"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["team", "session"], condition=Q(state="open"), name="invitation_one_open_per_pair"
-            )
-        ]
+    class Meta(Answerable.Meta):
+        constraints = [one_open_per("team", "session", name="invitation_one_open_per_pair")]
 
-    def __str__(self) -> str:
-        return f"invitation {self.id} ({self.state})"
+
+class JoinRequest(Answerable):
+    """A session's request to join the team another session leads, as the asker keeps it.
+
+    Every ask writes one, whether or not the session asked leads a live team, so what the asker
+    lists and withdraws tells it nothing of who leads what (`team_ask_to_join`). When the session
+    asked leads one, `invitation` is the request its lead answers, and the lead's answer (accept,
+    decline) closes this one too. One open per asker and session asked.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    asker = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="join_requests")
+    lead = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=64, help_text="the name it asked to have on the roster")
+    invitation = models.ForeignKey(
+        Invitation, null=True, blank=True, on_delete=models.SET_NULL, related_name="join_requests"
+    )
+
+    class Meta(Answerable.Meta):
+        constraints = [one_open_per("asker", "lead", name="join_request_one_open_per_pair")]
 
 
 class Watcher(models.Model):

@@ -6,8 +6,9 @@ itself. Either side opens an `Invitation`: the lead invites (`team_invite`), or 
 join (`team_ask_to_join`). The other side accepts (the session joins then) or declines; asking from
 the other side while one is open counts as accepting it, so a teammate that asked to join is on the
 roster as soon as its lead adds it, with no further step. An operator adds a session directly
-(`teams.services.teams.team_add_member`). Invitations expire after
-SWITCHBOARD_TEAM_INVITATION_SECONDS.
+(`teams.services.teams.team_add_member`). A session that asks keeps its own `JoinRequest`, which
+it lists and withdraws whoever it asked (`join_requests_of`, `join_request_withdraw`).
+Invitations and requests expire after SWITCHBOARD_TEAM_INVITATION_SECONDS.
 """
 
 from __future__ import annotations
@@ -23,16 +24,24 @@ from messaging.errors import Conflict, Forbidden, NotFound
 from messaging.models import AgentSession
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
-from teams.models import Invitation, InvitationAsker, InvitationState, Membership, Role, Team
+from teams.models import (
+    Invitation,
+    InvitationAsker,
+    InvitationState,
+    JoinRequest,
+    Membership,
+    Role,
+    Team,
+)
 from teams.services.notify import frame_text, hub_notify, notice_withdraw
 from teams.services.teams import (
     member_require_lead,
     roster_check_free,
+    roster_check_invitable,
     roster_check_joinable,
     roster_join,
     team_add_member,
     team_change_bounded,
-    team_require_live,
 )
 
 Asker = InvitationAsker
@@ -43,7 +52,9 @@ def team_invite(
 ) -> tuple[Invitation | None, Membership | None]:
     """The lead invites `session` to its team (an operator adds it at once). Returns (invitation,
     None) while the session has not accepted; (the accepted invitation or None, member) once it is
-    on the roster, which is at once when the session had asked to join this team."""
+    on the roster, which is at once when the session had asked to join this team. The invitation
+    opens whether or not the session is on another roster or an observer: that is the session's
+    to answer when it accepts, not the lead's to learn (`roster_check_invitable`)."""
     if actor.is_operator:
         return None, team_add_member(team=team, session=session, actor=actor, name=name)
     member_require_lead(team=team, actor=actor)
@@ -51,32 +62,150 @@ def team_invite(
     return _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.LEAD)
 
 
-def team_ask_to_join(*, lead: AgentSession, actor: Principal, name: str | None = None) -> Membership | None:
+def team_ask_to_join(
+    *, lead: AgentSession, actor: Principal, name: str | None = None
+) -> tuple[JoinRequest | None, Membership | None]:
     """The calling session asks `lead` to let it join the team `lead` leads. If that lead has
-    invited it, it joins now and gets its member entry; otherwise the lead is asked, and the
-    answer is None.
+    invited it, it joins now: (None, its member entry). Otherwise the lead is asked, and the
+    answer is (the asker's join request, None); asking the same session again while that request
+    is open returns it and tells nobody twice.
 
     Who leads which team is for its invitees and members to know: a session that was not invited
-    gets the same None (and the same refusals of its own standing) whether or not `lead` leads a
-    team, and learns nothing of the team until its lead adds it. A request to a session that
-    leads no team writes nothing."""
+    gets the same answer (and the same refusals of its own standing) whether or not `lead` leads a
+    team, and learns nothing of the team until its lead adds it. So every ask writes the asker's
+    own `JoinRequest`, which it lists and withdraws alike whoever it asked; only a lead of a live
+    team is also sent a request to answer (its `invitation`)."""
     session = actor.require_session()
-    roster_check_free(session=session, name=name)
+    member_name, _ = roster_check_free(session=session, name=name)
     team_change_bounded(actor=actor)  # every ask alike, so the bound tells nothing of `lead` either
     led = Membership.objects.select_related("team").filter(
         session=lead, role=Role.LEAD, left_at__isnull=True, team__ended_at__isnull=True
     )
     team = led[0].team if led else None
-    if team is None:
-        return None
-    _, member = _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.SESSION)
-    return member
+    now = timezone.now()
+    JoinRequest.objects.filter(
+        asker=session, lead=lead, state=InvitationState.OPEN, expires_at__lte=now
+    ).update(state=InvitationState.EXPIRED)
+    if team is not None and _invited(team=team, session=session, now=now):
+        return None, _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.SESSION)[1]
+    standing = JoinRequest.objects.filter(asker=session, lead=lead, state=InvitationState.OPEN).first()
+    if standing is not None:
+        return standing, None
+    try:
+        with transaction.atomic():
+            invitation = None
+            if team is not None:
+                invitation, member = _say_yes(
+                    team=team, session=session, actor=actor, name=name, side=Asker.SESSION
+                )
+                if member is not None:  # its lead invited it a moment ago
+                    return None, member
+            request = JoinRequest.objects.create(
+                asker=session,
+                lead=lead,
+                name=member_name,
+                invitation=invitation,
+                expires_at=invitation.expires_at if invitation is not None else _expiry(now),
+            )
+            audit_event(
+                "team.join_request_opened",
+                actor=actor.actor,
+                target=str(session.id),
+                detail={"request": str(request.id), "lead": str(lead.id)},
+            )
+    except IntegrityError:
+        # The same ask a moment ago opened it: the same request.
+        raced = JoinRequest.objects.filter(asker=session, lead=lead, state=InvitationState.OPEN).first()
+        if raced is None:
+            raise
+        return raced, None
+    return request, None
+
+
+def _invited(*, team: Team, session: AgentSession, now: Any) -> bool:
+    """Has the lead of `team` an open invitation out to `session`?"""
+    return Invitation.objects.filter(
+        team=team, session=session, asked_by=Asker.LEAD, state=InvitationState.OPEN, expires_at__gt=now
+    ).exists()
+
+
+def _expiry(now: Any) -> Any:
+    return now + timedelta(seconds=settings.SWITCHBOARD_TEAM_INVITATION_SECONDS)
+
+
+def join_requests_of(*, actor: Principal) -> list[JoinRequest]:
+    """The calling session's own open requests to join, newest first: whom it asked, whether or
+    not that session leads a team (see `JoinRequest`)."""
+    session = actor.require_session()
+    return list(
+        JoinRequest.objects.select_related("lead")
+        .filter(asker=session, state=InvitationState.OPEN, expires_at__gt=timezone.now())
+        .order_by("-created_at")[:200]
+    )
+
+
+def join_request_withdraw(*, request_id: Any, actor: Principal) -> JoinRequest:
+    """The asker withdraws its own open request to join; the lead's request (if the session asked
+    leads a team) is cancelled with it and its unread notice withdrawn. Only the asker: any other
+    caller gets the NotFound an id no request has, so a request's existence is the asker's alone."""
+    session = actor.require_session()
+    try:
+        request = JoinRequest.objects.select_related("lead").get(pk=request_id, asker=session)
+    except (JoinRequest.DoesNotExist, ValueError, Exception) as exc:  # a malformed UUID: ValidationError
+        raise NotFound("No such request to join of yours.") from exc
+    now = timezone.now()
+    if request.state != InvitationState.OPEN or request.expires_at <= now:
+        state = request.state if request.state != InvitationState.OPEN else InvitationState.EXPIRED
+        raise Conflict(f"Request {request.id} is {state}; nothing changed.", reason="stale_invitation")
+    team_change_bounded(actor=actor)
+    answered = Conflict(f"Request {request.id} was answered a moment ago.", reason="stale_invitation")
+    with transaction.atomic():
+        # The invitation before the request, in the order a lead's answer (`_close`) takes them.
+        invitation = (
+            Invitation.objects.select_related("team", "session")
+            .filter(pk=request.invitation_id, state=InvitationState.OPEN)
+            .first()
+        )
+        if invitation is not None:
+            try:
+                _close(invitation, actor=actor, state=InvitationState.CANCELLED)
+            except Conflict as exc:  # the lead answered it a moment ago; never name its invitation
+                raise answered from exc
+        if not JoinRequest.objects.filter(pk=request.pk, state=InvitationState.OPEN).update(
+            state=InvitationState.CANCELLED, answered_at=now
+        ):
+            raise answered
+        request.state, request.answered_at = InvitationState.CANCELLED, now
+        audit_event(
+            "team.join_request_withdrawn",
+            actor=actor.actor,
+            target=str(session.id),
+            detail={"request": str(request.id), "lead": str(request.lead_id)},
+        )
+    return request
+
+
+def join_request_summary(request: JoinRequest) -> dict[str, Any]:
+    """A request to join as its asker sees it: whom it asked, never the team (see `JoinRequest`)."""
+    return {
+        "id": str(request.id),
+        "lead": str(request.lead_id),
+        "lead_label": request.lead.label,
+        "name": request.name,
+        "state": request.state,
+        "created_at": request.created_at.isoformat() if request.created_at else None,
+        "expires_at": request.expires_at.isoformat() if request.expires_at else None,
+        "answered_at": request.answered_at.isoformat() if request.answered_at else None,
+    }
 
 
 def _say_yes(
     *, team: Team, session: AgentSession, actor: Principal, name: str | None, side: str
 ) -> tuple[Invitation | None, Membership | None]:
-    member_name, _ = roster_check_joinable(team=team, session=session, name=name)
+    if side == Asker.LEAD:
+        member_name, _ = roster_check_invitable(team=team, session=session, name=name)
+    else:
+        member_name, _ = roster_check_joinable(team=team, session=session, name=name)
     now = timezone.now()
     Invitation.objects.filter(
         team=team, session=session, state=InvitationState.OPEN, expires_at__lte=now
@@ -87,6 +216,8 @@ def _say_yes(
         return _accept(open_one, actor=actor, name=name)
     if open_one is not None:
         return open_one, None  # asking twice is the same request, and tells nobody twice
+    if side == Asker.LEAD:
+        _require_room_for_invitation(session, now=now)
     try:
         with transaction.atomic():
             invitation = Invitation.objects.create(
@@ -94,7 +225,7 @@ def _say_yes(
                 session=session,
                 name=member_name,
                 asked_by=side,
-                expires_at=now + timedelta(seconds=settings.SWITCHBOARD_TEAM_INVITATION_SECONDS),
+                expires_at=_expiry(now),
             )
             audit_event(
                 "team.invitation_opened",
@@ -110,6 +241,24 @@ def _say_yes(
             raise
         return (_accept(raced, actor=actor, name=name)) if raced.asked_by != side else (raced, None)
     return invitation, None
+
+
+def _require_room_for_invitation(session: AgentSession, *, now: Any) -> None:
+    """Refuse one more invitation to `session` while it holds SWITCHBOARD_INVITATIONS_PER_RECIPIENT
+    open ones from the leads of all teams. The bound on invitation notices is per inviting lead, so
+    without this, sessions that each lead a team would fill the session's inbox with the hub's
+    notices (which no sender's share limits). The refusal names the cap, never how many invitations
+    other teams sent, and writes nothing."""
+    cap = settings.SWITCHBOARD_INVITATIONS_PER_RECIPIENT
+    held = Invitation.objects.filter(
+        session=session, asked_by=Asker.LEAD, state=InvitationState.OPEN, expires_at__gt=now
+    ).count()
+    if held >= cap:
+        raise Conflict(
+            f"{session.label} holds as many open team invitations as a session may ({cap}); nothing "
+            "was written. Invite it again once it has answered some, or they have lapsed.",
+            reason="too_many_invitations",
+        )
 
 
 def _lead_of(team: Team) -> AgentSession:
@@ -255,6 +404,11 @@ def _close(invitation: Invitation, *, actor: Principal, state: str) -> None:
         if state == InvitationState.DECLINED or (
             state == InvitationState.ACCEPTED and invitation.asked_by == Asker.SESSION
         ):
+            # The asker is told of these two, so its own request closes with them; nothing else
+            # the lead's team does (ending, lapsing) shows in the asker's request.
+            JoinRequest.objects.filter(invitation=invitation, state=InvitationState.OPEN).update(
+                state=state, answered_at=now
+            )
             _tell_opener(invitation)
 
 
@@ -313,7 +467,9 @@ def _tell_opener(invitation: Invitation) -> None:
 def _accept(
     invitation: Invitation, *, actor: Principal, name: str | None
 ) -> tuple[Invitation, Membership | None]:
-    team_require_live(team=invitation.team)
+    # The invited session's own standing (on another roster, an observer) is checked here, at its
+    # yes, not when the lead invited it (`roster_check_invitable`); a refusal leaves it open.
+    roster_check_joinable(team=invitation.team, session=invitation.session, name=name or invitation.name)
     with transaction.atomic():
         _close(invitation, actor=actor, state=InvitationState.ACCEPTED)
         member = roster_join(
@@ -333,8 +489,9 @@ def invitations_visible(*, actor: Principal) -> list[Invitation]:
         led = Membership.objects.filter(session=session, role=Role.LEAD, left_at__isnull=True).values(
             "team_id"
         )
-        # A session's own unanswered request to join is not shown to it: it would tell the asker
-        # that the session it asked leads a team, and which (`team_ask_to_join`).
+        # A session's own unanswered request to join is not shown here: it would tell the asker
+        # that the session it asked leads a team, and which. It lists its `JoinRequest`s instead
+        # (`join_requests_of`), which say whom it asked and nothing of a team.
         qs = qs.filter(session=session, asked_by=Asker.LEAD) | qs.filter(team_id__in=led)
     return list(qs.order_by("-created_at")[:200])
 

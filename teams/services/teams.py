@@ -144,7 +144,7 @@ def team_require_live(*, team: Team) -> None:
 
 def team_change_bounded(*, actor: Principal) -> None:
     """Spend one of the session's team changes (create or end a team, invite, ask to join,
-    withdraw an invitation): SWITCHBOARD_TEAM_CHANGE_RATE per SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS,
+    withdraw an invitation or a request to join): SWITCHBOARD_TEAM_CHANGE_RATE per SWITCHBOARD_TEAM_CHANGE_RATE_SECONDS,
     on the store the send limits use. Each change writes rows and audit events, so one token
     churning teams or invitations at request speed would write without bound. Called after the
     caller's own checks and before any write: a refusal (429 `team_rate`) writes nothing. An
@@ -178,9 +178,13 @@ def _member_name(session: AgentSession, name: str | None) -> tuple[str, str]:
     return chosen, normalize_name(chosen)
 
 
-def _require_free(session: AgentSession) -> None:
-    if session.status in (SessionStatus.EXITED,):
+def _require_not_exited(session: AgentSession) -> None:
+    if session.status == SessionStatus.EXITED:
         raise Conflict(f"{session.label} has exited.", reason="session_exited")
+
+
+def _require_free(session: AgentSession) -> None:
+    _require_not_exited(session)
     if Observer.objects.filter(session=session).exists():
         raise Conflict(f"{session.label} is an observer; observers cannot join a team.", reason="observer")
 
@@ -233,6 +237,20 @@ def roster_check_free(*, session: AgentSession, name: str | None) -> tuple[str, 
     _require_free(session)
     if live_membership(session) is not None:
         raise Conflict(f"{session.label} is already on a team's roster.", reason="already_member")
+    return _member_name(session, name)
+
+
+def roster_check_invitable(*, team: Team, session: AgentSession, name: str | None) -> tuple[str, str]:
+    """Refuse what a lead may be told before it invites `session` to `team`: the team has ended,
+    the session has exited (every session sees that), the roster name is bad, or the session is on
+    this team's roster already (the lead reads its own roster). Whether the session is on another
+    team's roster or an observer is not for a lead to learn, and any session can lead a team: the
+    invitation opens all the same, and the session's own accept answers that it cannot join
+    (`roster_check_joinable`). Return its roster name and that name's key."""
+    team_require_live(team=team)
+    _require_not_exited(session)
+    if Membership.objects.filter(team=team, session=session, left_at__isnull=True).exists():
+        raise Conflict(f"{session.label} is already on your team's roster.", reason="already_member")
     return _member_name(session, name)
 
 

@@ -170,6 +170,14 @@ def test_team_join_says_what_the_hub_said_when_the_lead_has_not_invited_you(
 
     assert code == 0, err
     assert out.startswith("No invitation for you from lead-3") and "None" not in out
+    # The asker lists its own request and withdraws it.
+    code, out, _ = run(capsys, "team", "requests", "--json")
+    [request] = json.loads(out)
+    assert code == 0 and request["lead_label"].startswith("lead-3")
+    code, out, _ = run(capsys, "team", "withdraw", request["id"])
+    assert code == 0 and out.startswith(f"Request {request['id']} withdrawn")
+    code, out, _ = run(capsys, "team", "requests")
+    assert (code, out) == (1, "")
 
 
 def test_install_hooks_prints_then_merges_without_clobbering(tmp_path: Path, capsys) -> None:

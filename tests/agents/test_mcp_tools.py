@@ -33,7 +33,7 @@ def test_the_tool_schemas_stay_small() -> None:
         "list_agents", "send_message", "check_inbox", "ack", "message_status", "set_status",
         "notify_when_idle", "create_team", "add_member", "create_task", "list_tasks", "claim_task",
         "update_task", "shutdown_request", "shutdown_response", "join_team", "answer_invitation",
-        "allow_watcher",
+        "withdraw_join_request", "allow_watcher",
     }  # fmt: skip
     assert all(len(t.description or "") <= 200 for t in tools)
 
@@ -103,6 +103,32 @@ def test_an_agent_lists_sends_receives_acks_and_works_the_task_board(
     assert seen["idle"].startswith("Your status on the hub is now idle.")
     alice = AgentSession.objects.get(name="alice")
     assert (alice.kind, alice.status) == ("mcp", "exited")  # registered on start, deregistered on exit
+
+
+def test_an_agent_asks_to_join_lists_its_request_and_withdraws_it(
+    inprocess_hub: str, api, register, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SWITCHBOARD_NAME", "asker")
+    lead = register("boss")
+    assert api.post("teams", lead.token, {"name": "core"}).status_code == 201
+    server = build_server(Identity(cwd="/work/asker"))
+    seen: dict[str, Any] = {}
+
+    async def session() -> None:
+        async with Client(server) as client:
+            seen["asked"] = (await client.call_tool("join_team", {"lead": "boss"})).structured_content
+            seen["listed"] = (await client.call_tool("withdraw_join_request", {})).structured_content
+            request = {"request_id": seen["asked"]["request_id"]}
+            seen["withdrawn"] = text(await client.call_tool("withdraw_join_request", request))
+            seen["after"] = (await client.call_tool("withdraw_join_request", {})).structured_content
+
+    anyio.run(session)
+
+    assert seen["asked"]["result"].startswith("Asked boss to add you")
+    assert [r["id"] for r in seen["listed"]["requests"]] == [seen["asked"]["request_id"]]
+    assert seen["withdrawn"].startswith("Request withdrawn")
+    assert seen["after"]["requests"] == []
+    assert api.get("teams/invitations", lead.token).json_body["invitations"] == []
 
 
 def test_a_hub_that_is_down_gives_a_retry_sentence(db, monkeypatch: pytest.MonkeyPatch) -> None:

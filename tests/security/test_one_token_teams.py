@@ -3,6 +3,7 @@ attack with a session that holds its own token only, through the hub's real API.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -14,11 +15,21 @@ pytestmark = pytest.mark.django_db
 
 
 def _without_lead(body: dict[str, Any], lead: Any) -> dict[str, Any]:
-    """An answer with the asked session's own label taken out, to compare answers about two leads."""
-    return {
-        k: (v.replace(lead.name, "X").replace(lead.ref, "R") if isinstance(v, str) else v)
-        for k, v in body.items()
-    }
+    """An answer with the asked session's own id and label, and the request's own id and times,
+    taken out, to compare answers about two leads."""
+    request = body.get("request") or {}
+    masks = {request.get("id"): "Q", lead.id: "L", lead.name: "X", lead.ref: "R"}
+    masks |= {request.get(t): "T" for t in ("created_at", "expires_at", "answered_at")}
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: masked(v) for k, v in value.items()}
+        if isinstance(value, str):
+            for seen, mask in masks.items():
+                value = value.replace(seen, mask) if seen else value
+        return value
+
+    return masked(body)
 
 
 def test_asking_to_join_does_not_tell_who_leads_which_team(api, register):
@@ -151,3 +162,142 @@ def test_opening_and_withdrawing_invitations_at_request_speed_is_bounded(api, re
     # Asking costs the same whoever is asked, so the bound tells nothing of who leads a team.
     again = api.post("teams/join", asker.token, {"lead": victim.id})
     assert again.status_code == 429 and again.json_body["reason"] == "team_rate"
+
+
+def _invitation_answer(answer: Any, invited: Any) -> tuple[int, dict[str, Any]]:
+    """A lead's answer to an invite with what names the one session invited (its id, label,
+    name, and the invitation's own id and times) taken out, to compare answers about two sessions."""
+    body = dict(answer.json_body)
+    invitation = dict(body.get("invitation") or {})
+    text = str(body.get("detail", "")).replace(str(invitation.get("id")), "I")
+    for volatile in ("id", "session", "session_label", "name", "created_at", "expires_at"):
+        invitation.pop(volatile, None)
+    body["invitation"] = invitation
+    body["detail"] = text.replace(invited.name, "X").replace(invited.ref, "R")
+    for value in (invited.id, invited.name, invited.ref):
+        assert value not in str(body), body
+    return answer.status_code, body
+
+
+def test_inviting_does_not_tell_a_lead_who_is_on_another_team_or_an_observer(api, register):
+    """The attack: any token can create a team and so lead one. Eve does, and invites a session on
+    another team's roster, an observer and a session on no team. Were the answers to differ (a
+    409 `already_member` or `observer` for the first two), she would learn who is on some team
+    and who observes, by inviting each session in turn. Every answer is the same open invitation;
+    the invited session's own accept is what answers that it cannot join."""
+    boss, mate, watcher, loner, eve = (register(n) for n in ("boss", "mate", "watcher", "loner", "eve"))
+    theirs = api.post("teams", boss.token, {"name": "theirs"}).json_body
+    assert api.post(f"teams/{theirs['id']}/members", boss.token, {"session": mate.id}).status_code == 202
+    [to_mate] = api.get("teams/invitations", mate.token).json_body["invitations"]
+    assert api.post(f"teams/invitations/{to_mate['id']}/accept", mate.token).status_code == 201
+    assert api.post("teams/observers", watcher.token, {"target_session": boss.id}).status_code == 201
+    probe = api.post("teams", eve.token, {"name": "probe"}).json_body
+
+    invited = (mate, watcher, loner)
+    answers = {
+        w.name: api.post(f"teams/{probe['id']}/members", eve.token, {"session": w.id}) for w in invited
+    }
+
+    shapes = {w.name: _invitation_answer(answers[w.name], w) for w in invited}
+    assert shapes["mate"] == shapes["loner"] == shapes["watcher"], shapes
+    assert shapes["loner"][0] == 202
+    # Each invited session is told, and its own accept answers for its own standing.
+    accepted = {}
+    for w in invited:
+        assert any('"team_invitation"' in m["text"] for m in api.get("inbox", w.token).json_body["messages"])
+        invitation = answers[w.name].json_body["invitation"]["id"]
+        accepted[w.name] = api.post(f"teams/invitations/{invitation}/accept", w.token)
+    assert accepted["loner"].status_code == 201, accepted["loner"].json_body
+    assert accepted["mate"].status_code == 409 and accepted["mate"].json_body["reason"] == "already_member"
+    assert accepted["watcher"].status_code == 409 and accepted["watcher"].json_body["reason"] == "observer"
+    # The lead's own roster is the lead's to read: inviting a session already on it says so.
+    again = api.post(f"teams/{probe['id']}/members", eve.token, {"session": loner.id})
+    assert again.status_code == 409 and again.json_body["reason"] == "already_member"
+
+
+def test_many_lead_sessions_cannot_flood_one_session_with_invitations(api, register, settings):
+    """The attack: the bound on invitation notices is per inviting lead, so eve registers several
+    sessions, each creates a team and invites the victim. Each opens one more invitation and writes
+    one more hub notice into the victim's inbox, which no sender's share limits, until every other
+    sender is refused (`recipient_queue_full`). A session holds at most
+    SWITCHBOARD_INVITATIONS_PER_RECIPIENT open invitations, from all teams; past it the invite is
+    refused (409 `too_many_invitations`) naming the cap, never how many others sent, and nothing
+    is written."""
+    settings.SWITCHBOARD_INVITATIONS_PER_RECIPIENT = 3
+    settings.SWITCHBOARD_UNREAD_PER_RECIPIENT = 5
+    victim, alice = register("victim"), register("alice")
+    leads = [register(f"eve-{i}") for i in range(6)]
+    teams = [api.post("teams", lead.token, {"name": f"flood {i}"}).json_body for i, lead in enumerate(leads)]
+
+    answers = [
+        api.post(f"teams/{team['id']}/members", lead.token, {"session": victim.id})
+        for lead, team in zip(leads, teams, strict=True)
+    ]
+
+    assert [a.status_code for a in answers] == [202, 202, 202, 409, 409, 409]
+    refused = answers[-1].json_body
+    assert refused["reason"] == "too_many_invitations" and "(3)" in refused["detail"], refused
+    assert not any(t["name"] in refused["detail"] for t in teams)
+    assert Invitation.objects.filter(session_id=victim.id).count() == 3
+    # The victim's inbox keeps room for everyone else.
+    sent = api.post("messages", alice.token, {"to": victim.id, "message": "the build is green"})
+    assert sent.status_code == 201, sent.json_body
+    inbox = api.get("inbox", victim.token).json_body["messages"]
+    assert len([m for m in inbox if '"team_invitation"' in m["text"]]) == 3
+    # Answering one makes room for the next.
+    declined = api.post(f"teams/invitations/{answers[0].json_body['invitation']['id']}/decline", victim.token)
+    assert declined.status_code == 200
+    again = api.post(f"teams/{teams[3]['id']}/members", leads[3].token, {"session": victim.id})
+    assert again.status_code == 202, again.json_body
+
+
+def test_an_asker_lists_and_withdraws_its_own_requests_to_join_and_nobody_else_can(api, register):
+    """The asker's own requests to join: eve asks a lead and a session that leads no team. She
+    lists both alike (whom she asked, nothing of a team) and withdraws them alike, which cancels
+    the lead's request and its unread notice. Were only the lead's listed, or withdrawn otherwise,
+    the list would map who leads what. Another session's token (even the lead's) withdrawing her
+    request gets the answer an id no request has: it learns nothing of it."""
+    eve, boss, loner, mallory = register("eve"), register("boss"), register("loner"), register("mallory")
+    team = api.post("teams", boss.token, {"name": "secret-project"}).json_body
+    asked = {
+        w.name: api.post("teams/join", eve.token, {"lead": w.id}).json_body["request"] for w in (boss, loner)
+    }
+
+    listed = {r["lead"]: r for r in api.get("teams/join", eve.token).json_body["requests"]}
+
+    assert listed == {boss.id: asked["boss"], loner.id: asked["loner"]}
+    assert _without_lead({"request": asked["boss"]}, boss) == _without_lead(
+        {"request": asked["loner"]}, loner
+    )
+    assert team["id"] not in str(listed) and "secret-project" not in str(listed)
+    assert _join_requests_to(api, boss) == 1
+    for stranger in (mallory, boss):
+        refused = api.delete(f"teams/join/{asked['boss']['id']}", stranger.token)
+        nobody = api.delete(f"teams/join/{uuid.uuid4()}", stranger.token)
+        assert refused.status_code == nobody.status_code == 404
+        assert refused.json_body == nobody.json_body
+        assert api.get("teams/join", stranger.token).json_body["requests"] == []
+    assert Invitation.objects.get(session_id=eve.id).state == "open"
+
+    withdrawn = {w.name: api.delete(f"teams/join/{asked[w.name]['id']}", eve.token) for w in (boss, loner)}
+
+    assert [w.status_code for w in withdrawn.values()] == [200, 200]
+    assert _without_lead({"request": withdrawn["boss"].json_body}, boss) == _without_lead(
+        {"request": withdrawn["loner"].json_body}, loner
+    )
+    assert withdrawn["boss"].json_body["state"] == "cancelled"
+    assert api.get("teams/join", eve.token).json_body["requests"] == []
+    assert Invitation.objects.get(session_id=eve.id).state == "cancelled"
+    # The lead's notice is withdrawn, and its add no longer completes a join: it invites.
+    assert _join_requests_to(api, boss) == 0
+    added = api.post(f"teams/{team['id']}/members", boss.token, {"session": eve.id})
+    assert added.status_code == 202 and added.json_body["member_id"] is None, added.json_body
+    again = api.delete(f"teams/join/{asked['boss']['id']}", eve.token)
+    assert again.status_code == 409 and again.json_body["reason"] == "stale_invitation"
+
+
+def _join_requests_to(api: Any, lead: Any) -> int:
+    """How many unread join-request notices wait in `lead`'s inbox (peeked, not pulled)."""
+    return Delivery.objects.filter(
+        recipient_id=lead.id, state="queued", message__text__contains='"team_join_request"'
+    ).count()

@@ -55,7 +55,11 @@ def test_a_team_observer_reports_to_the_lead(api, crew, register):
     _observe(api, watcher, target_team=crew.team_id)
     sent = api.post("teams/observers/report", watcher.token, {"message": "bob is looping"})
     assert sent.json_body["to"]["id"] == crew.lead.id
-    joined = api.post(crew.path("/members"), crew.lead.token, {"session": watcher.id})
+    # The lead's invitation opens (it is not the lead's to learn who observes); the observer's
+    # accept is refused.
+    invited = api.post(crew.path("/members"), crew.lead.token, {"session": watcher.id})
+    assert invited.status_code == 202, invited.json_body
+    joined = api.post(f"teams/invitations/{invited.json_body['invitation']['id']}/accept", watcher.token)
     assert joined.status_code == 409 and joined.json_body["reason"] == "observer"
 
 

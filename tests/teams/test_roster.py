@@ -31,8 +31,15 @@ def test_only_the_lead_adds_members_and_a_member_is_on_one_roster(api, crew, reg
     assert api.post(crew.path("/members"), crew.alice.token, {"session": carol.id}).status_code == 403
     other_lead = register("other-lead")
     other = api.post("teams", other_lead.token, {}).json_body["id"]
-    taken = api.post(f"teams/{other}/members", other_lead.token, {"session": crew.alice.id})
+    # Another lead may invite alice (who is on which roster is not its to learn); her accept is
+    # refused while she is on a roster, and the invitation stays open.
+    invited = api.post(f"teams/{other}/members", other_lead.token, {"session": crew.alice.id})
+    assert invited.status_code == 202, invited.json_body
+    invitation = invited.json_body["invitation"]["id"]
+    taken = api.post(f"teams/invitations/{invitation}/accept", crew.alice.token)
     assert taken.status_code == 409 and taken.json_body["reason"] == "already_member"
+    [still] = api.get("teams/invitations", crew.alice.token).json_body["invitations"]
+    assert (still["id"], still["state"]) == (invitation, "open")
 
 
 def test_lead_alias_reaches_the_senders_lead(api, crew, send):
@@ -136,3 +143,27 @@ def test_malformed_ids_get_the_json_error_shape(api, crew):
         response = api.call("GET" if "shutdown" not in path else "POST", path, crew.lead.token, {})
         assert response.status_code in (400, 404), (path, response.status_code)
         assert response.json_body["error"] in ("invalid", "not_found")
+
+
+def test_an_askers_request_closes_when_its_lead_answers_and_stands_while_its_team_ends(api, register):
+    """The asker's request to join follows what it is told: the lead's decline closes it (the
+    asker hears of it); a team that ends says nothing to the asker, so its request stays listed,
+    as one to a session that leads no team does, until it lapses or the asker withdraws it."""
+    lead, asker = register("lead-j"), register("asker-j")
+    team = api.post("teams", lead.token, {"name": "j"}).json_body
+    first = api.post("teams/join", asker.token, {"lead": lead.id}).json_body["request"]
+    [invitation] = api.get("teams/invitations", lead.token).json_body["invitations"]
+    assert api.post(f"teams/invitations/{invitation['id']}/decline", lead.token).status_code == 200
+
+    assert api.get("teams/join", asker.token).json_body["requests"] == []
+    stale = api.delete(f"teams/join/{first['id']}", asker.token)
+    assert stale.status_code == 409 and "declined" in stale.json_body["detail"]
+
+    second = api.post("teams/join", asker.token, {"lead": lead.id}).json_body["request"]
+    assert second["id"] != first["id"]
+    again = api.post("teams/join", asker.token, {"lead": lead.id}).json_body["request"]
+    assert again == second  # asking twice is the same request
+    assert api.post(f"teams/{team['id']}/end", lead.token).status_code == 200
+    assert [r["id"] for r in api.get("teams/join", asker.token).json_body["requests"]] == [second["id"]]
+    withdrawn = api.delete(f"teams/join/{second['id']}", asker.token)
+    assert withdrawn.status_code == 200 and withdrawn.json_body["state"] == "cancelled"
