@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -151,7 +152,7 @@ def join_request_withdraw(*, request_id: Any, actor: Principal) -> JoinRequest:
     session = actor.require_session()
     try:
         request = JoinRequest.objects.select_related("lead").get(pk=request_id, asker=session)
-    except (JoinRequest.DoesNotExist, ValueError, Exception) as exc:  # a malformed UUID: ValidationError
+    except (JoinRequest.DoesNotExist, ValidationError, ValueError) as exc:  # a malformed id: no request
         raise NotFound("No such request to join of yours.") from exc
     now = timezone.now()
     if request.state != InvitationState.OPEN or request.expires_at <= now:
