@@ -301,9 +301,11 @@ def withdraw_join_request(request: HttpRequest, request_id: uuid.UUID) -> dict[s
 
 
 @router.get("/teams/invitations", response={200: dict, **ERRORS}, auth=AUTH)
-def list_invitations(request: HttpRequest) -> dict[str, Any]:
-    """Open invitations to you, from you and your team (operators: all open ones)."""
-    return {"invitations": [invitation_summary(i) for i in invitations_visible(actor=principal(request))]}
+def list_invitations(request: HttpRequest, before: uuid.UUID | None = None) -> dict[str, Any]:
+    """Open invitations to you, from you and your team (operators: all open ones), newest first, a
+    page at a time: `next` is the `before` of the next page (null on the last)."""
+    page, following = invitations_visible(actor=principal(request), before=before)
+    return {"invitations": [invitation_summary(i) for i in page], "next": following}
 
 
 @router.post("/teams/invitations/{uuid:invitation_id}/accept", response={201: dict, **ERRORS}, auth=AUTH)

@@ -8,6 +8,8 @@ the other side while one is open counts as accepting it, so a teammate that aske
 roster as soon as its lead adds it, with no further step. An operator adds a session directly
 (`teams.services.teams.team_add_member`). A session that asks keeps its own `JoinRequest`, which
 it lists and withdraws whoever it asked (`join_requests_of`, `join_request_withdraw`).
+A lead hears of the requests to its team through one notice, rewritten as they come and go
+(`_tell_lead_of_asks`), and lists them all (`invitations_visible`).
 Invitations and requests expire after SWITCHBOARD_TEAM_INVITATION_SECONDS.
 """
 
@@ -19,6 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, NotFound
@@ -43,6 +46,7 @@ from teams.services.teams import (
     roster_join,
     team_add_member,
     team_change_bounded,
+    team_require_live,
 )
 
 Asker = InvitationAsker
@@ -203,6 +207,9 @@ def join_request_summary(request: JoinRequest) -> dict[str, Any]:
 def _say_yes(
     *, team: Team, session: AgentSession, actor: Principal, name: str | None, side: str
 ) -> tuple[Invitation | None, Membership | None]:
+    """`side`'s yes to `session` joining `team`: (the open invitation, None), or (the accepted
+    one, the member) when it was the second yes. (None, None) when the session asked and the team
+    ended a moment ago: the caller answers as for a session that leads no team."""
     if side == Asker.LEAD:
         member_name, _ = roster_check_invitable(team=team, session=session, name=name)
     else:
@@ -221,6 +228,11 @@ def _say_yes(
         _require_room_for_invitation(session, now=now)
     try:
         with transaction.atomic():
+            if not _lock_team(team):  # it ended a moment ago, after the checks above
+                if side == Asker.SESSION:
+                    return None, None  # as if `lead` led no team: the asker is not told it ended
+                team.refresh_from_db()
+                team_require_live(team=team)
             invitation = Invitation.objects.create(
                 team=team,
                 session=session,
@@ -273,45 +285,100 @@ def _lead_of(team: Team) -> AgentSession:
 def _tell_other_side(invitation: Invitation) -> None:
     team, session = invitation.team, invitation.session
     lead = _lead_of(team)
-    fields: dict[str, Any] = {
-        "invitation_id": str(invitation.id),
-        "team_id": str(team.id),
-        "team_name": team.name,
-        "lead": lead.label,
-        "session": session.label,
-        "name": invitation.name,
-        "expires_at": invitation.expires_at.isoformat(),
-    }
-    accept = f"POST /api/v1/teams/invitations/{invitation.id}/accept"
-    if invitation.asked_by == Asker.LEAD:
-        fields["detail"] = (
-            f"{lead.label}, lead of team {team.name!r}, invites you to join it as {invitation.name}. "
-            "On a team your final answer goes to its lead each time your turn ends, and you join no "
-            f"other team meanwhile. Accept: {accept} (MCP answer_invitation, CLI `switchboard team "
-            f"accept {invitation.id}`); decline: .../decline. It is only an invitation: nothing "
-            "changes unless you accept."
-        )
-        hub_notify(
-            recipient=session,
-            text=frame_text("team_invitation", fields),
-            summary=f"{lead.name} invites you to team {team.name}",
-            notice="team_invitation",
-            # Bounded per inviting lead, not per team: a lead that ends its team and starts
-            # another is the same source, so it cannot renew the bound with each new team.
-            source=team.lead_session_id,
-        )
+    if invitation.asked_by == Asker.SESSION:
+        _tell_lead_of_asks(team, lead=lead, why="")
         return
-    fields["detail"] = (
-        f"{session.label} asks to join your team {team.name!r} as {invitation.name}. Add it "
-        f"(POST /api/v1/teams/{team.id}/members, MCP add_member) or {accept}; decline: .../decline."
+    accept = f"POST /api/v1/teams/invitations/{invitation.id}/accept"
+    detail = (
+        f"{lead.label}, lead of team {team.name!r}, invites you to join it as {invitation.name}. "
+        "On a team your final answer goes to its lead each time your turn ends, and you join no "
+        f"other team meanwhile. Accept: {accept} (MCP answer_invitation, CLI `switchboard team "
+        f"accept {invitation.id}`); decline: .../decline. It is only an invitation: nothing "
+        "changes unless you accept."
     )
     hub_notify(
-        recipient=lead,
-        text=frame_text("team_join_request", fields),
-        summary=f"{session.name} asks to join team {team.name}",
-        notice="team_join_request",
-        source=session.id,
+        recipient=session,
+        text=frame_text("team_invitation", _invitation_fields(invitation, lead=lead, detail=detail)),
+        summary=f"{lead.name} invites you to team {team.name}",
+        notice="team_invitation",
+        # Bounded per inviting lead, not per team: a lead that ends its team and starts
+        # another is the same source, so it cannot renew the bound with each new team.
+        source=team.lead_session_id,
     )
+
+
+def _invitation_fields(invitation: Invitation, *, lead: AgentSession, detail: str) -> dict[str, Any]:
+    """The fields of a notice about `invitation` (a `team_invitation` or `team_join_request` frame)."""
+    return {
+        "invitation_id": str(invitation.id),
+        "team_id": str(invitation.team_id),
+        "team_name": invitation.team.name,
+        "lead": lead.label,
+        "session": invitation.session.label,
+        "name": invitation.name,
+        "expires_at": invitation.expires_at.isoformat(),
+        "detail": detail,
+    }
+
+
+ASKS_NOTICE = "team_join_request"
+
+
+def _tell_lead_of_asks(team: Team, *, lead: AgentSession, why: str) -> None:
+    """Bring the lead's one notice of the requests to join its team up to date. However many
+    sessions ask, the lead has at most one such notice unread, counting the open requests and
+    naming the newest: a new ask (`why` empty) rewrites it, or writes it when the last was read;
+    a request that closes (`why` says how) rewrites it only while unread, and withdraws it when no
+    request is left. So many asker sessions cannot fill the lead's inbox, and, with no cap on the
+    requests themselves, cannot keep a genuine teammate from asking: every request stays listed
+    (`invitations_visible`) and answerable. The notice's source is the team, the same for every
+    asker. Run inside the transaction that opened or closed the request, which holds the team's
+    lock (`_lock_team`): one rewrite at a time, so two asks never each leave an unread notice."""
+    asks = Invitation.objects.select_related("team", "session").filter(
+        team=team, asked_by=Asker.SESSION, state=InvitationState.OPEN, expires_at__gt=timezone.now()
+    )
+    newest = asks.order_by("-created_at", "-id").first()
+    if newest is None:
+        notice_withdraw(kind=ASKS_NOTICE, source=team.id, recipient=lead, why=why or "no request open")
+        return
+    count = asks.count()
+    accept = f"POST /api/v1/teams/invitations/{newest.id}/accept"
+    listing = (
+        "GET /api/v1/teams/invitations (newest first; its `next` is the `?before=` of the next page), "
+        "MCP answer_invitation with no id or CLI `switchboard team invitations`"
+    )
+    add = f"POST /api/v1/teams/{team.id}/members, MCP add_member"
+    if count == 1:
+        detail = (
+            f"{newest.session.label} asks to join your team {team.name!r} as {newest.name}. Add it "
+            f"({add}) or {accept}; decline: .../decline."
+        )
+        summary = f"{newest.session.name} asks to join team {team.name}"
+    else:
+        detail = (
+            f"{count} sessions ask to join your team {team.name!r}, the newest {newest.session.label} "
+            f"as {newest.name}; list them with {listing}. Add one ({add}) or accept its invitation "
+            "(POST /api/v1/teams/invitations/{id}/accept); decline: .../decline. This notice is "
+            "rewritten as requests come and go."
+        )
+        summary = f"{count} sessions ask to join team {team.name}"
+    fields = {"open_requests": count, **_invitation_fields(newest, lead=lead, detail=detail)}
+    hub_notify(
+        recipient=lead,
+        text=frame_text(ASKS_NOTICE, fields),
+        summary=summary,
+        notice=ASKS_NOTICE,
+        source=team.id,
+        replace_only=bool(why),
+    )
+
+
+def _lock_team(team: Team) -> bool:
+    """Lock the team's row until the transaction ends, before its invitations are written, in the
+    order `team_end` takes them (team, then invitations). A no-key lock, so rows that point at the
+    team can still be written meanwhile. True while the team is live."""
+    ended = Team.objects.select_for_update(no_key=True).filter(pk=team.pk).values_list("ended_at", flat=True)
+    return list(ended) == [None]
 
 
 def invitation_get(*, invitation_id: Any) -> Invitation:
@@ -388,6 +455,7 @@ def invitation_cancel(*, invitation_id: Any, actor: Principal) -> Invitation:
 def _close(invitation: Invitation, *, actor: Principal, state: str) -> None:
     now = timezone.now()
     with transaction.atomic():
+        _lock_team(invitation.team)
         if not Invitation.objects.filter(pk=invitation.pk, state=InvitationState.OPEN).update(
             state=state, answered_at=now, answered_by=actor.actor
         ):
@@ -417,6 +485,8 @@ def invitations_cancel_for_team(*, team: Team, actor: Principal) -> int:
     """Cancel the open invitations of a team that is ending, withdrawing their unread notices: an
     invitation stands only while its team is live. Run by `team_end` in its transaction, before
     the roster closes. Returns how many were cancelled."""
+    # The lead's notice of the requests to join goes first, so closing each below rewrites nothing.
+    notice_withdraw(kind=ASKS_NOTICE, source=team.id, recipient=_lead_of(team), why="team ended")
     cancelled = 0
     for invitation in Invitation.objects.select_related("team", "session").filter(
         team=team, state=InvitationState.OPEN
@@ -430,7 +500,8 @@ def invitations_cancel_for_team(*, team: Team, actor: Principal) -> int:
 
 
 def _withdraw_notice(invitation: Invitation, *, why: str) -> None:
-    """An invitation that no longer stands leaves no unread notice asking for an answer."""
+    """An invitation that no longer stands leaves no unread notice asking for an answer: the
+    session's is withdrawn; the lead's notice of the requests to join is rewritten without it."""
     if invitation.asked_by == Asker.LEAD:
         notice_withdraw(
             kind="team_invitation",
@@ -439,8 +510,7 @@ def _withdraw_notice(invitation: Invitation, *, why: str) -> None:
             why=why,
         )
     else:
-        lead = _lead_of(invitation.team)
-        notice_withdraw(kind="team_join_request", source=invitation.session_id, recipient=lead, why=why)
+        _tell_lead_of_asks(invitation.team, lead=_lead_of(invitation.team), why=why)
 
 
 def _tell_opener(invitation: Invitation) -> None:
@@ -479,12 +549,17 @@ def _accept(
     return invitation, member
 
 
-def invitations_visible(*, actor: Principal) -> list[Invitation]:
-    """Open invitations: to or from the calling session and the team it leads; all for an operator."""
+# How many invitations one page of `invitations_visible` holds.
+INVITATIONS_PAGE = 200
+
+
+def invitations_visible(*, actor: Principal, before: Any = None) -> tuple[list[Invitation], str | None]:
+    """Open invitations: to or from the calling session and the team it leads; all for an operator.
+    Newest first, a page at a time: `before` (the `next` of the page before) goes on after that
+    invitation, so every open request to join a lead's team is listed however many sessions ask.
+    Returns the page and the `before` of the next one (None on the last)."""
     now = timezone.now()
-    qs = Invitation.objects.select_related("team", "session").filter(
-        state=InvitationState.OPEN, expires_at__gt=now
-    )
+    qs = Invitation.objects.select_related("team", "session")
     if not actor.is_operator:
         session = actor.require_session()
         led = Membership.objects.filter(session=session, role=Role.LEAD, left_at__isnull=True).values(
@@ -494,7 +569,18 @@ def invitations_visible(*, actor: Principal) -> list[Invitation]:
         # that the session it asked leads a team, and which. It lists its `JoinRequest`s instead
         # (`join_requests_of`), which say whom it asked and nothing of a team.
         qs = qs.filter(session=session, asked_by=Asker.LEAD) | qs.filter(team_id__in=led)
-    return list(qs.order_by("-created_at")[:200])
+    page = qs.filter(state=InvitationState.OPEN, expires_at__gt=now)
+    if before is not None:
+        # Any state: the invitation a page ended on may have been answered since.
+        mark = qs.filter(pk=before).values("created_at", "id").first()
+        if mark is None:
+            raise NotFound("No such invitation.")
+        page = page.filter(
+            Q(created_at__lt=mark["created_at"]) | Q(created_at=mark["created_at"], id__lt=mark["id"])
+        )
+    rows = list(page.order_by("-created_at", "-id")[: INVITATIONS_PAGE + 1])
+    more = len(rows) > INVITATIONS_PAGE
+    return rows[:INVITATIONS_PAGE], (str(rows[INVITATIONS_PAGE - 1].id) if more else None)
 
 
 def invitation_summary(invitation: Invitation) -> dict[str, Any]:

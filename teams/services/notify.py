@@ -122,16 +122,30 @@ def notify_safely(
 
 
 def hub_notify(
-    *, recipient: AgentSession, text: str, summary: str, notice: str = "", source: Any = None
+    *,
+    recipient: AgentSession,
+    text: str,
+    summary: str,
+    notice: str = "",
+    source: Any = None,
+    replace_only: bool = False,
 ) -> Message | None:
     """A notice from the hub itself (`FROM=hub`, kind notification): facts the hub states, such as
     a task being unblocked, a gate's verdict or a request expiring. Never impersonates a session.
     Returns the stored message, or None when the recipient cannot receive (exited, user-stopped)
-    or a `notice` kind from `source` is past its bound (see the module docstring).
+    or a `notice` kind from `source` is past its bound (see the module docstring). With
+    `replace_only` it only rewrites the `notice` from `source` still unread, and writes nothing
+    when there is none: a recipient that read the last one is not told again of less.
     Must run inside the transaction that made the change it reports."""
     with transaction.atomic():
-        if notice and not notice_admitted(kind=notice, source=source, recipient=recipient):
-            return None
+        if notice:
+            admitted = (
+                notice_supersede(kind=notice, source=source, recipient=recipient)
+                if replace_only
+                else notice_admitted(kind=notice, source=source, recipient=recipient)
+            )
+            if not admitted:
+                return None
         sent = notifications_send([Notice(recipient_id=recipient.id, text=text, summary=summary)])
         if not sent:
             return None
@@ -145,7 +159,7 @@ def notice_admitted(*, kind: str, source: Any, recipient: AgentSession) -> bool:
     while it is unread (then yes: the recipient's unread count does not grow); otherwise spends a
     token of the (kind, source, recipient) bucket. A refusal is audited. Run inside a transaction,
     with the notice written in the same one, so a replaced notice is never lost without its successor."""
-    if notice_withdraw(kind=kind, source=source, recipient=recipient, why=f"superseded by a newer {kind}"):
+    if notice_supersede(kind=kind, source=source, recipient=recipient):
         return True
     wait = bucket_take(
         "notice",
@@ -164,6 +178,12 @@ def notice_admitted(*, kind: str, source: Any, recipient: AgentSession) -> bool:
         detail={"kind": kind, "source": str(source), "retry_after": round(wait, 1)},
     )
     return False
+
+
+def notice_supersede(*, kind: str, source: Any, recipient: AgentSession) -> bool:
+    """Expire the latest `kind` notice from `source` to `recipient` for a newer one, if it is still
+    unread. True when it was (the newer one then takes its place). Run inside a transaction."""
+    return notice_withdraw(kind=kind, source=source, recipient=recipient, why=f"superseded by a newer {kind}")
 
 
 def notice_withdraw(*, kind: str, source: Any, recipient: AgentSession, why: str) -> bool:

@@ -3,6 +3,7 @@ attack with a session that holds its own token only, through the hub's real API.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from messaging.models import AuditEvent, Delivery
 from teams.models import Invitation, Team
+from teams.services import invitations
 
 pytestmark = pytest.mark.django_db
 
@@ -306,3 +308,53 @@ def _join_requests_to(api: Any, lead: Any) -> int:
     return Delivery.objects.filter(
         recipient_id=lead.id, state="queued", message__text__contains='"team_join_request"'
     ).count()
+
+
+def test_many_asker_sessions_cannot_flood_a_lead_with_join_request_notices(api, register, monkeypatch):
+    """The attack: the bound on join-request notices is per asker, so eve registers many sessions
+    and each asks boss to let it join. Each would write one more hub notice into boss's inbox,
+    which no sender's share limits. The requests to boss's team share one notice, rewritten with
+    the count of open requests as asks arrive, so boss has one unread however many ask. The
+    requests themselves are not capped (a flood would then shut a genuine teammate out): mate,
+    asking in the middle of the flood, is stored, listed (a page at a time) and added."""
+    monkeypatch.setattr(invitations, "INVITATIONS_PAGE", 3)
+    boss, mate = register("boss"), register("mate")
+    team = api.post("teams", boss.token, {"name": "flood"}).json_body
+    eves = [register(f"eve-{i}") for i in range(8)]
+
+    asked = [api.post("teams/join", eve.token, {"lead": boss.id}) for eve in eves[:4]]
+    asked.append(api.post("teams/join", mate.token, {"lead": boss.id}))
+    asked += [api.post("teams/join", eve.token, {"lead": boss.id}) for eve in eves[4:]]
+
+    assert [a.status_code for a in asked] == [202] * 9
+    assert _join_requests_to(api, boss) == 1
+    [notice] = [
+        m for m in api.get("inbox", boss.token).json_body["messages"] if "team_join_request" in m["text"]
+    ]
+    frame = json.loads(notice["text"])
+    assert frame["open_requests"] == 9 and frame["session"] == f"{eves[-1].name} [{eves[-1].ref}]", frame
+    assert (
+        "9 sessions ask to join your team" in frame["detail"]
+        and "GET /api/v1/teams/invitations" in frame["detail"]
+    )
+    listed, pages = _all_invitations(api, boss)
+    assert pages == 3 and len(listed) == 9 == len({i["id"] for i in listed})
+    [to_mate] = [i for i in listed if i["session"] == mate.id]
+    assert to_mate["answer_by"] == "lead"
+    added = api.post(f"teams/{team['id']}/members", boss.token, {"session": mate.id})
+    assert added.status_code == 201, added.json_body
+    assert api.get("teams/join", mate.token).json_body["requests"] == []
+    assert len(_all_invitations(api, boss)[0]) == 8
+
+
+def _all_invitations(api: Any, agent: Any) -> tuple[list[dict[str, Any]], int]:
+    """Every open invitation `agent` sees, following the pages: (them, how many pages)."""
+    listed: list[dict[str, Any]] = []
+    params: dict[str, str] = {}
+    for pages in range(1, 20):
+        page = api.get("teams/invitations", agent.token, **params).json_body
+        listed += page["invitations"]
+        if page["next"] is None:
+            return listed, pages
+        params = {"before": page["next"]}
+    raise AssertionError("the pages of invitations never end")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from messaging.models import AuditEvent
+import json
+from typing import Any
+
+from messaging.models import AuditEvent, Delivery, Message
 from teams.models import Task
 from tests.teams.conftest import join_team
 
@@ -167,3 +170,58 @@ def test_an_askers_request_closes_when_its_lead_answers_and_stands_while_its_tea
     assert [r["id"] for r in api.get("teams/join", asker.token).json_body["requests"]] == [second["id"]]
     withdrawn = api.delete(f"teams/join/{second['id']}", asker.token)
     assert withdrawn.status_code == 200 and withdrawn.json_body["state"] == "cancelled"
+
+
+def _asks_notices(lead: Any) -> list[dict[str, Any]]:
+    """The lead's join-request notices still unread (peeked, not pulled), each as its frame."""
+    rows = Delivery.objects.filter(
+        recipient_id=lead.id, state="queued", message__text__contains='"team_join_request"'
+    ).select_related("message")
+    return [json.loads(d.message.text) for d in rows]
+
+
+def test_a_leads_one_notice_of_requests_to_join_follows_them_as_they_come_and_go(api, register):
+    """The lead has one unread notice of the requests to its team: each ask rewrites it with the
+    count and the newest asker; once the lead has read it, the next ask writes a new one; a request
+    that closes rewrites it only while unread, and the last to close withdraws it, so it never asks
+    for an answer to a request that no longer stands. Ending the team withdraws it too."""
+    lead, ann, ben, cat = register("lead-n"), register("ann"), register("ben"), register("cat")
+    team = api.post("teams", lead.token, {"name": "n"}).json_body
+    api.post("teams/join", ann.token, {"lead": lead.id})
+    [one] = _asks_notices(lead)
+    assert (
+        one["open_requests"] == 1 and one["session"].startswith("ann [") and "asks to join" in one["detail"]
+    )
+
+    api.post("teams/join", ben.token, {"lead": lead.id})
+    [two] = _asks_notices(lead)
+    assert (two["open_requests"], two["session"][:3]) == (2, "ben")
+    api.get("inbox", lead.token)  # the lead reads it
+    assert _asks_notices(lead) == []
+    asked = api.post("teams/join", cat.token, {"lead": lead.id}).json_body["request"]
+    [three] = _asks_notices(lead)
+    assert three["open_requests"] == 3 and "3 sessions ask to join your team" in three["detail"]
+
+    assert api.delete(f"teams/join/{asked['id']}", cat.token).status_code == 200
+    [after_withdrawal] = _asks_notices(lead)
+    assert (after_withdrawal["open_requests"], after_withdrawal["session"][:3]) == (2, "ben")
+    declined = api.post(f"teams/invitations/{after_withdrawal['invitation_id']}/decline", lead.token)
+    assert declined.status_code == 200
+    [after_decline] = _asks_notices(lead)
+    assert (after_decline["open_requests"], after_decline["session"][:3]) == (1, "ann")
+    added = api.post(f"teams/{team['id']}/members", lead.token, {"session": ann.id})
+    assert added.status_code == 201
+    assert _asks_notices(lead) == []
+
+    api.get("inbox", lead.token)
+    api.post("teams/join", ben.token, {"lead": lead.id})
+    api.post("teams/join", cat.token, {"lead": lead.id})
+    api.get("inbox", lead.token)  # read: closing a request now writes nothing
+    assert api.post(f"teams/{team['id']}/members", lead.token, {"session": ben.id}).status_code == 201
+    assert _asks_notices(lead) == []
+    api.post("teams/join", register("dot").token, {"lead": lead.id})
+    assert len(_asks_notices(lead)) == 1
+    written = Message.objects.filter(text__contains='"team_join_request"').count()
+    assert api.post(f"teams/{team['id']}/end", lead.token).status_code == 200
+    assert _asks_notices(lead) == []
+    assert Message.objects.filter(text__contains='"team_join_request"').count() == written
