@@ -92,7 +92,10 @@ def team_ask_to_join(
         asker=session, lead=lead, state=InvitationState.OPEN, expires_at__lte=now
     ).update(state=InvitationState.EXPIRED)
     if team is not None and _invited(team=team, session=session, now=now):
-        return None, _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.SESSION)[1]
+        member = _say_yes(team=team, session=session, actor=actor, name=name, side=Asker.SESSION)[1]
+        if member is not None:
+            return None, member
+        # The invitation was withdrawn, lapsed or its team ended a moment ago: asked as by anyone.
     standing = JoinRequest.objects.filter(asker=session, lead=lead, state=InvitationState.OPEN).first()
     if standing is not None:
         return standing, None

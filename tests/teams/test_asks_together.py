@@ -74,3 +74,26 @@ def test_an_ask_while_its_lead_ends_the_team_answers_as_for_a_session_that_leads
     assert not Invitation.objects.filter(team_id=team["id"]).exists()
     [request] = JoinRequest.objects.filter(asker_id=asker.id)
     assert request.state == "open" and request.invitation_id is None
+
+
+def test_an_ask_whose_invitation_is_withdrawn_meanwhile_is_an_ask_like_any_other(api, register, monkeypatch):
+    """The lead withdraws its invitation between the ask finding it open and accepting it: the
+    ask must not fail (it used to answer 500); it goes on as an ask by a session not invited,
+    with the asker's own request and the lead's request to answer."""
+    lead, asker = register("lead-w"), register("asker-w")
+    team = api.post("teams", lead.token, {"name": "withdrawing"}).json_body
+    invited = api.post(f"teams/{team['id']}/members", lead.token, {"session": asker.id}).json_body
+    found = invitations._invited
+
+    def withdraw_after(**kwargs: Any) -> bool:
+        answer = found(**kwargs)
+        assert api.delete(f"teams/invitations/{invited['invitation']['id']}", lead.token).status_code == 200
+        return answer
+
+    monkeypatch.setattr(invitations, "_invited", withdraw_after)
+    asked = api.post("teams/join", asker.token, {"lead": lead.id})
+
+    assert asked.status_code == 202, asked.json_body
+    [request] = JoinRequest.objects.filter(asker_id=asker.id)
+    assert request.state == "open" and request.invitation is not None
+    assert request.invitation.asked_by == "session" and request.invitation.state == "open"
