@@ -15,8 +15,9 @@ file's allow rules only in a folder its user has trusted, so the user's own setu
 project folder trusted, as Claude Code's trust dialog records it (Claude Code's gate, not ours).
 
 Which hub session a conversation is, with the real CLI: an interactive `claude` on a
-pseudo-terminal across `/clear` and `/exit`; `claude -p --resume` / `--continue` of a
-conversation whose first process quit, or was killed. The rules are tests/agents/test_hook_identity.py's.
+pseudo-terminal across `/clear` and `/exit`, and with a second `claude --resume` of its
+conversation while it runs; `claude -p --resume` / `--continue` of a conversation whose first
+process quit, or was killed. The rules are tests/agents/test_hook_identity.py's.
 """
 
 from __future__ import annotations
@@ -526,4 +527,68 @@ def test_a_conversation_resumed_by_a_new_claude_code_after_a_crash_keeps_its_hub
         *("SessionStart", "UserPromptSubmit"),  # then killed
         *("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop", "SessionEnd"),
     ], calls
+    assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
+
+
+def test_a_conversation_resumed_by_a_new_claude_code_while_the_first_runs_is_a_session_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """`claude --resume <id>` in a second terminal while the Claude Code that runs conversation
+    `id` is still up: two agents, each a hub session of its own, hooks and MCP server alike;
+    neither takes, re-ties or ends the other's, whichever quits first. The rule of
+    tests/agents/test_hook_identity.py's
+    test_a_conversation_resumed_by_a_new_process_while_its_first_still_runs_is_two_sessions."""
+    turn = ("UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop")  # ToolSearch, then the send
+    with netns() as space:
+        hub = hub_in(space, tmp_path)
+        peer = hub.register("peer")
+        project = interactive_project_in(tmp_path)
+        requests, gate = model_in(space, tmp_path, tool="", args={})  # a turn that calls no tool
+        gate.touch()
+        env = claude_env(tmp_path)
+        first = Terminal(space, [client_bin("claude")], env, project, enter=ENTER)
+        second = None
+        try:
+            first.until(hooks_began_with(tmp_path, "SessionStart"), "SessionStart")
+            first.type("Tell me when you are done.")
+            steps = ("SessionStart", "UserPromptSubmit", "Stop")
+            first.until(hooks_began_with(tmp_path, *steps), "the first turn's end")
+            [transcript] = (tmp_path / ".claude" / "projects").glob("*/*.jsonl")  # Claude Code's record
+            stop_model(space)
+            model_in(space, tmp_path)  # this one sends
+
+            second = Terminal(
+                space, [client_bin("claude"), "--resume", transcript.stem], env, project, enter=ENTER
+            )
+            steps += ("SessionStart",)
+            second.until(hooks_began_with(tmp_path, *steps), "the second one's SessionStart")
+            asked = len(conversation(requests))
+            second.type("Say hello to the agent called peer.")
+            steps += turn
+            second.until(hooks_began_with(tmp_path, *steps), "the second one's turn")
+            told = "\n".join(strings(conversation(requests)[asked]))
+            first.type("Say hello to the agent called peer.")
+            steps += turn
+            first.until(hooks_began_with(tmp_path, *steps), "the first one's second turn")
+            first.type("/exit")  # the first quits, then the second
+            steps += ("SessionEnd",)
+            first.until(hooks_began_with(tmp_path, *steps), "the first one's SessionEnd")
+            second.type("/exit")
+            steps += ("SessionEnd",)
+            second.until(hooks_began_with(tmp_path, *steps), "the second one's SessionEnd")
+        finally:
+            first.close()
+            if second is not None:
+                second.close()
+        inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
+
+    # Two hub sessions, one per process, each ended by its own process's SessionEnd.
+    one, other = claude_sessions(tmp_path)
+    assert one["ref"] != other["ref"], (one, other)
+    assert (one["status"], other["status"]) == ("exited", "exited"), (one, other)
+    # The second's hooks told its model its own session; each MCP server sent as its own.
+    assert f"You are registered on the Switchboard hub as proj [{other['ref']}]" in told, told[-3000:]
+    assert [m["from"]["ref"] for m in inbox] == [other["ref"], one["ref"]], inbox
+    calls = hook_calls(tmp_path)
+    assert [event for event, _, _, _ in calls] == list(steps), calls
     assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
