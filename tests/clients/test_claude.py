@@ -15,7 +15,7 @@ file's allow rules only in a folder its user has trusted, so the user's own setu
 project folder trusted, as Claude Code's trust dialog records it (Claude Code's gate, not ours).
 
 Which hub session a conversation is, with the real CLI: an interactive `claude` on a
-pseudo-terminal across `/clear` and `/exit`, and with a second `claude --resume` of its
+pseudo-terminal across `/clear`, `/resume` and `/exit`, and with a second `claude --resume` of its
 conversation while it runs; `claude -p --resume` / `--continue` of a conversation whose first
 process quit, or was killed. The rules are tests/agents/test_hook_identity.py's.
 """
@@ -386,15 +386,17 @@ def claude_sessions(home: Path) -> list[dict[str, Any]]:
     return [s for s in hub_sessions(home) if s["kind"] == "claude-code"]
 
 
-def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_ends_it_on_exit(
+def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_resume_and_ends_it_on_exit(
     tmp_path: Path,
 ) -> None:
     """`/clear` starts a new Claude Code session id in the same process: the hooks carry the hub
     session over, so a message a peer pinned to its ref before the clear reaches it after, and the
     MCP server (which keeps the id it started with, and first acts after the clear) sends as that
-    session. `/exit` ends it. The rules of tests/agents/test_hook_identity.py's
-    test_clear_keeps_the_hub_session_and_a_peer_s_pinned_send_still_arrives and
-    test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id."""
+    session. `/resume` of the first conversation, in the same process, keeps it too. `/exit` ends
+    it. The rules of tests/agents/test_hook_identity.py's
+    test_clear_keeps_the_hub_session_and_a_peer_s_pinned_send_still_arrives,
+    test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id and
+    test_resume_in_the_same_process_keeps_the_hub_session."""
     with netns() as space:
         hub = hub_in(space, tmp_path)
         peer = hub.register("peer")
@@ -408,6 +410,7 @@ def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_ends_
             steps = ("SessionStart", "UserPromptSubmit", "Stop")
             terminal.until(hooks_began_with(tmp_path, *steps), "the first turn's end")
             [before] = claude_sessions(tmp_path)
+            [first_conversation] = (tmp_path / ".claude" / "projects").glob("*/*.jsonl")
             hub.send(peer, before["ref"], "a note from peer")
             stop_model(space)
             model_in(space, tmp_path)  # this one sends
@@ -418,6 +421,9 @@ def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_ends_
             terminal.type("Say hello to the agent called peer.")
             steps += ("UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop")  # ToolSearch, the send
             terminal.until(hooks_began_with(tmp_path, *steps), "the turn after /clear")
+            terminal.type(f"/resume {first_conversation.stem}")
+            steps += ("SessionEnd", "SessionStart")
+            terminal.until(hooks_began_with(tmp_path, *steps), "/resume")
             terminal.type("/exit")
             steps += ("SessionEnd",)
             terminal.until(hooks_began_with(tmp_path, *steps), "SessionEnd after /exit")
@@ -427,7 +433,7 @@ def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_ends_
             terminal.close()
         inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
 
-    # One hub session, the same before and after /clear, ended by /exit.
+    # One hub session, the same before and after /clear and /resume, ended by /exit.
     [session] = claude_sessions(tmp_path)
     assert (session["ref"], session["status"]) == (before["ref"], "exited"), session
     assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", before["ref"])], inbox
