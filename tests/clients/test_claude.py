@@ -36,6 +36,7 @@ import pytest
 from hub_topology import wait_until
 from tests.clients.harness import (
     HUB_PORT,
+    HubInNetns,
     Netns,
     Terminal,
     assert_stop_hook_handed_over,
@@ -386,6 +387,30 @@ def claude_sessions(home: Path) -> list[dict[str, Any]]:
     return [s for s in hub_sessions(home) if s["kind"] == "claude-code"]
 
 
+# The hooks of an interactive Claude Code's start and first turn (one that calls no tool).
+FIRST_TURN: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "Stop")
+
+
+def claude_after_a_turn(space: Netns, home: Path) -> tuple[HubInNetns, dict[str, Any], Path, Path, Terminal]:
+    """The hub in `space`, a peer, and an interactive Claude Code in its project once it has had a
+    turn that calls no tool: the hub, the peer, the project, the model's request log and the
+    terminal (for the caller to close)."""
+    hub = hub_in(space, home)
+    peer = hub.register("peer")
+    project = interactive_project_in(home)
+    requests, gate = model_in(space, home, tool="", args={})
+    gate.touch()
+    terminal = Terminal(space, [client_bin("claude")], claude_env(home), project, enter=ENTER)
+    try:
+        terminal.until(hooks_began_with(home, "SessionStart"), "SessionStart")
+        terminal.type("Tell me when you are done.")
+        terminal.until(hooks_began_with(home, *FIRST_TURN), "the first turn's end")
+    except BaseException:
+        terminal.close()
+        raise
+    return hub, peer, project, requests, terminal
+
+
 def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_resume_and_ends_it_on_exit(
     tmp_path: Path,
 ) -> None:
@@ -398,17 +423,9 @@ def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_resum
     test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id and
     test_resume_in_the_same_process_keeps_the_hub_session."""
     with netns() as space:
-        hub = hub_in(space, tmp_path)
-        peer = hub.register("peer")
-        project = interactive_project_in(tmp_path)
-        requests, gate = model_in(space, tmp_path, tool="", args={})  # a turn that calls no tool
-        gate.touch()
-        terminal = Terminal(space, [client_bin("claude")], claude_env(tmp_path), project, enter=ENTER)
+        hub, peer, _, requests, terminal = claude_after_a_turn(space, tmp_path)
+        steps = FIRST_TURN
         try:
-            terminal.until(hooks_began_with(tmp_path, "SessionStart"), "SessionStart")
-            terminal.type("Tell me when you are done.")
-            steps = ("SessionStart", "UserPromptSubmit", "Stop")
-            terminal.until(hooks_began_with(tmp_path, *steps), "the first turn's end")
             [before] = claude_sessions(tmp_path)
             [first_conversation] = (tmp_path / ".claude" / "projects").glob("*/*.jsonl")
             hub.send(peer, before["ref"], "a note from peer")
@@ -444,6 +461,20 @@ def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_resum
     assert from_peer(peer, "a note from peer").search(after), after[-3000:]
     calls = hook_calls(tmp_path)
     assert [event for event, _, _, _ in calls] == list(steps), calls
+    assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
+
+
+def assert_went_on_as(
+    home: Path, told: dict[str, Any], inbox: list[dict[str, Any]], ref: str, events: list[str]
+) -> None:
+    """The conversation resumed under `home` went on as hub session `ref`: its SessionStart told
+    the model so (`told`, the model's first request after it), its MCP server sent the model's
+    message as it (`inbox`, the peer's), and the hooks of both runs ran `events`, none failing."""
+    text = "\n".join(strings(told))
+    assert f"You are registered on the Switchboard hub as proj [{ref}]" in text, text[-3000:]
+    assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", ref)], inbox
+    calls = hook_calls(home)
+    assert [event for event, _, _, _ in calls] == events, calls
     assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
 
 
@@ -483,15 +514,16 @@ def test_a_conversation_resumed_by_a_new_claude_code_after_the_first_quit_is_a_n
     old, new = claude_sessions(tmp_path)
     assert old["ref"] == ended["ref"] and new["ref"] != ended["ref"], (old, new)
     assert (old["status"], new["status"]) == ("exited", "exited")
-    assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", new["ref"])], inbox
-    told = "\n".join(strings(conversation(requests)[asked_before]))
-    assert f"You are registered on the Switchboard hub as proj [{new['ref']}]" in told, told[-3000:]
-    calls = hook_calls(tmp_path)
-    assert [event for event, _, _, _ in calls] == [
-        *("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"),
-        *("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop", "SessionEnd"),
-    ], calls
-    assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
+    assert_went_on_as(
+        tmp_path,
+        conversation(requests)[asked_before],
+        inbox,
+        new["ref"],
+        [
+            *("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"),
+            *("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop", "SessionEnd"),
+        ],
+    )
 
 
 def test_a_conversation_resumed_by_a_new_claude_code_after_a_crash_keeps_its_hub_session(
@@ -524,16 +556,16 @@ def test_a_conversation_resumed_by_a_new_claude_code_after_a_crash_keeps_its_hub
     assert resumed["result"] == "done" and resumed["session_id"] == transcript.stem, resumed
     [session] = claude_sessions(tmp_path)
     assert (session["ref"], session["status"]) == (mine["ref"], "exited"), session
-    # The new process's MCP server sent as it.
-    assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", mine["ref"])], inbox
-    told = "\n".join(strings(conversation(requests)[asked_before]))
-    assert f"You are registered on the Switchboard hub as proj [{mine['ref']}]" in told, told[-3000:]
-    calls = hook_calls(tmp_path)
-    assert [event for event, _, _, _ in calls] == [
-        *("SessionStart", "UserPromptSubmit"),  # then killed
-        *("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop", "SessionEnd"),
-    ], calls
-    assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
+    assert_went_on_as(
+        tmp_path,
+        conversation(requests)[asked_before],
+        inbox,
+        mine["ref"],
+        [
+            *("SessionStart", "UserPromptSubmit"),  # then killed
+            *("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop", "SessionEnd"),
+        ],
+    )
 
 
 def test_a_conversation_resumed_by_a_new_claude_code_while_the_first_runs_is_a_session_of_its_own(
@@ -546,26 +578,15 @@ def test_a_conversation_resumed_by_a_new_claude_code_while_the_first_runs_is_a_s
     test_a_conversation_resumed_by_a_new_process_while_its_first_still_runs_is_two_sessions."""
     turn = ("UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop")  # ToolSearch, then the send
     with netns() as space:
-        hub = hub_in(space, tmp_path)
-        peer = hub.register("peer")
-        project = interactive_project_in(tmp_path)
-        requests, gate = model_in(space, tmp_path, tool="", args={})  # a turn that calls no tool
-        gate.touch()
-        env = claude_env(tmp_path)
-        first = Terminal(space, [client_bin("claude")], env, project, enter=ENTER)
-        second = None
+        hub, peer, project, requests, first = claude_after_a_turn(space, tmp_path)
+        steps, second = FIRST_TURN, None
         try:
-            first.until(hooks_began_with(tmp_path, "SessionStart"), "SessionStart")
-            first.type("Tell me when you are done.")
-            steps = ("SessionStart", "UserPromptSubmit", "Stop")
-            first.until(hooks_began_with(tmp_path, *steps), "the first turn's end")
             [transcript] = (tmp_path / ".claude" / "projects").glob("*/*.jsonl")  # Claude Code's record
             stop_model(space)
             model_in(space, tmp_path)  # this one sends
 
-            second = Terminal(
-                space, [client_bin("claude"), "--resume", transcript.stem], env, project, enter=ENTER
-            )
+            argv = [client_bin("claude"), "--resume", transcript.stem]
+            second = Terminal(space, argv, claude_env(tmp_path), project, enter=ENTER)
             steps += ("SessionStart",)
             second.until(hooks_began_with(tmp_path, *steps), "the second one's SessionStart")
             asked = len(conversation(requests))

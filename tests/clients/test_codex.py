@@ -171,6 +171,17 @@ class CodexSetup:
         return path.read_text().splitlines() if path.exists() else []
 
 
+def codex_user(space: Netns, home: Path) -> tuple[HubInNetns, dict[str, Any], CodexSetup]:
+    """The hub, a peer (in `bypass`: `codex exec` runs without asking, so what a `default` peer
+    sends it is held for a person) and a user's Codex with the hooks installed and trusted."""
+    hub = hub_in(space, home)
+    peer = hub.register("peer", permission_mode="bypass")
+    setup = CodexSetup(space, home)
+    setup.install_hooks()
+    setup.trust()
+    return hub, peer, setup
+
+
 def sessions_named(hub: HubInNetns, token: str, name: str) -> list[dict[str, Any]]:
     answer = hub.call("GET", f"agents?include_exited=true&name={name}", token)
     assert answer["status"] == 200, answer
@@ -256,11 +267,7 @@ def test_codex_exec_goes_on_with_a_message_its_stop_hook_found_then_ends(tmp_pat
     Stop's: the Stop hook blocks with it, Codex sends it to the model as its next prompt, and the
     Stop after that answer (the message now delivered, nothing waiting) lets the turn end."""
     with netns() as space:
-        hub = hub_in(space, tmp_path)
-        peer = hub.register("peer", permission_mode="bypass")  # codex exec runs without asking
-        setup = CodexSetup(space, tmp_path)
-        setup.install_hooks()
-        setup.trust()
+        hub, peer, setup = codex_user(space, tmp_path)
         setup.start_model("--no-tool", "--final", "all done", "--final", "done, note read")
         codex = setup.start_codex("Tell me when you are done.")
 
@@ -320,11 +327,7 @@ def test_a_codex_conversation_resumed_by_a_new_codex_exec_is_that_process_s_own_
     `codex exec resume --last` after a `codex exec`, the same conversation in a new process, is
     a new hub session: the first stays exited, and neither process registered a second one."""
     with netns() as space:
-        hub = hub_in(space, tmp_path)
-        peer = hub.register("peer", permission_mode="bypass")  # codex exec runs without asking
-        setup = CodexSetup(space, tmp_path)
-        setup.install_hooks()
-        setup.trust()
+        hub, peer, setup = codex_user(space, tmp_path)
         setup.start_model()
         setup.release.touch()
         first = setup.start_codex("Say hello to peer on Switchboard.")
