@@ -150,12 +150,15 @@ def own_session_key(key: str, hub: str, anchor: str) -> str:
     """The saved-session key under which agent client process `anchor` keeps its hub session for
     the client's session id `key` (hooks and MCP server alike): `key`, unless the session saved for
     it is another live process's (`held_elsewhere`: a conversation resumed while its first client
-    still runs), then `config.resumed_session_key`. Each live process so has exactly one hub
-    session, and neither takes, re-ties or ends the other's."""
+    still runs), then `config.resumed_session_key`. A process that keeps its session under that
+    key goes on doing so once the other has quit (and its saved session is gone), to its own end.
+    Each live process so has exactly one hub session, and neither takes, re-ties or ends the
+    other's."""
+    own = resumed_session_key(key, anchor)
+    if anchor and session_find(own, hub) is not None:
+        return own
     found = session_find(key, hub)
-    if found is not None and held_elsewhere(found, anchor):
-        return resumed_session_key(key, anchor)
-    return key
+    return own if found is not None and held_elsewhere(found, anchor) else key
 
 
 class NoAgentSession(HubError):

@@ -360,6 +360,29 @@ def test_a_conversation_resumed_by_a_new_process_while_its_first_still_runs_is_t
     assert AgentSession.objects.count() == 2
 
 
+def test_a_conversation_resumed_by_a_new_process_goes_on_as_its_own_session_after_the_first_quits(
+    inprocess_hub: str, monkeypatch: pytest.MonkeyPatch, a_running: tuple[str, str]
+) -> None:
+    """Given Claude Code A running session id A and Claude Code B on the same conversation
+    (`claude --resume A` while A ran), when A quits first, then B's hooks and MCP server still act
+    as B's own hub session, and B's quitting ends it: no hub session is left behind."""
+    from switchboard_agent.identity import Identity
+
+    other_client, first = a_running
+    second = _registered(fire("SessionStart", SID_A, source="resume"))
+    client_process(monkeypatch, other_client)
+    fire("SessionEnd", SID_A, reason="prompt_input_exit")  # A quits
+    assert AgentSession.objects.get(ref=first).status == "exited"
+    assert [s.ref for s in holding()] == [second[1]]
+
+    client_process(monkeypatch, this_process())
+    mcp_b = Identity(cwd="/work/shop", attach_to_hooks=True, client_key=SID_A)
+    assert mcp_b.call(lambda c: c.me())["ref"] == second[1]
+    fire("SessionEnd", SID_A, reason="prompt_input_exit")  # B quits, its first hook since A's end
+
+    assert holding() == [] and AgentSession.objects.count() == 2
+
+
 def test_resume_in_a_process_of_a_conversation_open_in_another_keeps_each_process_its_session(
     inprocess_hub: str, monkeypatch: pytest.MonkeyPatch, a_running: tuple[str, str]
 ) -> None:

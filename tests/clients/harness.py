@@ -9,14 +9,22 @@ machine. The CLIs are the npm packages pinned in `tests/clients/package.json`, i
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import pty
 import re
 import secrets
+import signal
 import sqlite3
+import struct
 import subprocess
 import sys
-from collections.abc import Iterator
+import termios
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +149,12 @@ def hook_calls(home: Path) -> list[tuple[str, str, float, str]]:
     return [(m[2], m[3], float(m[4]), m[1]) for m in found if m]
 
 
+def hooks_began_with(home: Path, *events: str) -> Callable[[], bool]:
+    """Whether the hooks of the client under `home` ran these events first, in this order (a check
+    for `wait_until` or `Terminal.until`)."""
+    return lambda: [event for event, _, _, _ in hook_calls(home)][: len(events)] == list(events)
+
+
 def strings(value: Any) -> list[str]:
     """Every string in a JSON value (a model request's body: what the model reads, among the rest)."""
     if isinstance(value, str):
@@ -244,3 +258,79 @@ def hub_in(space: Netns, home: Path) -> HubInNetns:
 
     wait_until(answers, timeout=60, what="the hub in the namespace", interval=0.5)
     return hub
+
+
+class Terminal:
+    """An interactive client (`argv`) in `cwd`, on a pseudo-terminal of 40x120, inside the
+    namespace: keys typed in, the screen's text (escape sequences dropped) read back. `enter`: the
+    bytes its Enter key sends (a carriage return, unless the client reads that otherwise)."""
+
+    def __init__(
+        self,
+        space: Netns,
+        argv: list[str | os.PathLike[str]],
+        env: dict[str, str],
+        cwd: Path,
+        *,
+        enter: bytes = b"\r",
+    ) -> None:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        self.name = Path(argv[0]).name
+        self.proc = subprocess.Popen(
+            space.argv(*argv),
+            env=env | {"TERM": "xterm-256color"},
+            cwd=cwd,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,  # a client that relaunches itself as a child: close() ends both
+        )
+        os.close(slave)
+        self.master, self.out, self.enter = master, bytearray(), enter
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.out.extend(data)
+
+    def screen(self) -> str:
+        return re.sub(r"\x1b\[[0-9;?<>]*[a-zA-Z]", "", bytes(self.out).decode(errors="replace"))
+
+    def settle(self, quiet: float = 1.0, timeout: float = 10) -> None:
+        """Wait until the screen has not changed for `quiet` seconds: keys typed while the client
+        is still redrawing (just after /clear) can be lost."""
+        deadline = time.monotonic() + timeout
+        seen, since = len(self.out), time.monotonic()
+        while time.monotonic() - since < quiet and time.monotonic() < deadline:
+            time.sleep(0.1)
+            if len(self.out) != seen:
+                seen, since = len(self.out), time.monotonic()
+
+    def type(self, text: str) -> None:
+        """Type `text`, then Enter."""
+        self.settle()
+        for char in text:
+            os.write(self.master, char.encode())
+            time.sleep(0.02)
+        time.sleep(0.3)
+        os.write(self.master, self.enter)
+
+    def until(self, check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert self.proc.poll() is None, f"{self.name} exited before {what}:\n{self.screen()[-3000:]}"
+            assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{self.screen()[-3000:]}"
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        os.close(self.master)

@@ -13,10 +13,16 @@ allowed by the rule `mcp__switchboard` that `install-hooks` wrote into `.claude/
 (without it the call is refused, "you haven't granted it yet"). Claude Code applies that shared
 file's allow rules only in a folder its user has trusted, so the user's own setup here is the
 project folder trusted, as Claude Code's trust dialog records it (Claude Code's gate, not ours).
+
+Which hub session a conversation is, with the real CLI: an interactive `claude` on a
+pseudo-terminal across `/clear`, `/resume` and `/exit`, and with a second `claude --resume` of its
+conversation while it runs; `claude -p --resume` / `--continue` of a conversation whose first
+process quit, or was killed. The rules are tests/agents/test_hook_identity.py's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -30,12 +36,15 @@ import pytest
 from hub_topology import wait_until
 from tests.clients.harness import (
     HUB_PORT,
+    HubInNetns,
     Netns,
+    Terminal,
     assert_stop_hook_handed_over,
     clean_env,
     client_bin,
     from_peer,
     hook_calls,
+    hooks_began_with,
     hub_in,
     hub_sessions,
     install_hooks,
@@ -49,6 +58,7 @@ MODEL_PORT = 8766
 TOOL = "mcp__switchboard__send_message"
 STAND_IN = Path(__file__).resolve().parent / "model_anthropic.py"
 RUN_TIMEOUT = 60
+API_KEY = "sk-ant-stand-in"
 HOOK_TIMED = re.compile(
     r"Hooks: (\w+)\S* \[[^\]]*switchboard hook[^\]]*\] finished with status 0 \((\d+)ms\)"
 )
@@ -108,20 +118,32 @@ def model_in(
     return requests, gate
 
 
-def claude(
-    space: Netns, home: Path, project: Path, prompt: str, *extra: str, **env_extra: str
-) -> subprocess.Popen[str]:
-    """`claude -p` in `space`, its model the stand-in, its outside traffic turned off."""
-    env = clean_env(
+def stop_model(space: Netns) -> None:
+    """Stop the scripted model `model_in` started in `space` (another can then take its port)."""
+    [model] = [proc for proc in space.procs if proc.name == "model"]
+    model.stop()
+    space.procs.remove(model)
+
+
+def claude_env(home: Path, **extra: str) -> dict[str, str]:
+    """Claude Code's environment: its model the stand-in, its outside traffic turned off."""
+    return clean_env(
         home,
         ANTHROPIC_BASE_URL=f"http://127.0.0.1:{MODEL_PORT}",
-        ANTHROPIC_API_KEY="sk-ant-stand-in",
+        ANTHROPIC_API_KEY=API_KEY,
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
         DISABLE_AUTOUPDATER="1",
         DISABLE_TELEMETRY="1",
         DISABLE_ERROR_REPORTING="1",
-        **env_extra,
+        **extra,
     )
+
+
+def claude(
+    space: Netns, home: Path, project: Path, prompt: str, *extra: str, **env_extra: str
+) -> subprocess.Popen[str]:
+    """`claude -p` in `space`, its model the stand-in, its outside traffic turned off."""
+    env = claude_env(home, **env_extra)
     argv = [client_bin("claude"), "-p", prompt, "--output-format", "json", *extra]
     return subprocess.Popen(
         space.argv(*argv), cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -337,3 +359,263 @@ def test_claude_code_started_without_permission_prompts_registers_as_bypass(tmp_
     assert result["result"] == "done", result
     [session] = [s for s in hub_sessions(tmp_path) if s["kind"] == "claude-code"]
     assert session["permission_mode"] == "bypass"
+
+
+# Enter as Claude Code 2.1.332 reads it on this pseudo-terminal (which answers none of its probes
+# for the terminal's kind): the kitty keyboard protocol's Enter (CSI 13 u). A bare carriage return
+# submits nothing there (the next key typed shows on a new line of the prompt).
+ENTER = b"\x1b[13u"
+
+
+def interactive_project_in(home: Path) -> Path:
+    """`project_in`, and what a user's first interactive start there records: Claude Code's
+    onboarding done and the API key approved (`~/.claude.json`), and the project's MCP server
+    approved, as its dialog's "Use this MCP server" records it (`.claude/settings.local.json`,
+    `enabledMcpjsonServers`)."""
+    project = project_in(home)
+    user = json.loads((home / ".claude.json").read_text())
+    user |= {"hasCompletedOnboarding": True, "customApiKeyResponses": {"approved": [API_KEY[-20:]]}}
+    (home / ".claude.json").write_text(json.dumps(user))
+    (project / ".claude" / "settings.local.json").write_text(
+        json.dumps({"enabledMcpjsonServers": ["switchboard"]})
+    )
+    return project
+
+
+def claude_sessions(home: Path) -> list[dict[str, Any]]:
+    """Every Claude Code session the hub under `home` ever registered."""
+    return [s for s in hub_sessions(home) if s["kind"] == "claude-code"]
+
+
+# The hooks of an interactive Claude Code's start and first turn (one that calls no tool).
+FIRST_TURN: tuple[str, ...] = ("SessionStart", "UserPromptSubmit", "Stop")
+
+
+def claude_after_a_turn(space: Netns, home: Path) -> tuple[HubInNetns, dict[str, Any], Path, Path, Terminal]:
+    """The hub in `space`, a peer, and an interactive Claude Code in its project once it has had a
+    turn that calls no tool: the hub, the peer, the project, the model's request log and the
+    terminal (for the caller to close)."""
+    hub = hub_in(space, home)
+    peer = hub.register("peer")
+    project = interactive_project_in(home)
+    requests, gate = model_in(space, home, tool="", args={})
+    gate.touch()
+    terminal = Terminal(space, [client_bin("claude")], claude_env(home), project, enter=ENTER)
+    try:
+        terminal.until(hooks_began_with(home, "SessionStart"), "SessionStart")
+        terminal.type("Tell me when you are done.")
+        terminal.until(hooks_began_with(home, *FIRST_TURN), "the first turn's end")
+    except BaseException:
+        terminal.close()
+        raise
+    return hub, peer, project, requests, terminal
+
+
+def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_resume_and_ends_it_on_exit(
+    tmp_path: Path,
+) -> None:
+    """`/clear` starts a new Claude Code session id in the same process: the hooks carry the hub
+    session over, so a message a peer pinned to its ref before the clear reaches it after, and the
+    MCP server (which keeps the id it started with, and first acts after the clear) sends as that
+    session. `/resume` of the first conversation, in the same process, keeps it too. `/exit` ends
+    it. The rules of tests/agents/test_hook_identity.py's
+    test_clear_keeps_the_hub_session_and_a_peer_s_pinned_send_still_arrives,
+    test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id and
+    test_resume_in_the_same_process_keeps_the_hub_session."""
+    with netns() as space:
+        hub, peer, _, requests, terminal = claude_after_a_turn(space, tmp_path)
+        steps = FIRST_TURN
+        try:
+            [before] = claude_sessions(tmp_path)
+            [first_conversation] = (tmp_path / ".claude" / "projects").glob("*/*.jsonl")
+            hub.send(peer, before["ref"], "a note from peer")
+            stop_model(space)
+            model_in(space, tmp_path)  # this one sends
+            asked_before_clear = len(conversation(requests))
+            terminal.type("/clear")
+            steps += ("SessionEnd", "SessionStart")
+            terminal.until(hooks_began_with(tmp_path, *steps), "/clear")
+            terminal.type("Say hello to the agent called peer.")
+            steps += ("UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop")  # ToolSearch, the send
+            terminal.until(hooks_began_with(tmp_path, *steps), "the turn after /clear")
+            terminal.type(f"/resume {first_conversation.stem}")
+            steps += ("SessionEnd", "SessionStart")
+            terminal.until(hooks_began_with(tmp_path, *steps), "/resume")
+            terminal.type("/exit")
+            steps += ("SessionEnd",)
+            terminal.until(hooks_began_with(tmp_path, *steps), "SessionEnd after /exit")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                terminal.proc.wait(timeout=10)
+        finally:
+            terminal.close()
+        inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
+
+    # One hub session, the same before and after /clear and /resume, ended by /exit.
+    [session] = claude_sessions(tmp_path)
+    assert (session["ref"], session["status"]) == (before["ref"], "exited"), session
+    assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", before["ref"])], inbox
+    # The conversation after /clear: SessionStart told the model the same name and ref, and
+    # UserPromptSubmit handed it the message pinned to that ref before the clear.
+    after = "\n".join(strings(conversation(requests)[asked_before_clear]))
+    assert f"You are registered on the Switchboard hub as proj [{before['ref']}]" in after, after[-3000:]
+    assert from_peer(peer, "a note from peer").search(after), after[-3000:]
+    calls = hook_calls(tmp_path)
+    assert [event for event, _, _, _ in calls] == list(steps), calls
+    assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
+
+
+def assert_went_on_as(
+    home: Path, told: dict[str, Any], inbox: list[dict[str, Any]], ref: str, events: list[str]
+) -> None:
+    """The conversation resumed under `home` went on as hub session `ref`: its SessionStart told
+    the model so (`told`, the model's first request after it), its MCP server sent the model's
+    message as it (`inbox`, the peer's), and the hooks of both runs ran `events`, none failing."""
+    text = "\n".join(strings(told))
+    assert f"You are registered on the Switchboard hub as proj [{ref}]" in text, text[-3000:]
+    assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", ref)], inbox
+    calls = hook_calls(home)
+    assert [event for event, _, _, _ in calls] == events, calls
+    assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
+
+
+def test_a_conversation_resumed_by_a_new_claude_code_after_the_first_quit_is_a_new_hub_session(
+    tmp_path: Path,
+) -> None:
+    """Quitting ends the hub session (docs/agents.md: `exited`, its token void), and the saved
+    session with it: `claude -p --resume <id>` afterwards, in a new process, registers the
+    conversation afresh, and its MCP server sends as that new session, not as the old one nor as
+    a third."""
+    with netns() as space:
+        hub = hub_in(space, tmp_path)
+        peer = hub.register("peer")
+        project = project_in(tmp_path)
+        _, gate = model_in(space, tmp_path, tool="", args={})
+        gate.touch()
+        first, _ = finish(claude(space, tmp_path, project, "Tell me when you are done."))
+        [ended] = claude_sessions(tmp_path)
+        assert ended["status"] == "exited", ended
+
+        stop_model(space)
+        requests, _ = model_in(space, tmp_path)
+        asked_before = len(conversation(requests))
+        resumed, _ = finish(
+            claude(
+                space,
+                tmp_path,
+                project,
+                "Say hello to the agent called peer.",
+                "--resume",
+                first["session_id"],
+            )
+        )
+        inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
+
+    assert resumed["result"] == "done" and resumed["session_id"] == first["session_id"], resumed
+    old, new = claude_sessions(tmp_path)
+    assert old["ref"] == ended["ref"] and new["ref"] != ended["ref"], (old, new)
+    assert (old["status"], new["status"]) == ("exited", "exited")
+    assert_went_on_as(
+        tmp_path,
+        conversation(requests)[asked_before],
+        inbox,
+        new["ref"],
+        [
+            *("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"),
+            *("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop", "SessionEnd"),
+        ],
+    )
+
+
+def test_a_conversation_resumed_by_a_new_claude_code_after_a_crash_keeps_its_hub_session(
+    tmp_path: Path,
+) -> None:
+    """A Claude Code killed mid-turn (no SessionEnd) leaves its hub session, tied to a process
+    that is gone; `claude -p --continue` in a new process goes on as that same session (its
+    hooks and its MCP server alike), ties it to itself, and ends it on quitting. The rule of
+    tests/agents/test_hook_identity.py's
+    test_a_session_resumed_by_a_new_process_after_a_crash_is_its_own_and_stays."""
+    with netns() as space:
+        hub = hub_in(space, tmp_path)
+        peer = hub.register("peer")
+        project = project_in(tmp_path)
+        requests, gate = model_in(space, tmp_path, tool="", args={})  # holds its answer
+        crashed = claude(space, tmp_path, project, "Say hello to the agent called peer.")
+        wait_until(lambda: conversation(requests), timeout=RUN_TIMEOUT, what="the model's first request")
+        mine = hub.agent_named(peer["token"], "proj")
+        crashed.kill()
+        crashed.communicate(timeout=RUN_TIMEOUT)
+        [transcript] = (tmp_path / ".claude" / "projects").glob("*/*.jsonl")  # Claude Code's record of it
+
+        stop_model(space)
+        model_in(space, tmp_path)  # this one sends
+        gate.touch()
+        asked_before = len(conversation(requests))
+        resumed, _ = finish(claude(space, tmp_path, project, "Go on.", "--continue"))
+        inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
+
+    assert resumed["result"] == "done" and resumed["session_id"] == transcript.stem, resumed
+    [session] = claude_sessions(tmp_path)
+    assert (session["ref"], session["status"]) == (mine["ref"], "exited"), session
+    assert_went_on_as(
+        tmp_path,
+        conversation(requests)[asked_before],
+        inbox,
+        mine["ref"],
+        [
+            *("SessionStart", "UserPromptSubmit"),  # then killed
+            *("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop", "SessionEnd"),
+        ],
+    )
+
+
+def test_a_conversation_resumed_by_a_new_claude_code_while_the_first_runs_is_a_session_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """`claude --resume <id>` in a second terminal while the Claude Code that runs conversation
+    `id` is still up: two agents, each a hub session of its own, hooks and MCP server alike;
+    neither takes, re-ties or ends the other's, whichever quits first. The rule of
+    tests/agents/test_hook_identity.py's
+    test_a_conversation_resumed_by_a_new_process_while_its_first_still_runs_is_two_sessions."""
+    turn = ("UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop")  # ToolSearch, then the send
+    with netns() as space:
+        hub, peer, project, requests, first = claude_after_a_turn(space, tmp_path)
+        steps, second = FIRST_TURN, None
+        try:
+            [transcript] = (tmp_path / ".claude" / "projects").glob("*/*.jsonl")  # Claude Code's record
+            stop_model(space)
+            model_in(space, tmp_path)  # this one sends
+
+            argv = [client_bin("claude"), "--resume", transcript.stem]
+            second = Terminal(space, argv, claude_env(tmp_path), project, enter=ENTER)
+            steps += ("SessionStart",)
+            second.until(hooks_began_with(tmp_path, *steps), "the second one's SessionStart")
+            asked = len(conversation(requests))
+            second.type("Say hello to the agent called peer.")
+            steps += turn
+            second.until(hooks_began_with(tmp_path, *steps), "the second one's turn")
+            told = "\n".join(strings(conversation(requests)[asked]))
+            first.type("Say hello to the agent called peer.")
+            steps += turn
+            first.until(hooks_began_with(tmp_path, *steps), "the first one's second turn")
+            first.type("/exit")  # the first quits, then the second
+            steps += ("SessionEnd",)
+            first.until(hooks_began_with(tmp_path, *steps), "the first one's SessionEnd")
+            second.type("/exit")
+            steps += ("SessionEnd",)
+            second.until(hooks_began_with(tmp_path, *steps), "the second one's SessionEnd")
+        finally:
+            first.close()
+            if second is not None:
+                second.close()
+        inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
+
+    # Two hub sessions, one per process, each ended by its own process's SessionEnd.
+    one, other = claude_sessions(tmp_path)
+    assert one["ref"] != other["ref"], (one, other)
+    assert (one["status"], other["status"]) == ("exited", "exited"), (one, other)
+    # The second's hooks told its model its own session; each MCP server sent as its own.
+    assert f"You are registered on the Switchboard hub as proj [{other['ref']}]" in told, told[-3000:]
+    assert [m["from"]["ref"] for m in inbox] == [other["ref"], one["ref"]], inbox
+    calls = hook_calls(tmp_path)
+    assert [event for event, _, _, _ in calls] == list(steps), calls
+    assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls

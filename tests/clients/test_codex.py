@@ -6,6 +6,7 @@ the ones docs/agents.md gives: `switchboard install-hooks --client codex --write
 approves the Switchboard tools: `codex exec` fails a tool call that needs approval), then trusting
 the four hooks as Codex's `/hooks` does (`codex app-server`: `hooks/list`, then
 `config/batchWrite` of `[hooks.state]` with each hook's `currentHash`), Codex's own gate.
+`codex exec resume --last` takes the conversation up again in a new process.
 """
 
 from __future__ import annotations
@@ -134,11 +135,20 @@ class CodexSetup:
         # Up well before Codex's first request (Codex retries a refused connection anyway).
         self.space.start("model", argv, self.env, self.home / "model.log")
 
-    def start_codex(self, prompt: str) -> Proc:
-        # In the project, as its user would start it (`env -C` execs Codex there).
-        argv = ["env", "-C", str(self.project), str(self.codex), "exec", "--skip-git-repo-check", "--json"]
-        argv += [prompt]
-        return self.space.start("codex", argv, self.env, self.home / "codex.log")
+    def start_codex(self, prompt: str, *, resume: bool = False) -> Proc:
+        """`codex exec` (`resume`: `codex exec resume --last`, the newest conversation) in the
+        project, as its user would start it (`env -C` execs Codex there)."""
+        argv = [
+            "env",
+            "-C",
+            str(self.project),
+            str(self.codex),
+            "exec",
+            *(["resume", "--last"] if resume else []),
+        ]
+        argv += ["--skip-git-repo-check", "--json", prompt]
+        log = self.home / ("codex-resumed.log" if resume else "codex.log")
+        return self.space.start("codex", argv, self.env, log)
 
     def run(self, argv: list[str], timeout: float = 60) -> Any:
         return self.space.run(argv, env=self.env, cwd=self.project, timeout=timeout)
@@ -159,6 +169,17 @@ class CodexSetup:
     def agent_log(self) -> list[str]:
         path = self.home / ".switchboard" / "agent.log"
         return path.read_text().splitlines() if path.exists() else []
+
+
+def codex_user(space: Netns, home: Path) -> tuple[HubInNetns, dict[str, Any], CodexSetup]:
+    """The hub, a peer (in `bypass`: `codex exec` runs without asking, so what a `default` peer
+    sends it is held for a person) and a user's Codex with the hooks installed and trusted."""
+    hub = hub_in(space, home)
+    peer = hub.register("peer", permission_mode="bypass")
+    setup = CodexSetup(space, home)
+    setup.install_hooks()
+    setup.trust()
+    return hub, peer, setup
 
 
 def sessions_named(hub: HubInNetns, token: str, name: str) -> list[dict[str, Any]]:
@@ -246,11 +267,7 @@ def test_codex_exec_goes_on_with_a_message_its_stop_hook_found_then_ends(tmp_pat
     Stop's: the Stop hook blocks with it, Codex sends it to the model as its next prompt, and the
     Stop after that answer (the message now delivered, nothing waiting) lets the turn end."""
     with netns() as space:
-        hub = hub_in(space, tmp_path)
-        peer = hub.register("peer", permission_mode="bypass")  # codex exec runs without asking
-        setup = CodexSetup(space, tmp_path)
-        setup.install_hooks()
-        setup.trust()
+        hub, peer, setup = codex_user(space, tmp_path)
         setup.start_model("--no-tool", "--final", "all done", "--final", "done, note read")
         codex = setup.start_codex("Tell me when you are done.")
 
@@ -294,3 +311,49 @@ def test_codex_finishes_its_turn_promptly_without_a_hub(tmp_path: Path) -> None:
         assert {event for event, _, _, _ in calls} == {"SessionStart", "UserPromptSubmit", "Stop"}
         assert all(ms < HOOK_DEADLINE_MS for _, _, ms, _ in calls), calls
         assert '"agent_message","text":"done"' in codex.log()
+
+
+def thread_of(log: str) -> str:
+    """The id of the conversation (thread) `codex exec --json` ran, as it printed it."""
+    [started] = [e["thread_id"] for e in events(log) if e.get("type") == "thread.started"]
+    return started
+
+
+def test_a_codex_conversation_resumed_by_a_new_codex_exec_is_that_process_s_own_session(
+    tmp_path: Path,
+) -> None:
+    """Codex passes its MCP servers no session id: a Codex process has one hub session, its MCP
+    server's and its hooks' alike, ended by the MCP server as Codex exits (docs/agents.md). So
+    `codex exec resume --last` after a `codex exec`, the same conversation in a new process, is
+    a new hub session: the first stays exited, and neither process registered a second one."""
+    with netns() as space:
+        hub, peer, setup = codex_user(space, tmp_path)
+        setup.start_model()
+        setup.release.touch()
+        first = setup.start_codex("Say hello to peer on Switchboard.")
+        assert first.popen.wait(timeout=CODEX_TIMEOUT) == 0, first.log()[-3000:]
+        [ended] = sessions_named(hub, peer["token"], "proj")
+        asked_before = len(setup.conversation())
+
+        resumed = setup.start_codex("Go on.", resume=True)
+        assert resumed.popen.wait(timeout=CODEX_TIMEOUT) == 0, resumed.log()[-3000:]
+        sessions = sessions_named(hub, peer["token"], "proj")
+        inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
+
+    assert thread_of(resumed.log()) == thread_of(first.log())  # the same conversation
+    # One hub session per process: the first, ended as its Codex exited, and the resumed one's.
+    assert [s["kind"] for s in hub_sessions(tmp_path) if s["ref"] != peer["ref"]] == ["codex", "codex"]
+    [new] = [s for s in sessions if s["ref"] != ended["ref"]]
+    assert [s["status"] for s in (ended, new)] == ["exited", "exited"], sessions
+    # The first process's MCP server sent as its session; the resumed one's hooks told the model
+    # the new one, and its MCP server ended that one as Codex exited (Codex runs no SessionEnd hook).
+    assert [(m["text"], m["from"]["ref"]) for m in inbox] == [("hello from the model", ended["ref"])], inbox
+    told = "\n".join(strings(setup.conversation()[asked_before]))
+    assert f"registered on the Switchboard hub as proj [{new['ref']}]" in told, told[-3000:]
+    assert row_of(tmp_path, new)["final_answer"] == "done"
+    calls = hook_calls(tmp_path)
+    assert [event for event, _, _, _ in calls] == [
+        *("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"),
+        *("SessionStart", "UserPromptSubmit", "Stop"),
+    ], calls
+    assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()

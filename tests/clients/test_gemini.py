@@ -15,16 +15,9 @@ rest of `gemini_home` only keeps a machine without network quiet and points the 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
-import pty
 import re
-import signal
-import struct
 import subprocess
-import termios
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,10 +30,12 @@ from tests.clients.harness import (
     HUB_PORT,
     HubInNetns,
     Netns,
+    Terminal,
     clean_env,
     client_bin,
     from_peer,
     hook_calls,
+    hooks_began_with,
     hub_in,
     hub_sessions,
     install_hooks,
@@ -279,72 +274,6 @@ def test_a_gemini_turn_ends_promptly_when_the_hub_is_away(tmp_path: Path, hub_st
         assert len(model.turns()) == 2  # the turn went on: the tool call, then "done"
 
 
-class Terminal:
-    """Interactive `gemini` in the project, on a pseudo-terminal of 40x120, inside the
-    namespace: keys typed in, the screen's text (escape sequences dropped) read back."""
-
-    def __init__(self, space: Netns, env: dict[str, str], project: Path) -> None:
-        master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        argv = space.argv(client_bin("gemini"))
-        self.proc = subprocess.Popen(
-            argv,
-            env=env | {"TERM": "xterm-256color"},
-            cwd=project,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            start_new_session=True,  # Gemini relaunches itself as a child: close() ends both
-        )
-        os.close(slave)
-        self.master, self.out = master, bytearray()
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            self.out.extend(data)
-
-    def screen(self) -> str:
-        return re.sub(r"\x1b\[[0-9;?<>]*[a-zA-Z]", "", bytes(self.out).decode(errors="replace"))
-
-    def settle(self, quiet: float = 1.0, timeout: float = 10) -> None:
-        """Wait until the screen has not changed for `quiet` seconds: keys typed while Gemini is
-        still redrawing (just after /clear) can be lost."""
-        deadline = time.monotonic() + timeout
-        seen, since = len(self.out), time.monotonic()
-        while time.monotonic() - since < quiet and time.monotonic() < deadline:
-            time.sleep(0.1)
-            if len(self.out) != seen:
-                seen, since = len(self.out), time.monotonic()
-
-    def type(self, text: str) -> None:
-        self.settle()
-        for char in text:
-            os.write(self.master, char.encode())
-            time.sleep(0.02)
-        time.sleep(0.3)
-        os.write(self.master, b"\r")
-
-    def until(self, check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            assert self.proc.poll() is None, f"gemini exited before {what}:\n{self.screen()[-3000:]}"
-            assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{self.screen()[-3000:]}"
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        os.close(self.master)
-
-
 def test_an_interactive_gemini_keeps_its_hub_session_across_clear_and_ends_it_on_quit(tmp_path: Path) -> None:
     with netns() as space:
         hub_in(space, tmp_path)
@@ -354,22 +283,21 @@ def test_an_interactive_gemini_keeps_its_hub_session_across_clear_and_ends_it_on
         model.release.touch()
         model.release_final.touch()
 
-        def logged(*events: str) -> Callable[[], bool]:
-            """Whether the hooks ran these events first, in this order."""
-            return lambda: [event for event, _, _, _ in hook_calls(tmp_path)][: len(events)] == list(events)
-
-        gemini = Terminal(space, env, project)
+        gemini = Terminal(space, [client_bin("gemini")], env, project)
         try:
             gemini.until(lambda: "Type your message" in gemini.screen(), "the prompt box")
-            gemini.until(logged("SessionStart"), "SessionStart")
+            gemini.until(hooks_began_with(tmp_path, "SessionStart"), "SessionStart")
             gemini.type("Say hello to peer.")
-            gemini.until(logged("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent"), "the turn's end")
+            gemini.until(
+                hooks_began_with(tmp_path, "SessionStart", "BeforeAgent", "AfterTool", "AfterAgent"),
+                "the turn's end",
+            )
             ref = [s["ref"] for s in hub_sessions(tmp_path) if s["name"] == PROJECT]
             gemini.type("/clear")  # a new Gemini session id in the same process
             steps = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd", "SessionStart")
-            gemini.until(logged(*steps), "/clear")
+            gemini.until(hooks_began_with(tmp_path, *steps), "/clear")
             gemini.type("/quit")
-            gemini.until(logged(*steps, "SessionEnd"), "SessionEnd after /quit")
+            gemini.until(hooks_began_with(tmp_path, *steps, "SessionEnd"), "SessionEnd after /quit")
             # Gemini 0.61 itself now and then stays up after /quit, its SessionEnd hooks all done
             # (about one run in three here when the machine is busy, whatever the hook line is):
             # not ours to wait for; close() ends it.

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_agent.hooks import UNSAFE_HOME_CONTEXT, UNSAFE_HOME_NOTICE
-from tests.clients.harness import hub_in, hub_sessions, netns, strings
+from tests.clients.harness import Terminal, client_bin, hub_in, hub_sessions, netns, strings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
 
@@ -118,7 +118,7 @@ def shown(screen: str, fix: str) -> bool:
 def test_an_interactive_gemini_shows_why_it_is_not_connected(tmp_path: Path) -> None:
     """Interactive Gemini CLI shows the SessionStart answer's `systemMessage` in its history, with
     the fix, before any prompt."""
-    from tests.clients.test_gemini import Model, Terminal, gemini_env, project_with_hooks
+    from tests.clients.test_gemini import Model, gemini_env, project_with_hooks
 
     with netns() as space:
         hub_in(space, tmp_path)
@@ -126,7 +126,7 @@ def test_an_interactive_gemini_shows_why_it_is_not_connected(tmp_path: Path) -> 
         project = project_with_hooks(tmp_path, env)
         fix = open_to_others(tmp_path)
         Model(space, tmp_path)
-        gemini = Terminal(space, env, project)
+        gemini = Terminal(space, [client_bin("gemini")], env, project)
         try:
             gemini.until(lambda: shown(gemini.screen(), fix), "the notice on its screen", timeout=60)
         finally:
