@@ -341,8 +341,10 @@ class HubClient:
     def join_request_withdraw(self, request_id: str) -> dict[str, Any]:
         return self.call("DELETE", f"teams/join/{request_id}")
 
-    def invitations(self) -> list[dict[str, Any]]:
-        return self.call("GET", "teams/invitations")["invitations"]
+    def invitations(self, *, before: str | None = None) -> dict[str, Any]:
+        """One page of open invitations, newest first: `{"invitations": [...], "next": ...}`, where
+        `next` is the `before` of the following page (None on the last)."""
+        return self.call("GET", "teams/invitations", params={"before": before})
 
     def invitation_answer(self, invitation_id: str, *, accept: bool) -> dict[str, Any]:
         return self.call("POST", f"teams/invitations/{invitation_id}/{'accept' if accept else 'decline'}")

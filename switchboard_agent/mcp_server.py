@@ -106,7 +106,12 @@ OUTPUT_FIELDS: dict[str, dict[str, str]] = {
     "add_member": {"member_id?": "string", "invitation_id?": "string"},
     "join_team": {"member_id?": "string", "request_id?": "string"},
     "withdraw_join_request": {"requests?": "array:object"},
-    "answer_invitation": {"member_id?": "string", "invitation_id?": "string", "invitations?": "array:object"},
+    "answer_invitation": {
+        "member_id?": "string",
+        "invitation_id?": "string",
+        "invitations?": "array:object",
+        "next?": "string",
+    },
     "allow_watcher": {"grant": "integer"},
     "list_tasks": {"tasks": "array:object"},
     "create_task": {"task": "object"},

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -120,7 +122,7 @@ def add_team_commands(
     guard: Callable[[Command], Command],
 ) -> None:
     """`team invite|join|requests|withdraw|invitations|accept|decline|allow-watcher|watchers|revoke-watcher`."""
-    from switchboard_agent.commands import EXIT_NOTHING, EXIT_OK
+    from switchboard_agent.commands import EXIT_NOTHING, EXIT_OK, _again
 
     def cmd_invite(args: argparse.Namespace) -> int:
         with client_for(args) as client:
@@ -134,34 +136,53 @@ def add_team_commands(
         _roster_answer(args, body)
         return EXIT_OK
 
-    def listing(fetch: Callable[[HubClient], list[dict[str, Any]]], line: Callable[[Any], str]) -> Command:
-        """A command that prints what `fetch` lists (JSON with --json, else `line` of each row) and
-        exits 1 when it is empty."""
+    Rows = list[dict[str, Any]]
+
+    def listing(
+        fetch: Callable[[HubClient, argparse.Namespace], tuple[Rows, str | None]], line: Callable[[Any], str]
+    ) -> Command:
+        """A command that prints the rows `fetch` lists (JSON with --json, else `line` of each row)
+        and exits 1 when there are none. When `fetch` also names the command that shows the next
+        page, a last line says it: on stdout after the rows, on stderr with --json, whose stdout
+        stays the JSON list of rows."""
 
         def cmd(args: argparse.Namespace) -> int:
             with client_for(args) as client:
-                found = fetch(client)
+                found, more = fetch(client, args)
             if args.json:
                 print(json.dumps(found, ensure_ascii=False))
             for row in [] if args.json else found:
                 print(line(row))
+            if more:
+                print(f"more: {more}", file=sys.stderr if args.json else sys.stdout)
             return EXIT_OK if found else EXIT_NOTHING
 
         return cmd
 
+    def invitations_page(client: HubClient, args: argparse.Namespace) -> tuple[Rows, str | None]:
+        """A page of open invitations, and the command that shows the next one (None: the last)."""
+        page = client.invitations(before=args.before)
+        if not page.get("next"):
+            return page["invitations"], None
+        # Quoted: the cursor is the hub's text, and the line is meant to be pasted into a shell.
+        return page["invitations"], _again(
+            args, f"team invitations --before {shlex.quote(str(page['next']))}"
+        )
+
     cmd_requests = listing(
-        lambda c: c.join_requests(),
+        lambda c, _: (c.join_requests(), None),
         lambda r: f"{r['id']}  asked {r['lead_label']} to add you as {r['name']}  (lapses {r['expires_at']})",
     )
     cmd_invitations = listing(
-        lambda c: c.invitations(),
+        invitations_page,
         lambda i: (
             f"{i['id']}  team {i['team_name']!r}  {i['session_label']} as {i['name']}  "
             f"(the {i['answer_by']} answers)"
         ),
     )
     cmd_watchers = listing(
-        lambda c: c.watchers(), lambda g: f"#{g['id']:<5} {g['watcher_label']}  (by {g['granted_by']})"
+        lambda c, _: (c.watchers(), None),
+        lambda g: f"#{g['id']:<5} {g['watcher_label']}  (by {g['granted_by']})",
     )
 
     def cmd_withdraw(args: argparse.Namespace) -> int:
@@ -215,7 +236,12 @@ def add_team_commands(
     p.add_argument("id")
     p.set_defaults(func=guard(cmd_withdraw))
     p = sub.add_parser(
-        "invitations", parents=[common], help="open invitations to and from you (exit 1: none)"
+        "invitations",
+        parents=[common],
+        help="open invitations to and from you, a page at a time, newest first (exit 1: none)",
+    )
+    p.add_argument(
+        "--before", metavar="ID", help="the page after this invitation (the `more:` line names it)"
     )
     p.set_defaults(func=guard(cmd_invitations))
     for verb, accept in (("accept", True), ("decline", False)):

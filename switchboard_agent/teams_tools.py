@@ -90,11 +90,15 @@ def register_team_tools(
         return answer("Request withdrawn; nothing else changed.")
 
     @tool(structured_output=False)
-    def answer_invitation(invitation_id: str = "", accept: bool = True) -> CallToolResult:
-        """Accept or decline a team invitation by id (no id: list open ones)."""
+    def answer_invitation(invitation_id: str = "", accept: bool = True, before: str = "") -> CallToolResult:
+        """Accept or decline a team invitation by id (no id: list open ones, a page at a time; `before`
+        is the `next` of the page before)."""
         if not invitation_id:
-            open_ones = hub(lambda c: c.invitations())
-            return answer(f"{len(open_ones)} open invitation(s).", open_ones, key="invitations")
+            page = hub(lambda c: c.invitations(before=before or None))
+            sentence = f"{len(page['invitations'])} open invitation(s)"
+            if page.get("next"):
+                sentence += f"; more: answer_invitation with before={page['next']!r}"
+            return answer(f"{sentence}.", {"invitations": page["invitations"], "next": page.get("next")})
         if not accept:
             hub(lambda c: c.invitation_answer(invitation_id, accept=False))
             return answer("Invitation declined; nothing changed.")

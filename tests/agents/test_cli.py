@@ -180,6 +180,39 @@ def test_team_join_says_what_the_hub_said_when_the_lead_has_not_invited_you(
     assert (code, out) == (1, "")
 
 
+def test_team_invitations_reaches_every_page_one_at_a_time(
+    inprocess_hub: str, register, api, capsys, monkeypatch
+) -> None:
+    """A lead with more requests to join than one page lists them a page at a time: each page
+    ends with the command that shows the next; with --json stdout stays the list of rows."""
+    monkeypatch.setattr("teams.services.invitations.INVITATIONS_PAGE", 2)
+    lead = register("lead-4")
+    api.post("teams", lead.token, {"name": "core"})
+    for n in range(3):
+        assert api.post("teams/join", register(f"asker-4{n}").token, {"lead": lead.id}).status_code == 202
+    monkeypatch.setenv("SWITCHBOARD_TOKEN", lead.token)
+
+    code, out, _ = run(capsys, "team", "invitations")
+    *first, more = out.splitlines()
+    assert code == 0 and len(first) == 2 and more.startswith("more: switchboard team invitations --before ")
+    code, out, _ = run(capsys, *more.removeprefix("more: switchboard ").split())
+    last = out.splitlines()
+    assert code == 0 and len(last) == 1 and "more:" not in out
+    rows = first + last  # newest first, each once
+    assert [row.split()[3] for row in rows] == ["asker-42", "asker-41", "asker-40"], rows
+    seen = [row.split()[0] for row in rows]
+
+    code, out, err = run(capsys, "team", "invitations", "--json")
+    page = json.loads(out)
+    assert code == 0 and [i["id"] for i in page] == seen[:2]
+    assert err.strip() == f"more: switchboard team invitations --before {seen[1]}"
+    code, out, err = run(capsys, "team", "invitations", "--json", "--before", seen[1])
+    assert (code, [i["id"] for i in json.loads(out)], err) == (0, seen[2:], "")
+
+    code, out, err = run(capsys, "team", "invitations", "--before", "not-an-id")
+    assert code == 3 and out == "" and "before" in err  # the hub's sentence on the bad cursor
+
+
 def test_install_hooks_prints_then_merges_without_clobbering(tmp_path: Path, capsys) -> None:
     settings = tmp_path / ".claude" / "settings.json"
     settings.parent.mkdir()

@@ -131,6 +131,35 @@ def test_an_agent_asks_to_join_lists_its_request_and_withdraws_it(
     assert api.get("teams/invitations", lead.token).json_body["invitations"] == []
 
 
+def test_a_lead_pages_through_more_requests_to_join_than_one_page(
+    inprocess_hub: str, api, register, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """answer_invitation with no id lists a page and the `next` to pass as `before` for the rest."""
+    monkeypatch.setattr("teams.services.invitations.INVITATIONS_PAGE", 2)
+    monkeypatch.setenv("SWITCHBOARD_NAME", "boss")
+    server = build_server(Identity(cwd="/work/boss"))
+    pages: list[dict[str, Any]] = []
+
+    async def session() -> None:
+        async with Client(server) as client:
+            await client.call_tool("create_team", {"name": "core"})
+            lead = await anyio.to_thread.run_sync(lambda: AgentSession.objects.get(name="boss"))
+            for n in range(3):
+                asker = await anyio.to_thread.run_sync(register, f"asker-{n}")
+                await anyio.to_thread.run_sync(api.post, "teams/join", asker.token, {"lead": str(lead.id)})
+            pages.append((await client.call_tool("answer_invitation", {})).structured_content)
+            following = {"before": pages[0]["next"]}
+            pages.append((await client.call_tool("answer_invitation", following)).structured_content)
+
+    anyio.run(session)
+
+    first, last = pages
+    assert f"more: answer_invitation with before='{first['next']}'" in first["result"]
+    assert "next" not in last and "more" not in last["result"]
+    names = [i["session_label"].split()[0] for page in pages for i in page["invitations"]]
+    assert names == ["asker-2", "asker-1", "asker-0"]  # newest first, each once
+
+
 def test_a_hub_that_is_down_gives_a_retry_sentence(db, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", "k")
     server = build_server(Identity(url="http://127.0.0.1:9", cwd="/work/x"))
