@@ -90,7 +90,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _again(args: argparse.Namespace, command: str) -> str:
+def as_this_session(args: argparse.Namespace, command: str) -> str:
     """`command` as a shell command acting as the same session as this one (its --session and --url)."""
     import shlex
 
@@ -152,7 +152,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             priority="urgent" if args.urgent else "normal",
             in_reply_to=args.reply_to,
         )
-    step = for_shell(sent.get("hint"), lambda sub: _again(args, sub), id=sent["id"])
+    step = for_shell(sent.get("hint"), lambda sub: as_this_session(args, sub), id=sent["id"])
     _emit(args, sent, f"{sent['result']}{step}\nmessage id {sent['id']}")
     return EXIT_OK
 
@@ -167,7 +167,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             if client.pull_unsettled and not args.unacked:
                 exc.detail += (
                     " Messages may have been handed over before the failure: "
-                    f"`{_again(args, 'inbox --unacked')}` shows them."
+                    f"`{as_this_session(args, 'inbox --unacked')}` shows them."
                 )
             raise
         if not messages:
@@ -175,7 +175,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
                 _out("[]")
             print("No messages waiting.", file=sys.stderr)
             return EXIT_NOTHING
-        again = _again(args, "inbox --unacked")
+        again = as_this_session(args, "inbox --unacked")
         shown = _out(
             json.dumps(messages, ensure_ascii=False)
             if args.json
@@ -414,7 +414,7 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
             if getattr(args, "json", False):
                 print(json.dumps({"error": exc.code, "detail": exc.detail, **exc.data}), file=sys.stderr)
             else:
-                step = for_shell(exc.data.get("hint"), lambda sub: _again(args, sub))
+                step = for_shell(exc.data.get("hint"), lambda sub: as_this_session(args, sub))
                 print(f"switchboard: {exc.detail}{step} [{exc.code}]", file=sys.stderr)
             return EXIT_HUB
 

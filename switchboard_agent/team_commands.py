@@ -122,7 +122,7 @@ def add_team_commands(
     guard: Callable[[Command], Command],
 ) -> None:
     """`team invite|join|requests|withdraw|invitations|accept|decline|allow-watcher|watchers|revoke-watcher`."""
-    from switchboard_agent.commands import EXIT_NOTHING, EXIT_OK, _again
+    from switchboard_agent.commands import EXIT_NOTHING, EXIT_OK, as_this_session
 
     def cmd_invite(args: argparse.Namespace) -> int:
         with client_for(args) as client:
@@ -165,7 +165,7 @@ def add_team_commands(
         if not page.get("next"):
             return page["invitations"], None
         # Quoted: the cursor is the hub's text, and the line is meant to be pasted into a shell.
-        return page["invitations"], _again(
+        return page["invitations"], as_this_session(
             args, f"team invitations --before {shlex.quote(str(page['next']))}"
         )
 
