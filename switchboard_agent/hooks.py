@@ -9,7 +9,8 @@ Claude Code (2.1.332, run for real in tests/clients/test_claude.py): every event
   permission mode Claude Code was started with, `claude_launch_mode`), or carry on
   the hub session its Claude Code process already has (after /clear or /resume the session id
   changes, the hub session and its ref do not); `hookSpecificOutput.additionalContext` tells the
-  model who it is on the hub.
+  model who it is on the hub. A new session registers idle; one carried on is idle after /clear
+  and otherwise keeps the status this client last reported (`Hook.start_status`).
 - UserPromptSubmit, PostToolUse: pull waiting messages and inject them as
   `hookSpecificOutput.additionalContext` (the pull marks them delivered; a prompt after an idle
   reports busy in the same request).
@@ -262,13 +263,14 @@ class Hook:
             session_forget(old_key)
         return saved
 
-    def register(self, *, stale_token: str | None = None) -> SavedSession:
+    def register(self, *, stale_token: str | None = None, status: str = "busy") -> SavedSession:
         """Register this session once: hooks of one session that start together (three tool calls
         at once, with no saved session) take the lock in turn, and the later ones find the first's.
         A registration whose answer was lost is resent with its registration key, and the hub hands
         back the session it made, and a few saved sessions of agents that are gone are ended first
         (`registration.session_register_saved`).
-        `stale_token`: the saved token the hub refused (then a fresh registration replaces it)."""
+        `stale_token`: the saved token the hub refused (then a fresh registration replaces it).
+        `status`: the session's status as it registers (`busy` within a turn)."""
         if not self.key:
             raise ValueError("The hook input has no session_id.")
         with self.lock():
@@ -290,6 +292,7 @@ class Hook:
                 deadline=self.deadline,
                 keys=found.keys if found is not None else [self.key],
                 client=self.client_name,
+                status=status,
             )
 
     def session(self) -> SavedSession:
@@ -319,6 +322,16 @@ class Hook:
         mine = sessions_of_process(self.anchor, self.url)
         return len(mine) == 1 and mine[0].key != saved.key
 
+    def start_status(self, saved: SavedSession) -> str:
+        """The status SessionStart reports for the session it carries on. After /clear the agent
+        sits at an empty prompt: idle. Otherwise (startup or resume, which a `-p` run's prompt
+        follows at once, or a compaction, which may come within a turn) the status this client
+        last reported, again: the hub's idle → idle and busy → busy change nothing and notify no
+        one, and a session stopped meanwhile comes back."""
+        if self.event.get("source") == "clear":
+            return "idle"
+        return "idle" if saved.status == "idle" else "busy"
+
     def on_session_start(self) -> dict[str, Any] | None:
         saved = self.saved()
         if saved is None or (saved.anchor != self.anchor and self.left_behind(saved)):
@@ -329,10 +342,11 @@ class Hook:
                     saved = None
                 saved = saved or self.adopt()
         if saved is not None:
+            status = self.start_status(saved)
             try:
                 with self.client(saved.token) as client:
-                    client.set_status("busy")
-                saved.status = "busy"
+                    client.set_status(status)
+                saved.status = status
                 self.follow_bypass(saved)
                 if self.anchor:
                     # A session resumed by a new client process (after a crash) is that process's
@@ -342,9 +356,10 @@ class Hook:
             except HubError as exc:
                 if exc.status != 401:
                     raise
-                saved = self.register(stale_token=saved.token)  # the hub no longer knows it
+                # The hub no longer knows it.
+                saved = self.register(stale_token=saved.token, status=status)
         else:
-            saved = self.register()
+            saved = self.register(status="idle")  # no turn has started yet
         context = (
             f"You are registered on the Switchboard hub as {saved.name} [{saved.ref}]. Other agent "
             "sessions can message you; their messages appear in your context between tool calls, "

@@ -211,10 +211,10 @@ class Identity:
             **kwargs,
         )
 
-    def register(self, *, stale_token: str | None = None) -> HubClient:
+    def register(self, *, stale_token: str | None = None, status: str = "busy") -> HubClient:
         """Register a session of this process's own. A Codex MCP server owns its Codex process's
         session instead: the one its hooks registered (or it registers, under the same lock and
-        key), saved so the hooks find it; it ends that session when it exits with Codex.
+        key, as `status`), saved so the hooks find it; it ends that session when it exits with Codex.
         `stale_token`: a saved token the hub refused (then a fresh registration replaces it)."""
         if not self.owns_client_session:
             client = self._make_client(self.url, None)
@@ -235,7 +235,9 @@ class Identity:
         with session_lock(key):
             saved = session_find(key, self.url)
             if saved is None or saved.token == stale_token:
-                saved = self._register_saved(key=key, anchor=anchor, kind=self.kind, client=self.kind)
+                saved = self._register_saved(
+                    key=key, anchor=anchor, kind=self.kind, client=self.kind, status=status
+                )
         self.owned = True
         return self._use(saved)
 
@@ -342,8 +344,14 @@ class Identity:
             return fn(client)
 
     def start(self) -> None:
-        """Register now unless attaching to a hooks session (those appear a moment later)."""
-        if not self.attach_to_hooks or self.owns_client_session:
+        """Register now unless attaching to a hooks session (those appear a moment later). The
+        Codex process's session, registered here as Codex starts, before its first turn, is idle
+        (its hooks report each turn's start and end)."""
+        if self.owns_client_session:
+            with self._lock:
+                if self._client is None:
+                    self.register(status="idle")
+        elif not self.attach_to_hooks:
             self.client()
 
     def close(self, *, wait: float = 1.0) -> None:

@@ -60,6 +60,7 @@ def test_the_mcp_server_and_the_hooks_of_one_codex_process_are_one_session(
 
     session = AgentSession.objects.get(name="api")
     assert session.kind == "codex" and server.session["ref"] == session.ref
+    assert session.status == "idle"  # Codex sits at its prompt until the first turn starts
     assert started is not None
     context = started["hookSpecificOutput"]
     assert context["hookEventName"] == "SessionStart"
@@ -74,6 +75,7 @@ def test_messages_reach_codex_between_steps_and_stop_reports_the_final_answer(
 ) -> None:
     server = codex_mcp_server()
     hook(codex_event("SessionStart", source="startup"))
+    assert hook(codex_event("UserPromptSubmit", prompt="build it")) is None
     peer.send(to="api", message="The build needs --locked.")
 
     tool = hook(

@@ -243,9 +243,12 @@ def test_clear_keeps_the_hub_session_and_a_peer_s_pinned_send_still_arrives(
     alice = register("alice")
     name, ref = _registered(fire("SessionStart", SID_A, source="startup"))
 
+    fire("UserPromptSubmit", SID_A, prompt="fix it")
+    fire("Stop", SID_A, stop_hook_active=False, last_assistant_message="Fixed.")
     fire("SessionEnd", SID_A, reason="clear")
     if next_start == "SessionStart":
         assert _registered(fire("SessionStart", SID_B, source="clear")) == (name, ref)
+        assert AgentSession.objects.get(ref=ref).status == "idle"  # at an empty prompt
 
     with HubClient(inprocess_hub, alice.token) as peer:
         sent = peer.send(to=f"{name} [{ref}]", message="Still there after the clear?")

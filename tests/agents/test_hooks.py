@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from messaging.models import AgentSession, Delivery
+from messaging.models import AgentSession, AuditEvent, Delivery
 from switchboard_agent.client import HubClient
 from switchboard_agent.config import Breaker, session_load
 from switchboard_agent.hooks import run_hook
@@ -66,7 +66,8 @@ def test_session_start_registers_and_keeps_the_token_private(inprocess_hub: str)
 
     assert code == 0
     session = AgentSession.objects.get(name="billing")
-    assert (session.kind, session.status, session.cwd) == ("claude-code", "busy", "/work/billing")
+    # no turn has started: the agent sits at its prompt
+    assert (session.kind, session.status, session.cwd) == ("claude-code", "idle", "/work/billing")
     context = out["hookSpecificOutput"]
     assert context["hookEventName"] == "SessionStart"
     assert f"billing [{session.ref}]" in context["additionalContext"]
@@ -188,6 +189,7 @@ def test_user_prompt_submit_injects_and_marks_the_session_busy_again(started, re
 
 
 def test_stop_with_messages_waiting_keeps_the_agent_working(started, register, send) -> None:
+    hook(event("UserPromptSubmit", prompt="fix it"))
     send(register("alice"), "billing", "Before you stop: the deploy needs your sign-off.")
 
     code, out = hook(event("Stop", stop_hook_active=False, last_assistant_message="All done."))
@@ -280,6 +282,64 @@ def test_many_waiting_messages_stay_within_the_context_budget(started, register,
     assert Delivery.objects.filter(state="delivered").count() == 5
 
 
+def status_changes() -> int:
+    return AuditEvent.objects.filter(kind="session.status").count()
+
+
+@pytest.mark.parametrize("source", ["clear", "resume", "startup", "compact"])
+def test_session_start_at_the_prompt_leaves_the_session_idle_and_tells_no_one(started, source: str) -> None:
+    """After a turn that ended, the agent sits at its prompt: a /clear, a /resume, a start that
+    resumes or a /compact there leaves the hub session idle, with its final answer, unchanged."""
+    hook(event("UserPromptSubmit", prompt="fix it"))
+    hook(event("Stop", stop_hook_active=False, last_assistant_message="Fixed."))
+    changes = status_changes()
+
+    code, out = hook(event("SessionStart", source=source))
+
+    assert code == 0 and out is not None
+    assert "1 request(s)" in last_log_line()
+    started.refresh_from_db()
+    assert (started.status, started.final_answer) == ("idle", "Fixed.")
+    assert status_changes() == changes  # no change: no idle notice, no subscription fired
+    hook(event("UserPromptSubmit", prompt="next"))  # the next turn reports busy again
+    started.refresh_from_db()
+    assert started.status == "busy"
+
+
+@pytest.mark.parametrize("source", ["compact", "resume", "startup"])
+def test_session_start_within_a_turn_keeps_it_busy_and_wakes_no_watcher(
+    started, api, register, source: str
+) -> None:
+    """A compaction within a turn, or a `-p` run's start whose prompt follows at once: the session
+    stays busy, and whoever waits for its idle hears only when the turn ends."""
+    hook(event("UserPromptSubmit", prompt="fix it"))
+    alice = register("alice")
+    made = api.post("teams/subscriptions", alice.token, {"target": str(started.id)})
+    assert made.json_body["state"] == "waiting"
+
+    assert hook(event("SessionStart", source=source))[0] == 0
+    hook(event("UserPromptSubmit", prompt="go on"))
+
+    started.refresh_from_db()
+    assert started.status == "busy"
+    assert not Delivery.objects.filter(recipient_id=alice.id).exists()
+    hook(event("Stop", stop_hook_active=False, last_assistant_message="Fixed."))
+    assert Delivery.objects.filter(recipient_id=alice.id).count() == 1  # told once, at the real idle
+
+
+def test_a_hub_that_forgot_the_session_registers_it_idle_after_clear(started) -> None:
+    from messaging.principals import HUB
+    from messaging.services.sessions import session_deregister
+
+    hook(event("UserPromptSubmit", prompt="fix it"))
+    session_deregister(session=started, actor=HUB)
+
+    assert hook(event("SessionStart", source="clear"))[0] == 0
+
+    assert "2 request(s)" in last_log_line()  # refused, registered again
+    assert AgentSession.objects.get(name="billing", status="idle").pk != started.pk
+
+
 def test_a_hub_that_forgot_the_session_gets_a_fresh_registration(started, register, send) -> None:
     from messaging.principals import HUB
     from messaging.services.sessions import session_deregister
@@ -302,7 +362,7 @@ def test_every_hook_event_is_one_round_trip(inprocess_hub: str, register, send) 
     tool = {"tool_name": "Bash", "tool_input": {}}
     # (label, the event, a message alice sends first, the status the session has after it)
     steps: list[tuple[str, dict[str, Any], str | None, str]] = [
-        ("SessionStart (startup)", event("SessionStart", source="startup"), None, "busy"),
+        ("SessionStart (startup)", event("SessionStart", source="startup"), None, "idle"),
         ("UserPromptSubmit (busy)", event("UserPromptSubmit", prompt="fix it"), None, "busy"),
         ("PostToolUse (nothing)", event("PostToolUse", **tool, tool_use_id="t1"), None, "busy"),
         ("PostToolUse (message)", event("PostToolUse", **tool, tool_use_id="t2"), "note a", "busy"),
@@ -327,6 +387,8 @@ def test_every_hook_event_is_one_round_trip(inprocess_hub: str, register, send) 
         ),
         ("UserPromptSubmit (after idle, nothing)", event("UserPromptSubmit", prompt="more"), None, "busy"),
         ("SessionStart (resume)", event("SessionStart", source="resume"), None, "busy"),
+        ("SessionStart (compact)", event("SessionStart", source="compact"), None, "busy"),
+        ("SessionStart (clear)", event("SessionStart", source="clear"), None, "idle"),
         ("SessionEnd", event("SessionEnd", reason="prompt_input_exit"), None, "exited"),
     ]
     counts = {}

@@ -197,10 +197,10 @@ def test_with_hooks_installed_the_mcp_server_acts_as_the_hooks_session(
 
     again = identity.call(lambda c: c.me())  # /clear keeps the hub session (and the ref peers pinned)
 
-    assert again["id"] == me["id"] and again["ref"] == me["ref"] and again["status"] == "busy"
+    assert again["id"] == me["id"] and again["ref"] == me["ref"] and again["status"] == "idle"
     assert AgentSession.objects.count() == 1 and not identity.owned
     identity.close()
-    assert AgentSession.objects.get(pk=again["id"]).status == "busy"  # not ours to deregister
+    assert AgentSession.objects.get(pk=again["id"]).status == "idle"  # not ours to deregister
 
 
 @pytest.mark.parametrize("client", ["claude", "gemini", "codex"])

@@ -415,10 +415,10 @@ def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_resum
     tmp_path: Path,
 ) -> None:
     """`/clear` starts a new Claude Code session id in the same process: the hooks carry the hub
-    session over, so a message a peer pinned to its ref before the clear reaches it after, and the
-    MCP server (which keeps the id it started with, and first acts after the clear) sends as that
-    session. `/resume` of the first conversation, in the same process, keeps it too. `/exit` ends
-    it. The rules of tests/agents/test_hook_identity.py's
+    session over (idle at the empty prompt), so a message a peer pinned to its ref before the clear
+    reaches it after, and the MCP server (which keeps the id it started with, and first acts after
+    the clear) sends as that session. `/resume` of the first conversation, in the same process,
+    keeps it too (idle again). `/exit` ends it. The rules of tests/agents/test_hook_identity.py's
     test_clear_keeps_the_hub_session_and_a_peer_s_pinned_send_still_arrives,
     test_the_mcp_server_follows_its_session_across_clear_by_the_first_session_id and
     test_resume_in_the_same_process_keeps_the_hub_session."""
@@ -435,12 +435,14 @@ def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_resum
             terminal.type("/clear")
             steps += ("SessionEnd", "SessionStart")
             terminal.until(hooks_began_with(tmp_path, *steps), "/clear")
+            [cleared] = claude_sessions(tmp_path)  # its SessionStart hook has answered
             terminal.type("Say hello to the agent called peer.")
             steps += ("UserPromptSubmit", "PostToolUse", "PostToolUse", "Stop")  # ToolSearch, the send
             terminal.until(hooks_began_with(tmp_path, *steps), "the turn after /clear")
             terminal.type(f"/resume {first_conversation.stem}")
             steps += ("SessionEnd", "SessionStart")
             terminal.until(hooks_began_with(tmp_path, *steps), "/resume")
+            [resumed] = claude_sessions(tmp_path)
             terminal.type("/exit")
             steps += ("SessionEnd",)
             terminal.until(hooks_began_with(tmp_path, *steps), "SessionEnd after /exit")
@@ -450,6 +452,12 @@ def test_an_interactive_claude_code_keeps_its_hub_session_across_clear_and_resum
             terminal.close()
         inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
 
+    # At the empty prompt after /clear, and after /resume, the hub shows the session idle.
+    assert (before["status"], cleared["status"], resumed["status"]) == ("idle", "idle", "idle"), (
+        before,
+        cleared,
+        resumed,
+    )
     # One hub session, the same before and after /clear and /resume, ended by /exit.
     [session] = claude_sessions(tmp_path)
     assert (session["ref"], session["status"]) == (before["ref"], "exited"), session
