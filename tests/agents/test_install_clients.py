@@ -85,7 +85,8 @@ def test_claude_code_hooks_reach_the_mcp_server_s_hub_on_a_non_default_port(
         stub.close()
     assert out["code"] == 0 and out["answer"] is not None, (home / "agent.log").read_text()
     assert REGISTERED.search(out["answer"]["hookSpecificOutput"]["additionalContext"])
-    assert agents(hub, enroll(hub, "watcher")["token"])["payments"]["status"] == "busy"
+    # A new session sits at its first prompt: idle until a turn starts.
+    assert agents(hub, enroll(hub, "watcher")["token"])["payments"]["status"] == "idle"
 
 
 # --- Gemini CLI ---------------------------------------------------------------------------------
@@ -428,7 +429,11 @@ def test_a_notify_program_from_an_earlier_install_still_reports_idle(
         assert stub.send(op="mcp_start", argv=[server["command"], *server["args"]], env=server["env"]) == {
             "ok": True
         }
-        assert agents(hub, bob["token"])["codex-api"]["status"] == "busy"
+        # Codex's MCP server registers its process's session as Codex starts: idle at the prompt.
+        assert agents(hub, bob["token"])["codex-api"]["status"] == "idle"
+        # A turn under way (with no hooks installed, nothing else reports it): busy.
+        busy = stub.send(op="mcp_call", tool="set_status", args={"status": "busy"})
+        assert not busy["is_error"] and agents(hub, bob["token"])["codex-api"]["status"] == "busy", busy
         # Codex's notify after a turn: argv plus the JSON (codex-rs legacy notify) as the last argument.
         turn = {
             "type": "agent-turn-complete",
