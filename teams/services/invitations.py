@@ -193,6 +193,16 @@ def join_request_withdraw(*, request_id: Any, actor: Principal) -> JoinRequest:
     return request
 
 
+def join_requests_purge(*, now: Any = None, batch: int = 1000) -> int:
+    """Delete requests to join that have been closed or lapsed for SWITCHBOARD_TEAM_INVITATION_SECONDS:
+    every ask writes one, asks to sessions that lead no team included, and only open ones are
+    listed, so without this they would pile up for as long as their asker lives. Returns how many."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.SWITCHBOARD_TEAM_INVITATION_SECONDS)
+    done = JoinRequest.objects.filter(Q(expires_at__lt=cutoff) | Q(answered_at__lt=cutoff))
+    ids = list(done.values_list("pk", flat=True)[:batch])
+    return JoinRequest.objects.filter(pk__in=ids).delete()[0] if ids else 0
+
+
 def join_request_summary(request: JoinRequest) -> dict[str, Any]:
     """A request to join as its asker sees it: whom it asked, never the team (see `JoinRequest`)."""
     return {

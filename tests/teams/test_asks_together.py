@@ -97,3 +97,28 @@ def test_an_ask_whose_invitation_is_withdrawn_meanwhile_is_an_ask_like_any_other
     [request] = JoinRequest.objects.filter(asker_id=asker.id)
     assert request.state == "open" and request.invitation is not None
     assert request.invitation.asked_by == "session" and request.invitation.state == "open"
+
+
+def test_requests_to_join_long_closed_or_lapsed_are_deleted(api, register, settings):
+    """Every ask writes the asker's request, asks to sessions that lead no team included; only
+    open ones are listed. Those closed or lapsed for an invitation period go with the sweep, so
+    one asker's rows do not pile up for as long as it lives; an open one stays."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from teams.services.invitations import join_requests_purge
+
+    asker, others = register("asker-p"), [register(f"nobody-{n}") for n in range(3)]
+    for other in others:
+        assert api.post("teams/join", asker.token, {"lead": other.id}).status_code == 202
+    [withdrawn, *_] = JoinRequest.objects.filter(asker_id=asker.id)
+    assert api.delete(f"teams/join/{withdrawn.id}", asker.token).status_code == 200
+    assert join_requests_purge() == 0
+
+    period = timedelta(seconds=settings.SWITCHBOARD_TEAM_INVITATION_SECONDS)
+    assert join_requests_purge(now=timezone.now() + period + timedelta(minutes=1)) == 1  # the withdrawn
+    assert join_requests_purge(now=timezone.now() + 2 * period + timedelta(minutes=1)) == 2  # lapsed
+    fresh = api.post("teams/join", asker.token, {"lead": others[0].id})
+    assert fresh.status_code == 202 and join_requests_purge() == 0
+    assert JoinRequest.objects.filter(asker_id=asker.id).count() == 1
