@@ -260,6 +260,24 @@ def hub_in(space: Netns, home: Path) -> HubInNetns:
     return hub
 
 
+def until_while_running(
+    proc: subprocess.Popen[bytes],
+    name: str,
+    check: Callable[[], bool],
+    what: str,
+    *,
+    timeout: float,
+    output: Callable[[], str],
+) -> None:
+    """Wait (at most `timeout` s) until `check` holds, failing at once if the client `proc` (`name`)
+    exits first; either failure shows the client's `output`."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert proc.poll() is None, f"{name} exited before {what}:\n{output()}"
+        assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{output()}"
+        time.sleep(0.1)
+
+
 class Terminal:
     """An interactive client (`argv`) in `cwd`, on a pseudo-terminal of 40x120, inside the
     namespace: keys typed in, the screen's text (escape sequences dropped) read back. `enter`: the
@@ -323,11 +341,9 @@ class Terminal:
         os.write(self.master, self.enter)
 
     def until(self, check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            assert self.proc.poll() is None, f"{self.name} exited before {what}:\n{self.screen()[-3000:]}"
-            assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{self.screen()[-3000:]}"
-            time.sleep(0.1)
+        until_while_running(
+            self.proc, self.name, check, what, timeout=timeout, output=lambda: self.screen()[-3000:]
+        )
 
     def close(self) -> None:
         with contextlib.suppress(ProcessLookupError):

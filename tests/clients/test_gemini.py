@@ -40,6 +40,7 @@ from tests.clients.harness import (
     hub_sessions,
     install_hooks,
     netns,
+    until_while_running,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
@@ -135,11 +136,9 @@ class Run:
             )
 
     def until(self, check: Callable[[], bool], what: str, timeout: float = 40) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            assert self.proc.poll() is None, f"gemini exited before {what}:\n{self.log.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"gave up waiting for {what}"
-            time.sleep(0.1)
+        until_while_running(
+            self.proc, "gemini", check, what, timeout=timeout, output=lambda: self.log.read_text()[-4000:]
+        )
 
     def finish(self) -> float:
         """Wait for the CLI to exit (0); its run time in seconds."""
