@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from typing import Any
 
 from common import REPO, progress, summary_ms, write_result
 
+from hub_topology import free_port
 from hub_topology.embedded import start_hub
 from hub_topology.hung import HungHub
 from switchboard_agent.hooks import HOOK_DEADLINE
@@ -70,9 +70,7 @@ def hook(env: dict[str, str], url: str, payload: str) -> float:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody listens there
+    return f"http://127.0.0.1:{free_port()}"  # nobody listens there
 
 
 def agent_env(home: Path, **extra: str) -> dict[str, str]:

@@ -62,11 +62,54 @@ LOAD_ENV = {
 _running: list[Proc] = []
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+# Ports handed out below the kernel's ephemeral range, one slice per pytest-xdist worker and one
+# for a run without workers.
+_RESERVED_FIRST, _RESERVED_SLICE = 20000, 1000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_first() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now and no bind to port 0 will be given.
+
+    Between this call and the hub binding the port, any listener another test or xdist worker
+    opens on port 0 takes a port from the kernel's ephemeral range; the port returned here lies
+    below that range, in this worker's own slice, so such a listener can never take it first.
+    """
+    # A run without xdist (the browser tests beside the integration suite) has slice 0.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+    index = int(worker) + 1 if worker.isdigit() else 0
+    slices = (_ephemeral_first() - _RESERVED_FIRST) // _RESERVED_SLICE
+    if slices < 1:  # no room below the ephemeral range: let the kernel choose
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    first = _RESERVED_FIRST + index % slices * _RESERVED_SLICE
+    for _ in range(2):
+        start = secrets.randbelow(_RESERVED_SLICE)
+        for step in range(_RESERVED_SLICE):
+            port = first + (start + step) % _RESERVED_SLICE
+            # A port handed out is not given twice (its hub may not have bound it yet).
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+        _handed_out.clear()  # every port of the slice handed out once: long-stopped hubs freed theirs
+    raise RuntimeError(f"no free loopback port in {first}-{first + _RESERVED_SLICE - 1}")
 
 
 def wait_until(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.05) -> Any:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from hub_topology import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,9 +109,7 @@ def without_the_hub(
 
 
 def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody listens there
+    return f"http://127.0.0.1:{free_port()}"  # nobody listens there
 
 
 def test_every_agent_module_imports_without_any_hub_module(tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import socketserver
 import subprocess
 import threading
@@ -31,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from hub_topology import REPO
+from hub_topology import REPO, free_port
 from hub_topology.hung import HungHub
 from switchboard_agent.config import SavedSession, process_session_key, session_save
 from switchboard_agent.identity import client_anchor
@@ -150,8 +149,7 @@ class NobodyListening:
     """A loopback port nothing listens on (taken, then let go)."""
 
     def __init__(self) -> None:
-        with socket.create_server(("127.0.0.1", 0)) as taken:
-            self.url = f"http://127.0.0.1:{taken.getsockname()[1]}"
+        self.url = f"http://127.0.0.1:{free_port()}"
 
     accepted = None  # nothing to count
 

@@ -240,12 +240,9 @@ def test_session_end_reports_exit(started) -> None:
 
 
 def test_a_hub_that_is_down_never_breaks_the_agent(db, monkeypatch: pytest.MonkeyPatch) -> None:
-    import socket
+    from hub_topology import free_port
 
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    monkeypatch.setenv("SWITCHBOARD_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("SWITCHBOARD_URL", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("SWITCHBOARD_ENROLL_KEY", "whatever-key")
 
     for payload in (

@@ -7,13 +7,13 @@ The lead and the teammate talk to different web processes; the hook is a real HT
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from tests.integration.harness import free_port
 from tests.teams.hooks import Hook
 
 pytestmark = pytest.mark.integration
@@ -90,9 +90,7 @@ def test_the_worker_calls_the_gate_and_a_rejection_reaches_the_teammate(hub, hoo
 
 
 def test_a_hook_that_is_down_is_retried_by_beat_then_fails_open(hub):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/gate"
+    dead = f"http://127.0.0.1:{free_port()}/gate"
     lead, mate, team_id, _ = _crew(hub, "gate-down")
     with hub.client(0, headers=lead.headers) as c:
         body = {"url": dead, "max_attempts": 2, "timeout_seconds": 1}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from hub_topology import free_port
 from teams.models import GateCheck
 from teams.services.gates import gate_checks_run_due
 from tests.teams.conftest import frames_in
@@ -36,10 +36,7 @@ def hook() -> Iterator[Hook]:
 @pytest.fixture
 def dead_url() -> str:
     """A loopback URL where nothing listens (the port was free a moment ago)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/gate"
+    return f"http://127.0.0.1:{free_port()}/gate"
 
 
 def _gate(api, crew, event, url, **options):
