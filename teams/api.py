@@ -28,7 +28,14 @@ from teams.selectors import (
     tasks_of_team,
     teams_visible,
 )
-from teams.services.frames import FrameResult, frame_send, request_get, request_summaries, request_summary
+from teams.services.frames import (
+    FrameResult,
+    frame_drop,
+    frame_send,
+    request_get,
+    request_summaries,
+    request_summary,
+)
 from teams.services.gates import check_summary, gate_remove, gate_set, gate_summary
 from teams.services.invitations import (
     invitation_answer,
@@ -69,7 +76,7 @@ from teams.services.teams import (
     team_create,
     team_end,
     team_get,
-    team_require_visible,
+    team_get_visible,
     team_summary,
 )
 from teams.services.watchers import watcher_allow, watcher_revoke, watcher_summary, watchers_visible
@@ -214,10 +221,22 @@ def _frame_out(result: FrameResult, caller: Principal) -> dict[str, Any]:
 
 
 def _visible_team(request: HttpRequest, team_id: uuid.UUID) -> tuple[Principal, Team]:
+    """The caller and the team its path names, when the caller reads that team (`team_get_visible`):
+    every `/teams/{team_id}` route starts here."""
     caller = principal(request)
-    team = team_get(team_id=team_id)
-    team_require_visible(team=team, actor=caller)
-    return caller, team
+    return caller, team_get_visible(team_id=team_id, actor=caller)
+
+
+def _frame_team(request: HttpRequest, team_id: uuid.UUID, frame_type: str) -> tuple[Principal, Team]:
+    """`_visible_team` for a route that sends a frame: a frame to a team the caller does not read
+    is refused with the same 404 as any other call there, and audited as every refused frame is."""
+    caller = principal(request)
+    try:
+        return caller, team_get_visible(team_id=team_id, actor=caller)
+    except NotFound as exc:
+        detail = f"team {team_id}: {exc.detail}"
+        frame_drop(actor=caller, team=None, frame_type=frame_type, why="not_a_member", detail=detail)
+        raise
 
 
 # --- teams and roster -----------------------------------------------------------------------------
@@ -434,8 +453,8 @@ def team_detail(request: HttpRequest, team_id: uuid.UUID, include_left: bool = F
 @router.post("/teams/{team_id}/end", response={200: dict, **ERRORS}, auth=AUTH)
 def end_team(request: HttpRequest, team_id: uuid.UUID) -> dict[str, Any]:
     """End the team (lead or operator). Its tasks and history stay, read-only."""
-    caller = principal(request)
-    team = team_end(team=team_get(team_id=team_id), actor=caller)
+    caller, team = _visible_team(request, team_id)
+    team = team_end(team=team, actor=caller)
     return team_summary(team, include_left=True)
 
 
@@ -443,8 +462,7 @@ def end_team(request: HttpRequest, team_id: uuid.UUID) -> dict[str, Any]:
 def add_member(request: HttpRequest, team_id: uuid.UUID, body: MemberIn) -> Status:
     """Operators add a session at once (201, its member). A lead invites it (202, the invitation):
     it joins when it accepts, or at once (201) if it had asked to join this team."""
-    caller = principal(request)
-    team = team_get(team_id=team_id)
+    caller, team = _visible_team(request, team_id)
     member_require_lead(team=team, actor=caller)
     session = _session_by_address(caller, body.session)
     return _joined(*team_invite(team=team, session=session, actor=caller, name=body.name))
@@ -453,8 +471,7 @@ def add_member(request: HttpRequest, team_id: uuid.UUID, body: MemberIn) -> Stat
 @router.delete("/teams/{team_id}/members/{member_id}", response={200: dict, **ERRORS}, auth=AUTH)
 def remove_member(request: HttpRequest, team_id: uuid.UUID, member_id: uuid.UUID) -> dict[str, Any]:
     """Leave the team (yourself), or take a teammate off it (lead, operator)."""
-    caller = principal(request)
-    team = team_get(team_id=team_id)
+    caller, team = _visible_team(request, team_id)
     member = member_require_live(team=team, member_id=member_id)
     return member_summary(member_leave(member=member, actor=caller))
 
@@ -465,9 +482,8 @@ def remove_member(request: HttpRequest, team_id: uuid.UUID, member_id: uuid.UUID
 def team_message(request: HttpRequest, team_id: uuid.UUID, body: TeamMessageIn) -> Status:
     """A plain message to a member by member id: refused if that member has left the roster, so a
     reused name never reaches a different teammate."""
-    caller = principal(request)
+    caller, team = _visible_team(request, team_id)
     session = caller.require_session()
-    team = team_get(team_id=team_id)
     sender = live_membership(session)
     if sender is None or sender.team_id != team.id:
         raise Forbidden("You are not on this team's roster.")
@@ -490,8 +506,7 @@ def team_message(request: HttpRequest, team_id: uuid.UUID, body: TeamMessageIn) 
 )
 def send_frame(request: HttpRequest, team_id: uuid.UUID, body: FrameIn) -> Status:
     """Send a structured frame (role-checked; responses must match an open request)."""
-    caller = principal(request)
-    team = team_get(team_id=team_id)
+    caller, team = _frame_team(request, team_id, body.type)
     result = frame_send(
         team=team,
         actor=caller,
@@ -516,8 +531,7 @@ def list_requests(request: HttpRequest, team_id: uuid.UUID, state: str | None = 
 @router.post("/teams/{team_id}/requests/{request_id}/respond", response={201: dict, **ERRORS}, auth=AUTH)
 def respond(request: HttpRequest, team_id: uuid.UUID, request_id: uuid.UUID, body: RespondIn) -> Status:
     """Answer an open request addressed to you: approve, or reject with a reason."""
-    caller = principal(request)
-    team = team_get(team_id=team_id)
+    caller, team = _visible_team(request, team_id)
     found = request_get(team=team, request_id=request_id)
     result = frame_send(
         team=team,
@@ -534,8 +548,7 @@ def respond(request: HttpRequest, team_id: uuid.UUID, request_id: uuid.UUID, bod
 @router.post("/teams/{team_id}/members/{member_id}/shutdown", response={201: dict, **ERRORS}, auth=AUTH)
 def ask_shutdown(request: HttpRequest, team_id: uuid.UUID, member_id: uuid.UUID, body: ShutdownIn) -> Status:
     """The lead asks a teammate to shut down (asking again returns the open request)."""
-    caller = principal(request)
-    team = team_get(team_id=team_id)
+    caller, team = _frame_team(request, team_id, "shutdown_request")
     return Status(
         201,
         _frame_out(
@@ -549,8 +562,7 @@ def answer_shutdown(
     request: HttpRequest, team_id: uuid.UUID, request_id: uuid.UUID, body: RespondIn
 ) -> Status:
     """The teammate answers a shutdown request: approve (it stops) or reject with a reason."""
-    caller = principal(request)
-    team = team_get(team_id=team_id)
+    caller, team = _frame_team(request, team_id, "shutdown_response")
     result = shutdown_respond(
         team=team, actor=caller, request_id=request_id, approve=body.approve, reason=body.reason
     )
@@ -575,8 +587,7 @@ def put_gate(
     body: GateIn,
 ) -> dict[str, Any]:
     """Install the team's HTTP hook for one event (lead or operator)."""
-    caller = principal(request)
-    team = team_get(team_id=team_id)
+    caller, team = _visible_team(request, team_id)
     gate = gate_set(
         team=team,
         event=GateEvent(event),
@@ -592,8 +603,7 @@ def put_gate(
 @router.delete("/teams/{team_id}/gates/{event}", response={200: dict, **ERRORS}, auth=AUTH)
 def delete_gate(request: HttpRequest, team_id: uuid.UUID, event: str) -> dict[str, Any]:
     """Remove the team's hook for one event (lead or operator)."""
-    caller = principal(request)
-    team = team_get(team_id=team_id)
+    caller, team = _visible_team(request, team_id)
     return {"removed": gate_remove(team=team, event=event, actor=caller)}
 
 
@@ -603,9 +613,9 @@ def delete_gate(request: HttpRequest, team_id: uuid.UUID, event: str) -> dict[st
 @router.post("/teams/{team_id}/tasks", response={201: dict, **ERRORS}, auth=AUTH)
 def create_task(request: HttpRequest, team_id: uuid.UUID, body: TaskIn) -> Status:
     """Put a task on the board (any member or an operator), optionally blocked by others."""
-    caller = principal(request)
+    caller, team = _visible_team(request, team_id)
     task = task_create(
-        team=team_get(team_id=team_id),
+        team=team,
         actor=caller,
         title=body.title,
         description=body.description,

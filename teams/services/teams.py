@@ -49,6 +49,20 @@ def team_get(*, team_id: Any) -> Team:
         raise NotFound("No team with that id.") from exc
 
 
+def team_get_visible(*, team_id: Any, actor: Principal) -> Team:
+    """The team with that id, for a caller that reads it (`team_require_visible`). Every route
+    that names a team by id starts here, whatever it then does: a team the caller does not read
+    gets the very answer of an id no team has. So neither a read nor an action (ending it,
+    inviting, taking a member off, a message, a frame, a gate, a task) tells a former member, or
+    any other session holding the id, whether the team still runs, who leads it or who left it."""
+    try:
+        team = team_get(team_id=team_id)
+        team_require_visible(team=team, actor=actor)
+    except NotFound:
+        raise NotFound("No team with that id is visible to you.") from None
+    return team
+
+
 def team_require_visible(*, team: Team, actor: Principal) -> Membership | None:
     """The check before every read of a team (roster, board, a task, gates, requests). Operators
     read every team (None); a session reads the live team it is on now, and an ended team it was

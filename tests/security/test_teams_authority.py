@@ -6,6 +6,7 @@ replays an attack."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from messaging.models import AuditEvent
@@ -280,6 +281,57 @@ def test_an_ended_team_is_read_by_its_last_roster_not_by_who_left_before(api, cr
     assert api.get(crew.path("/tasks"), crew.bob.token).status_code == 404
     assert api.get(f"tasks/{task['id']}", crew.bob.token).status_code == 404
     assert api.get("teams?include_ended=true", crew.bob.token).json_body["teams"] == []
+
+
+# Every route that names a team by id, with a body it would take from a member: (method, path
+# below /teams/{id}, body). Member and request ids are filled in from the crew.
+def _team_routes(crew: Any) -> list[tuple[str, str, Any]]:
+    lead, alice, some_request = crew.members["lead-one"], crew.members["alice"], uuid.uuid4()
+    return [
+        ("GET", "", None),
+        ("GET", "/tasks", None),
+        ("GET", "/requests", None),
+        ("GET", "/gates", None),
+        ("POST", "/end", None),
+        ("POST", "/members", {"session": crew.bob.id}),
+        ("DELETE", f"/members/{alice}", None),
+        ("DELETE", f"/members/{lead}", None),
+        ("POST", "/messages", {"to_member": lead, "message": "still there?"}),
+        ("POST", "/frames", {"type": "plan_approval_request", "body": {"plan": "p"}}),
+        ("POST", f"/requests/{some_request}/respond", {"approve": True}),
+        ("POST", f"/members/{alice}/shutdown", {}),
+        ("POST", f"/shutdown/{some_request}", {"approve": True}),
+        ("PUT", "/gates/task_created", {"url": "https://192.0.2.1/hook"}),
+        ("DELETE", "/gates/task_created", None),
+        ("POST", "/tasks", {"title": "one more"}),
+    ]
+
+
+def test_a_former_member_learns_nothing_from_the_team_s_id(api, crew):
+    """The attack: bob, taken off the live team, still holds its id and its member ids. Reads
+    answer him 404 as if the team did not exist; every other route that names the team by id must
+    too, with the very answer of an id no team has. Otherwise ending it, inviting, taking a member
+    off, a frame, a gate or a task tells him what the team did after he left: that alice left since
+    (409 `stale_member`, naming her), who leads it (400 `lead_cannot_leave`), that it still runs
+    (403) or has ended (409 `team_ended`)."""
+    assert api.delete(crew.path(f"/members/{crew.members['bob']}"), crew.lead.token).status_code == 200
+    assert api.delete(crew.path(f"/members/{crew.members['alice']}"), crew.alice.token).status_code == 200
+    nowhere = f"teams/{uuid.uuid4()}"
+
+    def told() -> list[tuple[str, str, int, Any]]:
+        """What bob learns: each route whose answer on the team differs from one on no team."""
+        differs = []
+        for method, suffix, body in _team_routes(crew):
+            there = api.call(method, crew.path(suffix), crew.bob.token, body)
+            absent = api.call(method, nowhere + suffix, crew.bob.token, body)
+            assert absent.status_code == 404, (method, suffix, absent.json_body)
+            if (there.status_code, there.json_body) != (absent.status_code, absent.json_body):
+                differs.append((method, suffix, there.status_code, there.json_body))
+        return differs
+
+    assert told() == []  # the team runs on
+    assert api.post(crew.path("/end"), crew.lead.token).status_code == 200
+    assert told() == []  # the team has ended
 
 
 # --- a request's text is read only by whoever may read the frame that carried it -------------------
