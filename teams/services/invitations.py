@@ -28,6 +28,7 @@ from messaging.errors import Conflict, Forbidden, NotFound
 from messaging.models import AgentSession
 from messaging.principals import Principal
 from messaging.services.audit import audit_event
+from messaging.services.locks import lock_id, locks_taken
 from teams.models import (
     Invitation,
     InvitationAsker,
@@ -237,8 +238,6 @@ def _say_yes(
         return _accept(open_one, actor=actor, name=name)
     if open_one is not None:
         return open_one, None  # asking twice is the same request, and tells nobody twice
-    if side == Asker.LEAD:
-        _require_room_for_invitation(session, now=now)
     try:
         with transaction.atomic():
             if not _lock_team(team):  # it ended a moment ago, after the checks above
@@ -246,6 +245,8 @@ def _say_yes(
                     return None, None  # as if `lead` led no team: the asker is not told it ended
                 team.refresh_from_db()
                 team_require_live(team=team)
+            if side == Asker.LEAD:
+                _require_room_for_invitation(session, now=now)
             invitation = Invitation.objects.create(
                 team=team,
                 session=session,
@@ -274,7 +275,14 @@ def _require_room_for_invitation(session: AgentSession, *, now: Any) -> None:
     open ones from the leads of all teams. The bound on invitation notices is per inviting lead, so
     without this, sessions that each lead a team would fill the session's inbox with the hub's
     notices (which no sender's share limits). The refusal names the cap, never how many invitations
-    other teams sent, and writes nothing."""
+    other teams sent, and writes nothing.
+
+    Run inside the transaction that writes the invitation, after the team's lock (`_lock_team`):
+    it holds the lock of invitations to `session` until that transaction ends, so leads of many
+    teams inviting it at once are counted one after another and never pass the cap together. Only
+    opening an invitation takes that lock, and always last, so it closes no cycle with the row
+    locks other paths take (the team's, the session's)."""
+    locks_taken([lock_id("team_invitations_to", str(session.pk))])
     cap = settings.SWITCHBOARD_INVITATIONS_PER_RECIPIENT
     held = Invitation.objects.filter(
         session=session, asked_by=Asker.LEAD, state=InvitationState.OPEN, expires_at__gt=now
