@@ -21,12 +21,12 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, NotFound
 from messaging.models import AgentSession
-from messaging.principals import Principal
+from messaging.principals import HUB, Principal
 from messaging.services.audit import audit_event
 from messaging.services.locks import lock_id, locks_taken
 from teams.models import (
@@ -229,9 +229,7 @@ def _say_yes(
     else:
         member_name, _ = roster_check_joinable(team=team, session=session, name=name)
     now = timezone.now()
-    Invitation.objects.filter(
-        team=team, session=session, state=InvitationState.OPEN, expires_at__lte=now
-    ).update(state=InvitationState.EXPIRED)
+    _lapse(Invitation.objects.filter(team=team, session=session), now=now)
     open_one = Invitation.objects.filter(team=team, session=session, state=InvitationState.OPEN).first()
     if open_one is not None and open_one.asked_by != side:
         # The other side said yes already: this is the second yes.
@@ -433,11 +431,10 @@ def _require_answerer(invitation: Invitation, actor: Principal) -> None:
 
 
 def _require_open(invitation: Invitation) -> None:
-    if invitation.state == InvitationState.OPEN and invitation.expires_at <= timezone.now():
-        Invitation.objects.filter(pk=invitation.pk, state=InvitationState.OPEN).update(
-            state=InvitationState.EXPIRED
-        )
-        invitation.state = InvitationState.EXPIRED
+    now = timezone.now()
+    if invitation.state == InvitationState.OPEN and invitation.expires_at <= now:
+        _lapse(Invitation.objects.filter(pk=invitation.pk), now=now)
+        invitation.refresh_from_db(fields=["state", "answered_at", "answered_by"])
     if invitation.state != InvitationState.OPEN:
         raise Conflict(
             f"Invitation {invitation.id} is {invitation.state}; nothing changed.", reason="stale_invitation"
@@ -474,6 +471,9 @@ def invitation_cancel(*, invitation_id: Any, actor: Principal) -> Invitation:
 
 
 def _close(invitation: Invitation, *, actor: Principal, state: str) -> None:
+    """Move an open invitation to `state` (answered, withdrawn, cancelled with its team, lapsed)
+    under its team's lock, audited, its notice withdrawn; the opener hears a decline, and an asker
+    that its request was accepted. Conflict when it was closed a moment ago."""
     now = timezone.now()
     with transaction.atomic():
         _lock_team(invitation.team)
@@ -502,22 +502,43 @@ def _close(invitation: Invitation, *, actor: Principal, state: str) -> None:
             _tell_opener(invitation)
 
 
+def invitations_expire_due(*, now: Any = None, batch: int = 500) -> int:
+    """Close open invitations past their expiry (the teams sweep). Returns how many."""
+    return _lapse(Invitation.objects.all(), now=now or timezone.now(), batch=batch)
+
+
+def _lapse(invitations: QuerySet[Invitation], *, now: Any, batch: int = 500) -> int:
+    """Close the open invitations among `invitations` past their expiry as `expired`, with what
+    closing takes along (`_close`: the unread notice asking for an answer is withdrawn). The one
+    way an invitation lapses, whether the sweep finds it first or an answer or a new invitation
+    does. Returns how many it closed."""
+    due = invitations.filter(expires_at__lte=now)
+    return _close_open(due, actor=HUB, state=InvitationState.EXPIRED, batch=batch)
+
+
 def invitations_cancel_for_team(*, team: Team, actor: Principal) -> int:
     """Cancel the open invitations of a team that is ending, withdrawing their unread notices: an
     invitation stands only while its team is live. Run by `team_end` in its transaction, before
     the roster closes. Returns how many were cancelled."""
     # The lead's notice of the requests to join goes first, so closing each below rewrites nothing.
     notice_withdraw(kind=ASKS_NOTICE, source=team.id, recipient=_lead_of(team), why="team ended")
-    cancelled = 0
-    for invitation in Invitation.objects.select_related("team", "session").filter(
-        team=team, state=InvitationState.OPEN
-    ):
+    return _close_open(Invitation.objects.filter(team=team), actor=actor, state=InvitationState.CANCELLED)
+
+
+def _close_open(
+    invitations: QuerySet[Invitation], *, actor: Principal, state: str, batch: int | None = None
+) -> int:
+    """`_close` each invitation among `invitations` still open (the first `batch` to expire);
+    one answered meanwhile is left as it is. Returns how many it closed."""
+    still_open = invitations.select_related("team", "session").filter(state=InvitationState.OPEN)
+    closed = 0
+    for invitation in still_open.order_by("expires_at")[:batch]:
         try:
-            _close(invitation, actor=actor, state=InvitationState.CANCELLED)
+            _close(invitation, actor=actor, state=state)
         except Conflict:
             continue  # answered a moment ago
-        cancelled += 1
-    return cancelled
+        closed += 1
+    return closed
 
 
 def _withdraw_notice(invitation: Invitation, *, why: str) -> None:
