@@ -10,7 +10,8 @@ roster as soon as its lead adds it, with no further step. An operator adds a ses
 it lists and withdraws whoever it asked (`join_requests_of`, `join_request_withdraw`).
 A lead hears of the requests to its team through one notice, rewritten as they come and go
 (`_tell_lead_of_asks`), and lists them all (`invitations_visible`).
-Invitations and requests expire after SWITCHBOARD_TEAM_INVITATION_SECONDS.
+Invitations and requests expire after SWITCHBOARD_TEAM_INVITATION_SECONDS. However an invitation
+closes (answered, withdrawn, its team ended, lapsed), its unread notice goes with it (`_close`).
 """
 
 from __future__ import annotations
