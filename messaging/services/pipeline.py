@@ -78,6 +78,7 @@ from messaging.services.limits import (
     unread_counted,
     unread_share_full,
 )
+from messaging.services.locks import lock_id, locks_taken
 from messaging.services.pair import dedupe_key, pair_facts, pair_texts_params, pair_texts_sql
 from messaging.services.recipients import (
     PIN_CHECKED_RULES,
@@ -95,7 +96,6 @@ from messaging.services.sending import (
     decision_facts,
     files_scanned,
     first_delivery,
-    idempotency_lock_id,
     message_event,
     messages_write,
     reply_checked,
@@ -211,11 +211,7 @@ def idempotency_keys_locked(keys: list[tuple[Any, str]]) -> None:
     a rate limit or a copy. PostgreSQL: advisory locks, taken in one order so two groups (in two
     web processes) that share keys never wait on each other in a cycle; SQLite's IMMEDIATE
     transaction already serializes every writer."""
-    if connection.vendor != "postgresql" or not keys:
-        return
-    locks = sorted({idempotency_lock_id(sender_id=str(sender_id), key=key) for sender_id, key in keys})
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(id) FROM unnest(%s::bigint[]) AS id", [locks])
+    locks_taken(lock_id(str(sender_id), key) for sender_id, key in keys)
 
 
 def read_ahead(batches: list[tuple[_Batch, list[_Item]]], *, now: Any) -> None:

@@ -347,12 +347,6 @@ def decision_facts(
     )
 
 
-def idempotency_lock_id(*, sender_id: str, key: str) -> int:
-    """The PostgreSQL advisory lock id of (sender, idempotency key)."""
-    digest = hashlib.sha256(f"{sender_id}:{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
 def accepted_message(
     *,
     message_id: Any = None,

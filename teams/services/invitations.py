@@ -10,7 +10,8 @@ roster as soon as its lead adds it, with no further step. An operator adds a ses
 it lists and withdraws whoever it asked (`join_requests_of`, `join_request_withdraw`).
 A lead hears of the requests to its team through one notice, rewritten as they come and go
 (`_tell_lead_of_asks`), and lists them all (`invitations_visible`).
-Invitations and requests expire after SWITCHBOARD_TEAM_INVITATION_SECONDS.
+Invitations and requests expire after SWITCHBOARD_TEAM_INVITATION_SECONDS. However an invitation
+closes (answered, withdrawn, its team ended, lapsed), its unread notice goes with it (`_close`).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from messaging.errors import Conflict, Forbidden, NotFound
 from messaging.models import AgentSession
-from messaging.principals import Principal
+from messaging.principals import HUB, Principal
 from messaging.services.audit import audit_event
+from messaging.services.locks import lock_id, locks_taken
 from teams.models import (
     Invitation,
     InvitationAsker,
@@ -228,17 +230,13 @@ def _say_yes(
     else:
         member_name, _ = roster_check_joinable(team=team, session=session, name=name)
     now = timezone.now()
-    Invitation.objects.filter(
-        team=team, session=session, state=InvitationState.OPEN, expires_at__lte=now
-    ).update(state=InvitationState.EXPIRED)
+    _lapse(Invitation.objects.filter(team=team, session=session), now=now)
     open_one = Invitation.objects.filter(team=team, session=session, state=InvitationState.OPEN).first()
     if open_one is not None and open_one.asked_by != side:
         # The other side said yes already: this is the second yes.
         return _accept(open_one, actor=actor, name=name)
     if open_one is not None:
         return open_one, None  # asking twice is the same request, and tells nobody twice
-    if side == Asker.LEAD:
-        _require_room_for_invitation(session, now=now)
     try:
         with transaction.atomic():
             if not _lock_team(team):  # it ended a moment ago, after the checks above
@@ -246,6 +244,8 @@ def _say_yes(
                     return None, None  # as if `lead` led no team: the asker is not told it ended
                 team.refresh_from_db()
                 team_require_live(team=team)
+            if side == Asker.LEAD:
+                _require_room_for_invitation(session, now=now)
             invitation = Invitation.objects.create(
                 team=team,
                 session=session,
@@ -274,7 +274,14 @@ def _require_room_for_invitation(session: AgentSession, *, now: Any) -> None:
     open ones from the leads of all teams. The bound on invitation notices is per inviting lead, so
     without this, sessions that each lead a team would fill the session's inbox with the hub's
     notices (which no sender's share limits). The refusal names the cap, never how many invitations
-    other teams sent, and writes nothing."""
+    other teams sent, and writes nothing.
+
+    Run inside the transaction that writes the invitation, after the team's lock (`_lock_team`):
+    it holds the lock of invitations to `session` until that transaction ends, so leads of many
+    teams inviting it at once are counted one after another and never pass the cap together. Only
+    opening an invitation takes that lock, and always last, so it closes no cycle with the row
+    locks other paths take (the team's, the session's)."""
+    locks_taken([lock_id("team_invitations_to", str(session.pk))])
     cap = settings.SWITCHBOARD_INVITATIONS_PER_RECIPIENT
     held = Invitation.objects.filter(
         session=session, asked_by=Asker.LEAD, state=InvitationState.OPEN, expires_at__gt=now
@@ -425,11 +432,10 @@ def _require_answerer(invitation: Invitation, actor: Principal) -> None:
 
 
 def _require_open(invitation: Invitation) -> None:
-    if invitation.state == InvitationState.OPEN and invitation.expires_at <= timezone.now():
-        Invitation.objects.filter(pk=invitation.pk, state=InvitationState.OPEN).update(
-            state=InvitationState.EXPIRED
-        )
-        invitation.state = InvitationState.EXPIRED
+    now = timezone.now()
+    if invitation.state == InvitationState.OPEN and invitation.expires_at <= now:
+        _lapse(Invitation.objects.filter(pk=invitation.pk), now=now)
+        invitation.refresh_from_db(fields=["state", "answered_at", "answered_by"])
     if invitation.state != InvitationState.OPEN:
         raise Conflict(
             f"Invitation {invitation.id} is {invitation.state}; nothing changed.", reason="stale_invitation"
@@ -466,6 +472,9 @@ def invitation_cancel(*, invitation_id: Any, actor: Principal) -> Invitation:
 
 
 def _close(invitation: Invitation, *, actor: Principal, state: str) -> None:
+    """Move an open invitation to `state` (answered, withdrawn, cancelled with its team, lapsed)
+    under its team's lock, audited, its notice withdrawn; the opener hears a decline, and an asker
+    that its request was accepted. Conflict when it was closed a moment ago."""
     now = timezone.now()
     with transaction.atomic():
         _lock_team(invitation.team)
@@ -494,22 +503,43 @@ def _close(invitation: Invitation, *, actor: Principal, state: str) -> None:
             _tell_opener(invitation)
 
 
+def invitations_expire_due(*, now: Any = None, batch: int = 500) -> int:
+    """Close open invitations past their expiry (the teams sweep). Returns how many."""
+    return _lapse(Invitation.objects.all(), now=now or timezone.now(), batch=batch)
+
+
+def _lapse(invitations: QuerySet[Invitation], *, now: Any, batch: int = 500) -> int:
+    """Close the open invitations among `invitations` past their expiry as `expired`, with what
+    closing takes along (`_close`: the unread notice asking for an answer is withdrawn). The one
+    way an invitation lapses, whether the sweep finds it first or an answer or a new invitation
+    does. Returns how many it closed."""
+    due = invitations.filter(expires_at__lte=now)
+    return _close_open(due, actor=HUB, state=InvitationState.EXPIRED, batch=batch)
+
+
 def invitations_cancel_for_team(*, team: Team, actor: Principal) -> int:
     """Cancel the open invitations of a team that is ending, withdrawing their unread notices: an
     invitation stands only while its team is live. Run by `team_end` in its transaction, before
     the roster closes. Returns how many were cancelled."""
     # The lead's notice of the requests to join goes first, so closing each below rewrites nothing.
     notice_withdraw(kind=ASKS_NOTICE, source=team.id, recipient=_lead_of(team), why="team ended")
-    cancelled = 0
-    for invitation in Invitation.objects.select_related("team", "session").filter(
-        team=team, state=InvitationState.OPEN
-    ):
+    return _close_open(Invitation.objects.filter(team=team), actor=actor, state=InvitationState.CANCELLED)
+
+
+def _close_open(
+    invitations: QuerySet[Invitation], *, actor: Principal, state: str, batch: int | None = None
+) -> int:
+    """`_close` each invitation among `invitations` still open (the first `batch` to expire);
+    one answered meanwhile is left as it is. Returns how many it closed."""
+    still_open = invitations.select_related("team", "session").filter(state=InvitationState.OPEN)
+    closed = 0
+    for invitation in still_open.order_by("expires_at")[:batch]:
         try:
-            _close(invitation, actor=actor, state=InvitationState.CANCELLED)
+            _close(invitation, actor=actor, state=state)
         except Conflict:
             continue  # answered a moment ago
-        cancelled += 1
-    return cancelled
+        closed += 1
+    return closed
 
 
 def _withdraw_notice(invitation: Invitation, *, why: str) -> None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
+from django.utils import timezone
+
 from messaging.models import AuditEvent, Delivery, Message
-from teams.models import Task
+from teams.models import Invitation, JoinRequest, Task
+from teams.tasks import sweep_teams
 from tests.teams.conftest import join_team
 
 
@@ -225,3 +229,60 @@ def test_a_leads_one_notice_of_requests_to_join_follows_them_as_they_come_and_go
     assert api.post(f"teams/{team['id']}/end", lead.token).status_code == 200
     assert _asks_notices(lead) == []
     assert Message.objects.filter(text__contains='"team_join_request"').count() == written
+
+
+def _invitation_notices(session: Any) -> list[dict[str, Any]]:
+    """The session's invitation notices still unread (peeked, not pulled), each as its frame."""
+    rows = Delivery.objects.filter(
+        recipient_id=session.id, state="queued", message__text__contains='"team_invitation"'
+    ).select_related("message")
+    return [json.loads(d.message.text) for d in rows]
+
+
+def _lapse_all() -> None:
+    """Every invitation and request to join reaches its expiry now."""
+    past = timezone.now() - timedelta(seconds=1)
+    Invitation.objects.update(expires_at=past)
+    JoinRequest.objects.update(expires_at=past)
+
+
+def test_invitations_that_lapse_take_their_unread_notices_with_them(api, register):
+    """An invitation stands until its expiry; past it, the notice asking for an answer must not
+    wait unread for a session to act on an invitation that no longer exists. The teams sweep
+    closes lapsed invitations as `expired` and withdraws the invited session's notice; a lapsed
+    request to join leaves the lead's notice of requests rewritten without it, or withdrawn."""
+    lead, invited, asker = register("lead-x"), register("invited-x"), register("asker-x")
+    team = api.post("teams", lead.token, {"name": "x"}).json_body
+    assert api.post(f"teams/{team['id']}/members", lead.token, {"session": invited.id}).status_code == 202
+    assert api.post("teams/join", asker.token, {"lead": lead.id}).status_code == 202
+    assert len(_invitation_notices(invited)) == 1 and len(_asks_notices(lead)) == 1
+
+    _lapse_all()
+    swept = sweep_teams()
+
+    assert swept["invitations_expired"] == 2
+    assert set(Invitation.objects.values_list("state", flat=True)) == {"expired"}
+    assert _invitation_notices(invited) == [] and _asks_notices(lead) == []
+    inbox = api.get("inbox", invited.token).json_body["messages"]
+    assert not any('"team_invitation"' in m["text"] for m in inbox)
+    assert AuditEvent.objects.filter(kind="team.invitation_expired").count() == 2
+    assert sweep_teams()["invitations_expired"] == 0
+
+
+def test_an_answer_to_a_lapsed_invitation_withdraws_its_notice_before_the_sweep_does(api, register):
+    """The session answers after the expiry but before the sweep: it is told the invitation
+    expired, and the notice goes as the sweep would have taken it. Inviting it again writes one
+    notice of the new invitation, not a second one beside the lapsed one's."""
+    lead, invited = register("lead-y"), register("invited-y")
+    team = api.post("teams", lead.token, {"name": "y"}).json_body
+    first = api.post(f"teams/{team['id']}/members", lead.token, {"session": invited.id}).json_body
+    _lapse_all()
+
+    late = api.post(f"teams/invitations/{first['invitation']['id']}/accept", invited.token)
+
+    assert late.status_code == 409 and "expired" in late.json_body["detail"], late.json_body
+    assert _invitation_notices(invited) == []
+    again = api.post(f"teams/{team['id']}/members", lead.token, {"session": invited.id}).json_body
+    [notice] = _invitation_notices(invited)
+    assert notice["invitation_id"] == again["invitation"]["id"] != first["invitation"]["id"]
+    assert AuditEvent.objects.filter(kind="team.invitation_expired").count() == 1
