@@ -142,6 +142,11 @@ if _db_pool and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql
         # With the database down, a request waits this long for a connection, then gets a 503.
         "timeout": _env_int("SWITCHBOARD_DB_POOL_TIMEOUT", 2),
         "max_idle": 60,  # give idle connections back, so quiet processes hold few
+        # A connection that failed is replaced by retries whose wait doubles (1, 2, 4, 8 s ...) for
+        # reconnect_timeout, so after an outage the pool would wait up to as long again before
+        # it noticed PostgreSQL was back. Giving up after 2 s frees the slot, and the next waiting
+        # request starts a fresh retry: a process reconnects within about a second of PostgreSQL.
+        "reconnect_timeout": 2,
     }
 # PostgreSQL: send parameters apart from the SQL and let psycopg prepare a statement the second
 # time a connection runs it, so PostgreSQL plans each of the hub's few hot statements once per
