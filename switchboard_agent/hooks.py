@@ -20,6 +20,8 @@ Claude Code (2.1.332, run for real in tests/clients/test_claude.py): every event
   reports it idle with the final answer.
 - SessionEnd (`reason`): deregister (the session exits on the hub), except for `clear` (and
   `resume`), after which the same process goes on as a new session id.
+A turn the user interrupts (Esc) runs no hook at all (nor the `idle_prompt` Notification, which
+follows only a completed turn): the session stays busy until its next turn ends or a /clear.
 
 Gemini CLI (checked end to end against 0.61.0, tests/clients/test_gemini.py) runs each hook through
 `bash -c` with the same base fields (no `permission_mode`; `timestamp` besides); its events map onto

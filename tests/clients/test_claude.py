@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -627,3 +628,76 @@ def test_a_conversation_resumed_by_a_new_claude_code_while_the_first_runs_is_a_s
     calls = hook_calls(tmp_path)
     assert [event for event, _, _, _ in calls] == list(steps), calls
     assert all(level == "INFO" and outcome == "ok" for _, outcome, _, level in calls), calls
+
+
+# Esc as Claude Code 2.1.332 reads it on this pseudo-terminal: the kitty keyboard protocol's Escape
+# (CSI 27 u), as its Enter is CSI 13 u.
+ESCAPE = b"\x1b[27u"
+# How long Claude Code's prompt waits for its user before its `idle_prompt` notification, here
+# (`messageIdleNotifThresholdMs` in `~/.claude.json`; 60000 by default).
+IDLE_NOTICE_MS = 2000
+# Events that could tell a hook a turn has ended, each recorded (its JSON input, one line) by a
+# hook of the test's own.
+TURN_END_EVENTS = ("Stop", "StopFailure", "PostToolUseFailure", "Notification")
+
+
+def test_an_interactive_claude_code_interrupted_mid_turn_runs_no_hook_so_it_shows_busy(
+    tmp_path: Path,
+) -> None:
+    """Esc ends a turn with no hook at all: no Stop, StopFailure or PostToolUseFailure, and no
+    `idle_prompt` Notification either (Claude Code 2.1.332 sends that only after a turn that
+    completed, once its prompt has waited `messageIdleNotifThresholdMs`): the hub shows the session
+    busy until its next turn ends. docs/agents.md says so. Then a turn that completes: Stop reports
+    idle, and the `idle_prompt` Notification follows (the threshold here is in force). The first
+    model never answers (its gate stays shut), so the first turn ends only by the interrupt."""
+    recorded_events = tmp_path / "turn-end-events.jsonl"
+    with netns() as space:
+        hub_in(space, tmp_path)
+        project = interactive_project_in(tmp_path)
+        user = json.loads((tmp_path / ".claude.json").read_text())
+        (tmp_path / ".claude.json").write_text(
+            json.dumps(user | {"messageIdleNotifThresholdMs": IDLE_NOTICE_MS})
+        )
+        local = project / ".claude" / "settings.local.json"
+        record = {"type": "command", "command": f"{{ cat; echo; }} >> {recorded_events}"}
+        hooks = {event: [{"matcher": "*", "hooks": [record]}] for event in TURN_END_EVENTS}
+        local.write_text(json.dumps(json.loads(local.read_text()) | {"hooks": hooks}))
+        requests, _ = model_in(space, tmp_path, tool="", args={})  # holds its answer: no gate
+        debug = tmp_path / "claude-debug.log"
+        argv = [client_bin("claude"), "--debug-file", str(debug)]
+        terminal = Terminal(space, argv, claude_env(tmp_path), project, enter=ENTER)
+        try:
+            terminal.until(hooks_began_with(tmp_path, "SessionStart"), "SessionStart")
+            terminal.type("Tell me when you are done.")
+            terminal.until(lambda: conversation(requests), "the model's first request")
+            terminal.until(hooks_began_with(tmp_path, "SessionStart", "UserPromptSubmit"), "the turn's start")
+            os.write(terminal.master, ESCAPE)
+            terminal.until(lambda: "Request was aborted" in debug.read_text(), "the interrupt")
+            time.sleep(IDLE_NOTICE_MS / 1000 + 5)  # the threshold, and time for any hook to run
+            [interrupted] = claude_sessions(tmp_path)
+            after_interrupt = recorded_events.read_text() if recorded_events.exists() else ""
+
+            stop_model(space)
+            _, gate = model_in(space, tmp_path, tool="", args={})
+            gate.touch()
+            terminal.type("Tell me when you are done.")
+            terminal.until(
+                lambda: recorded_events.exists() and "idle_prompt" in recorded_events.read_text(),
+                "idle_prompt after a turn",
+            )
+        finally:
+            terminal.close()
+
+    assert (interrupted["status"], after_interrupt) == ("busy", ""), (interrupted, after_interrupt)
+    [stop, notice] = [json.loads(line) for line in recorded_events.read_text().splitlines() if line.strip()]
+    assert (stop["hook_event_name"], notice["hook_event_name"]) == ("Stop", "Notification"), (stop, notice)
+    assert notice["notification_type"] == "idle_prompt" and notice["session_id"] == stop["session_id"], notice
+    [session] = claude_sessions(tmp_path)
+    assert (session["ref"], session["status"]) == (interrupted["ref"], "idle"), session
+    calls = hook_calls(tmp_path)
+    assert [event for event, _, _, _ in calls] == [
+        "SessionStart",
+        "UserPromptSubmit",
+        "UserPromptSubmit",
+        "Stop",
+    ], calls
