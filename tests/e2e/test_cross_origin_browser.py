@@ -176,3 +176,66 @@ def test_a_page_on_another_port_cannot_act_read_or_listen_with_the_operators_log
     child = page.frames[1] if len(page.frames) > 1 else None
     assert child is None or not child.url.startswith(world.hub.url), child and child.url
     console.context.close()
+
+
+def _login_expiry(page: Any, hub: World) -> float:
+    return next(c["expires"] for c in page.context.cookies(hub.hub.url) if c["name"] == "sessionid")
+
+
+def _exports(hub: World) -> int:
+    return len(hub.operator("GET", "audit?kind=conversation.exported&limit=500")["events"])
+
+
+def test_a_page_on_another_port_can_neither_export_in_the_operators_name_nor_keep_the_login_alive(
+    world: World,  # noqa: F811
+    browser: Any,  # noqa: F811
+    attacker: AttackerSite,
+) -> None:
+    """Its GETs carry the operator's cookie (same site): an `<img>` pointed at a conversation
+    export downloaded it and wrote `conversation.exported` (held text included) to the audit as
+    the operator's act, a link to it did the same, and any request, a favicon's, moved the
+    login's idle expiry on, so a tab left open kept the console logged in."""
+    a, b = world.register("export-a"), world.register("export-b")
+    world.send(a, b.ref, "between us")
+    export = f"{world.hub.url}/sessions/{a.id}/export?with={b.ref}&include_held=1"
+    exports = _exports(world)
+    console = log_in(browser, world)
+    console.goto("about:blank")  # the console's own page would keep its login alive meanwhile
+    before = _login_expiry(console, world)
+    console.wait_for_timeout(1500)  # a refreshed expiry would now differ by a second or more
+    page = console.context.new_page()
+    asked: list[str] = []
+    for finished in ("requestfinished", "requestfailed"):
+        page.on(finished, lambda r: asked.append(r.url) if r.url.startswith(world.hub.url) else None)
+
+    page.goto(
+        attacker.page(
+            "images.html",
+            f'<!doctype html><img src="{export}"><img src="{world.hub.url}/favicon.ico?again">'
+            f'<iframe src="{world.hub.url}/holds/"></iframe>',
+        )
+    )
+    page.wait_for_load_state("load")
+    page.wait_for_timeout(500)
+
+    assert len(asked) == 3, asked  # the browser sent all three, with the operator's cookie
+    assert _exports(world) == exports
+    assert _login_expiry(console, world) == before
+    with page.expect_response(lambda r: r.url.startswith(export)) as link:
+        page.evaluate("(url) => { location.href = url; }", export)
+    assert link.value.status == 403
+    assert _exports(world) == exports
+
+    console.bring_to_front()
+    console.goto(world.hub.url + f"/sessions/{a.id}/")
+    assert _login_expiry(console, world) > before
+    with console.expect_download() as own:
+        console.evaluate(
+            "(url) => { const l = document.createElement('a'); l.href = url; l.download = ''; "
+            "document.body.append(l); l.click(); }",
+            export,
+        )
+    assert own.value.suggested_filename.startswith("switchboard-pair-export-a")
+    own.value.path()  # the whole export read: it is audited once it ends
+    assert _exports(world) == exports + 1
+    console.context.close()
