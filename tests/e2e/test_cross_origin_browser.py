@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.console_world import World, delivery_id_of, log_in
+from tests.e2e.console_world import CHROMIUM, CHROMIUM_ARGS, World, delivery_id_of, log_in
 
 pytestmark = pytest.mark.e2e
 
@@ -239,3 +239,64 @@ def test_a_page_on_another_port_can_neither_export_in_the_operators_name_nor_kee
     own.value.path()  # the whole export read: it is audited once it ends
     assert _exports(world) == exports + 1
     console.context.close()
+
+
+def test_a_dns_rebinding_page_reads_nothing_and_opens_no_socket(
+    world: World,  # noqa: F811
+    browser: Any,  # noqa: F811
+) -> None:
+    """A page at evil.test:<the hub's port> whose name then resolves to 127.0.0.1 is the same
+    origin as what it calls, so the browser lets it read every answer and open any socket; only
+    the hub's Host check stands in the way. Chromium resolves evil.test to 127.0.0.1 here, and the
+    attacker's script runs in a document of that origin (the hub's own answer to it: a document
+    the attacker's server sent would be from a public address, which Chromium's Local Network
+    Access keeps off loopback by itself; other browsers have no such rule)."""
+    port = world.hub.url.rsplit(":", 1)[1]
+    evil = f"http://evil.test:{port}"
+    agent = world.register("rebind-target")
+    chromium = browser.browser_type.launch(  # a browser of its own: the name is mapped at launch
+        executable_path=CHROMIUM,
+        args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP evil.test 127.0.0.1"],
+        headless=True,
+    )
+    try:
+        page = chromium.new_page()
+        page.goto(f"{evil}/")
+        tried = page.evaluate(
+            """async (enroll) => {
+                const out = {};
+                for (const path of ["/api/v1/agents", "/api/v1/federation/hub", "/login/", "/healthz"]) {
+                    const r = await fetch(path);
+                    const text = await r.text();
+                    let reason; try { reason = JSON.parse(text).reason; } catch (e) { reason = text.slice(0, 60); }
+                    out[path] = [r.status, reason];
+                }
+                const r = await fetch("/api/v1/sessions", {method: "POST", body: JSON.stringify({name: "x"}),
+                    headers: {"Content-Type": "application/json", Authorization: "Bearer " + enroll}});
+                out.register = r.status;
+                for (const path of ["/ws/agent/", "/ws/console/"]) {
+                    out[path] = await new Promise((done) => {
+                        const ws = new WebSocket("ws://" + location.host + path);
+                        ws.onopen = () => done("open");
+                        ws.onerror = () => done("refused");
+                        setTimeout(() => done("timeout"), 5000);
+                    });
+                }
+                return out;
+            }""",
+            world.hub.enroll_key,  # what a page that had learned the key would send
+        )
+    finally:
+        chromium.close()
+
+    assert tried == {
+        "/api/v1/agents": [400, "host"],
+        "/api/v1/federation/hub": [400, "host"],
+        "/login/": [400, "host"],
+        "/healthz": [400, "host"],
+        "register": 400,
+        "/ws/agent/": "refused",
+        "/ws/console/": "refused",
+    }, tried
+    names = [a["name"] for a in world.operator("GET", "agents")["agents"]]
+    assert agent.name in names and "x" not in names
