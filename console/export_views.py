@@ -13,6 +13,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
+from console.cross_site import same_origin_only
 from console.views import operator_required
 from messaging.errors import Invalid, NotFound
 from messaging.principals import operator_principal
@@ -79,6 +80,7 @@ def _download(request: HttpRequest, build: Build) -> HttpResponse:
     return response
 
 
+@same_origin_only
 @require_GET
 @operator_required
 def session_pair_export(request: HttpRequest, session_id: UUID) -> HttpResponse:
@@ -94,6 +96,7 @@ def session_pair_export(request: HttpRequest, session_id: UUID) -> HttpResponse:
     return _download(request, build)
 
 
+@same_origin_only
 @require_GET
 @operator_required
 def team_export(request: HttpRequest, team_id: UUID) -> HttpResponse:

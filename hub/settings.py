@@ -80,12 +80,15 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",  # outside the guard: its 403s too
+    # Before the session's: another page's request (an <img>, a fetch, a frame; the browser's
+    # Sec-Fetch-Site says so) is refused before the login is read or its idle expiry moved on.
+    "console.cross_site.CrossSiteGuard",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # answers a locked-out login with the lockout page
 ]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.console_world import World, delivery_id_of, log_in
+from tests.e2e.console_world import CHROMIUM, CHROMIUM_ARGS, World, delivery_id_of, log_in
 
 pytestmark = pytest.mark.e2e
 
@@ -176,3 +176,127 @@ def test_a_page_on_another_port_cannot_act_read_or_listen_with_the_operators_log
     child = page.frames[1] if len(page.frames) > 1 else None
     assert child is None or not child.url.startswith(world.hub.url), child and child.url
     console.context.close()
+
+
+def _login_expiry(page: Any, hub: World) -> float:
+    return next(c["expires"] for c in page.context.cookies(hub.hub.url) if c["name"] == "sessionid")
+
+
+def _exports(hub: World) -> int:
+    return len(hub.operator("GET", "audit?kind=conversation.exported&limit=500")["events"])
+
+
+def test_a_page_on_another_port_can_neither_export_in_the_operators_name_nor_keep_the_login_alive(
+    world: World,  # noqa: F811
+    browser: Any,  # noqa: F811
+    attacker: AttackerSite,
+) -> None:
+    """Its GETs carry the operator's cookie (same site): an `<img>` pointed at a conversation
+    export downloaded it and wrote `conversation.exported` (held text included) to the audit as
+    the operator's act, a link to it did the same, and any request, a favicon's, moved the
+    login's idle expiry on, so a tab left open kept the console logged in."""
+    a, b = world.register("export-a"), world.register("export-b")
+    world.send(a, b.ref, "between us")
+    export = f"{world.hub.url}/sessions/{a.id}/export?with={b.ref}&include_held=1"
+    exports = _exports(world)
+    console = log_in(browser, world)
+    console.goto("about:blank")  # the console's own page would keep its login alive meanwhile
+    before = _login_expiry(console, world)
+    console.wait_for_timeout(1500)  # a refreshed expiry would now differ by a second or more
+    page = console.context.new_page()
+    asked: list[str] = []
+    for finished in ("requestfinished", "requestfailed"):
+        page.on(finished, lambda r: asked.append(r.url) if r.url.startswith(world.hub.url) else None)
+
+    page.goto(
+        attacker.page(
+            "images.html",
+            f'<!doctype html><img src="{export}"><img src="{world.hub.url}/favicon.ico?again">'
+            f'<iframe src="{world.hub.url}/holds/"></iframe>',
+        )
+    )
+    page.wait_for_load_state("load")
+    page.wait_for_timeout(500)
+
+    assert len(asked) == 3, asked  # the browser sent all three, with the operator's cookie
+    assert _exports(world) == exports
+    assert _login_expiry(console, world) == before
+    with page.expect_response(lambda r: r.url.startswith(export)) as link:
+        page.evaluate("(url) => { location.href = url; }", export)
+    assert link.value.status == 403
+    assert _exports(world) == exports
+
+    console.bring_to_front()
+    console.goto(world.hub.url + f"/sessions/{a.id}/")
+    assert _login_expiry(console, world) > before
+    with console.expect_download() as own:
+        console.evaluate(
+            "(url) => { const l = document.createElement('a'); l.href = url; l.download = ''; "
+            "document.body.append(l); l.click(); }",
+            export,
+        )
+    assert own.value.suggested_filename.startswith("switchboard-pair-export-a")
+    own.value.path()  # the whole export read: it is audited once it ends
+    assert _exports(world) == exports + 1
+    console.context.close()
+
+
+def test_a_dns_rebinding_page_reads_nothing_and_opens_no_socket(
+    world: World,  # noqa: F811
+    browser: Any,  # noqa: F811
+) -> None:
+    """A page at evil.test:<the hub's port> whose name then resolves to 127.0.0.1 is the same
+    origin as what it calls, so the browser lets it read every answer and open any socket; only
+    the hub's Host check stands in the way. Chromium resolves evil.test to 127.0.0.1 here, and the
+    attacker's script runs in a document of that origin (the hub's own answer to it: a document
+    the attacker's server sent would be from a public address, which Chromium's Local Network
+    Access keeps off loopback by itself; other browsers have no such rule)."""
+    port = world.hub.url.rsplit(":", 1)[1]
+    evil = f"http://evil.test:{port}"
+    agent = world.register("rebind-target")
+    chromium = browser.browser_type.launch(  # a browser of its own: the name is mapped at launch
+        executable_path=CHROMIUM,
+        args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP evil.test 127.0.0.1"],
+        headless=True,
+    )
+    try:
+        page = chromium.new_page()
+        page.goto(f"{evil}/")
+        tried = page.evaluate(
+            """async (enroll) => {
+                const out = {};
+                for (const path of ["/api/v1/agents", "/api/v1/federation/hub", "/login/", "/healthz"]) {
+                    const r = await fetch(path);
+                    const text = await r.text();
+                    let reason; try { reason = JSON.parse(text).reason; } catch (e) { reason = text.slice(0, 60); }
+                    out[path] = [r.status, reason];
+                }
+                const r = await fetch("/api/v1/sessions", {method: "POST", body: JSON.stringify({name: "x"}),
+                    headers: {"Content-Type": "application/json", Authorization: "Bearer " + enroll}});
+                out.register = r.status;
+                for (const path of ["/ws/agent/", "/ws/console/"]) {
+                    out[path] = await new Promise((done) => {
+                        const ws = new WebSocket("ws://" + location.host + path);
+                        ws.onopen = () => done("open");
+                        ws.onerror = () => done("refused");
+                        setTimeout(() => done("timeout"), 5000);
+                    });
+                }
+                return out;
+            }""",
+            world.hub.enroll_key,  # what a page that had learned the key would send
+        )
+    finally:
+        chromium.close()
+
+    assert tried == {
+        "/api/v1/agents": [400, "host"],
+        "/api/v1/federation/hub": [400, "host"],
+        "/login/": [400, "host"],
+        "/healthz": [400, "host"],
+        "register": 400,
+        "/ws/agent/": "refused",
+        "/ws/console/": "refused",
+    }, tried
+    names = [a["name"] for a in world.operator("GET", "agents")["agents"]]
+    assert agent.name in names and "x" not in names
