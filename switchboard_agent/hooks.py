@@ -33,8 +33,10 @@ the final answer is the prompt's last model text in its session file, `transcrip
 Codex CLI (0.171.0, run for real in tests/clients/test_codex.py) runs hooks through `$SHELL -lc`
 with Claude Code's field names and output types: SessionStart (`source`: startup | resume | clear),
 UserPromptSubmit, PostToolUse, Stop (`last_assistant_message`; `{"decision": "block", "reason": ...}`
-becomes the agent's next prompt). Codex passes its MCP servers no session id, so the session is the
-Codex process's (`config.process_session_key`), shared with its MCP server, which ends it when Codex
+becomes the agent's next prompt), Interrupt (a turn the user ends with Esc runs no Stop but this;
+its output is `systemMessage` only): report the saved session idle with an empty final answer, and
+never register one. Codex passes its MCP servers no session id, so the session is the Codex
+process's (`config.process_session_key`), shared with its MCP server, which ends it when Codex
 exits; a /clear keeps it. Configs written before Codex had hooks run this as Codex's `notify`
 program instead (`{"type": "agent-turn-complete", ..., "last-assistant-message"}` as the last
 argument): that reports the session idle with the final answer (Codex reads nothing back).
@@ -125,6 +127,7 @@ EVENTS = {
         "UserPromptSubmit": "prompt",
         "PostToolUse": "tool",
         "Stop": "stop",
+        "Interrupt": "interrupt",
         "agent-turn-complete": "turn-complete",  # the legacy `notify` program (earlier installs)
     },
 }
@@ -450,6 +453,20 @@ class Hook:
         saved.status = "idle"
         session_save(saved)
 
+    def on_interrupt(self) -> None:
+        """Codex's Interrupt (the user pressed Esc mid-turn; no Stop follows): report the saved
+        session idle with an empty final answer. Only a session this process already has: an
+        interrupt never registers one (the turn's UserPromptSubmit did, or the MCP server), and a
+        hub that no longer knows the token waits for the next turn's hooks to register afresh.
+        Codex reads only `systemMessage` back, so nothing is pulled: what waits stays queued."""
+        saved = self.saved()
+        if saved is None:
+            return
+        with self.client(saved.token) as client:
+            client.set_status("idle", final_answer="")
+        saved.status = "idle"
+        session_save(saved)
+
     def on_session_end(self) -> dict[str, Any] | None:
         saved = self.saved()
         if saved is None:
@@ -476,6 +493,8 @@ class Hook:
             return self.on_stop()
         if step == "end":
             return self.on_session_end()
+        if step == "interrupt":
+            self.on_interrupt()
         if step == "turn-complete":
             self.on_turn_complete()
         return None

@@ -14,8 +14,8 @@ hooks and the tools of one agent always reach the same hub.
 - Codex CLI (codex-rs/config/src/hook_config.rs, codex-rs/hooks): `config.toml` (`$CODEX_HOME`,
   default `~/.codex`, for the user; `.codex/config.toml` in a trusted project)
   `[mcp_servers.switchboard]` and inline `[hooks]` tables (`[[hooks.Stop]]` groups, each with
-  `[[hooks.Stop.hooks]]` handlers: SessionStart, UserPromptSubmit, PostToolUse, Stop; `timeout` in
-  seconds). Codex asks its user to review and trust new hooks (`/hooks`) before they run. A
+  `[[hooks.Stop.hooks]]` handlers: SessionStart, UserPromptSubmit, PostToolUse, Stop, Interrupt;
+  `timeout` in seconds). Codex asks its user to review and trust new hooks (`/hooks`) before they run. A
   `notify` program an earlier install wrote is removed (the Stop hook reports idle now); the user's
   own is kept.
 
@@ -57,8 +57,9 @@ CLIENT_NAMES = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI
 CLIENT_RUNS = {"claude": "claude -p", "codex": "codex exec", "gemini": "gemini -p"}  # runs that cannot ask
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
 GEMINI_EVENTS = ("SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd")
-# No SessionEnd for Codex: its MCP server ends the session as Codex stops it.
-CODEX_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop")
+# No SessionEnd for Codex: its MCP server ends the session as Codex stops it. Interrupt: a turn its
+# user ends with Esc runs it instead of Stop.
+CODEX_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "Interrupt")
 # What a Gemini CLI user still does (checked against 0.61): the folder's trust is not ours to decide.
 GEMINI_NEXT = (
     "Gemini CLI runs these only in a trusted folder: trust it when Gemini asks on its first start "

@@ -146,3 +146,46 @@ def test_a_session_stays_bypass_when_a_later_hook_reports_default(
 
     assert AgentSession.objects.get(name="api").permission_mode == "bypass"
     server.close()
+
+
+def test_an_interrupted_turn_shows_idle_and_leaves_what_waits_queued(
+    inprocess_hub: str, peer: HubClient
+) -> None:
+    """Esc in Codex ends the turn with its Interrupt hook, no Stop: the session goes idle with no
+    final answer, a message that came in during the turn stays queued (Codex reads nothing back
+    but `systemMessage`), and the next prompt reports busy again and hands the message over."""
+    server = codex_mcp_server()
+    hook(codex_event("SessionStart", source="startup"))
+    hook(codex_event("UserPromptSubmit", prompt="build it"))
+    hook(codex_event("Stop", stop_hook_active=False, last_assistant_message="Built."))
+    hook(codex_event("UserPromptSubmit", prompt="and the docs"))
+    peer.send(to="api", message="The docs live in docs/.")
+
+    assert hook(codex_event("Interrupt")) is None
+
+    session = AgentSession.objects.get(name="api")
+    assert (session.status, session.final_answer) == ("idle", "")
+    assert list(session.deliveries.values_list("state", flat=True)) == ["queued"]
+    prompt = hook(codex_event("UserPromptSubmit", prompt="go on"))
+    assert AgentSession.objects.get(name="api").status == "busy"
+    assert (
+        prompt is not None and "The docs live in docs/." in prompt["hookSpecificOutput"]["additionalContext"]
+    )
+    server.close()
+
+
+def test_an_interrupt_registers_no_session(inprocess_hub: str) -> None:
+    """An Interrupt with no session saved for this Codex process (its hub is new, or its hooks
+    were installed mid-turn) reports nothing: only a turn's own hooks or the MCP server register."""
+    assert hook(codex_event("Interrupt")) is None
+    assert not AgentSession.objects.exists()
+
+
+def test_an_interrupt_the_hub_no_longer_knows_registers_no_session(inprocess_hub: str) -> None:
+    """The next turn's hooks register afresh (`Hook.with_session`); an interrupt does not."""
+    hook(codex_event("UserPromptSubmit", prompt="build it"))
+    AgentSession.objects.all().delete()  # the hub was reset
+
+    assert hook(codex_event("Interrupt")) is None
+
+    assert not AgentSession.objects.exists()

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import tomlkit
 
 from hub_topology import REPO
 from hub_topology.embedded import Hub
@@ -263,7 +264,8 @@ command = "./audit.sh"
 [hooks.state."config.toml:post_tool_use:0:0"]
 trusted_hash = "sha256:0123"
 """
-CODEX_EVENTS = {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"}  # codex-rs hook_config.rs
+# codex-rs hook_config.rs; Interrupt: a turn its user ends with Esc (tests/clients/test_codex.py)
+CODEX_EVENTS = {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "Interrupt"}
 CODEX_SHELL = ["bash", "-lc"]  # codex-rs hooks command_runner.rs: `$SHELL -lc <command>`
 
 
@@ -310,6 +312,28 @@ def test_codex_install_merges_config_toml_keeping_the_user_s(tmp_path: Path, mon
     assert parsed["hooks"]["PostToolUse"][0]["hooks"] == [{"type": "command", "command": "./audit.sh"}]
     assert parsed["hooks"]["state"] == {"config.toml:post_tool_use:0:0": {"trusted_hash": "sha256:0123"}}
     assert "notify" not in parsed
+
+
+def test_codex_install_over_an_earlier_one_adds_the_interrupt_hook_once(tmp_path: Path) -> None:
+    """A config.toml an install wrote before Switchboard had an Interrupt hook: installing again
+    adds it, and our entry of every other event stays the one entry (the user's too)."""
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(CODEX_USER_CONFIG)
+    assert install_cli(tmp_path, "--client", "codex") == 0
+    earlier = tomlkit.parse(config.read_text())
+    del earlier["hooks"]["Interrupt"]
+    config.write_text(tomlkit.dumps(earlier))
+
+    assert install_cli(tmp_path, "--client", "codex") == 0
+    once = config.read_text()
+    assert install_cli(tmp_path, "--client", "codex") == 0
+
+    assert config.read_text() == once
+    parsed = tomllib.loads(once)
+    assert set(parsed["hooks"]) == CODEX_EVENTS | {"state"}
+    assert all(len(ours(parsed, event)) == 1 for event in CODEX_EVENTS)
+    assert parsed["hooks"]["PostToolUse"][0]["hooks"] == [{"type": "command", "command": "./audit.sh"}]
 
 
 def test_codex_install_keeps_a_notify_program_the_user_has(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -394,6 +418,15 @@ def test_a_codex_session_through_the_written_hooks_and_mcp_server(
             line, stop | {"stop_hook_active": True, "last_assistant_message": final}, shell=CODEX_SHELL
         )
         assert done["answer"] is None
+        assert agents(hub, bob["token"])["codex-api"]["status"] == "idle"
+
+        # A turn its user interrupts (Esc) runs Interrupt, not Stop: idle again, no final answer.
+        stub.hook(line, codex_event("UserPromptSubmit", thread, prompt="Now the docs."), shell=CODEX_SHELL)
+        assert agents(hub, bob["token"])["codex-api"]["status"] == "busy"
+        interrupted = stub.hook(
+            ours(parsed, "Interrupt")[0]["command"], codex_event("Interrupt", thread), shell=CODEX_SHELL
+        )
+        assert interrupted["answer"] is None
         assert agents(hub, bob["token"])["codex-api"]["status"] == "idle"
 
         # /clear starts a new thread in the same Codex process: the same hub session carries on.

@@ -4,14 +4,16 @@ Everything runs in a network namespace with only loopback (tests/clients/harness
 stand-in for the Responses API (tests/clients/model_responses.py) and Codex. The user's steps are
 the ones docs/agents.md gives: `switchboard install-hooks --client codex --write` (which also
 approves the Switchboard tools: `codex exec` fails a tool call that needs approval), then trusting
-the four hooks as Codex's `/hooks` does (`codex app-server`: `hooks/list`, then
+the five hooks as Codex's `/hooks` does (`codex app-server`: `hooks/list`, then
 `config/batchWrite` of `[hooks.state]` with each hook's `currentHash`), Codex's own gate.
-`codex exec resume --last` takes the conversation up again in a new process.
+`codex exec resume --last` takes the conversation up again in a new process. A turn interrupted
+with Esc needs the interactive TUI (`Terminal`): `codex exec` has no key to press.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,11 +25,13 @@ from hub_topology import VENV_BIN, Proc, wait_until
 from tests.clients.harness import (
     HubInNetns,
     Netns,
+    Terminal,
     assert_stop_hook_handed_over,
     clean_env,
     client_bin,
     from_peer,
     hook_calls,
+    hooks_began_with,
     hub_in,
     hub_sessions,
     netns,
@@ -123,6 +127,20 @@ class CodexSetup:
         assert out.returncode == 0, out.stderr
         return out.stdout
 
+    def record(self, path: Path, events: tuple[str, ...]) -> None:
+        """A hook of the test's own for each of `events`, besides Switchboard's: it appends its
+        JSON input, one line, to `path` (trusted with the rest by `trust`)."""
+        entry = f'type = "command"\ncommand = "{{ cat; echo; }} >> {path}"\ntimeout = 10\n'
+        tables = "".join(f"\n[[hooks.{event}]]\n[[hooks.{event}.hooks]]\n{entry}" for event in events)
+        config = self.home / ".codex" / "config.toml"
+        config.write_text(config.read_text() + tables)
+
+    def trust_project(self) -> None:
+        """The project trusted, as the interactive Codex's trust prompt records it."""
+        config = self.home / ".codex" / "config.toml"
+        trusted = f'\n[projects."{self.project}"]\ntrust_level = "trusted"\n'
+        config.write_text(config.read_text() + trusted)
+
     def trust(self) -> list[dict[str, str]]:
         out = self.run([sys.executable, "-c", _TRUST, str(self.codex), str(self.project)])
         assert out.returncode == 0, out.stderr[-3000:]
@@ -171,13 +189,18 @@ class CodexSetup:
         return path.read_text().splitlines() if path.exists() else []
 
 
-def codex_user(space: Netns, home: Path) -> tuple[HubInNetns, dict[str, Any], CodexSetup]:
+def codex_user(
+    space: Netns, home: Path, *, record: tuple[Path, tuple[str, ...]] | None = None
+) -> tuple[HubInNetns, dict[str, Any], CodexSetup]:
     """The hub, a peer (in `bypass`: `codex exec` runs without asking, so what a `default` peer
-    sends it is held for a person) and a user's Codex with the hooks installed and trusted."""
+    sends it is held for a person) and a user's Codex with the hooks installed and trusted
+    (`record`: and the test's own recording hooks, `CodexSetup.record`)."""
     hub = hub_in(space, home)
     peer = hub.register("peer", permission_mode="bypass")
     setup = CodexSetup(space, home)
     setup.install_hooks()
+    if record is not None:
+        setup.record(*record)
     setup.trust()
     return hub, peer, setup
 
@@ -215,6 +238,7 @@ def test_codex_exec_registers_messages_and_ends_through_hooks_and_mcp(tmp_path: 
         setup.install_hooks()
         trusted = setup.trust()
         assert sorted(h["event"] for h in trusted) == [
+            "interrupt",
             "postToolUse",
             "sessionStart",
             "stop",
@@ -355,5 +379,63 @@ def test_a_codex_conversation_resumed_by_a_new_codex_exec_is_that_process_s_own_
     assert [event for event, _, _, _ in calls] == [
         *("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"),
         *("SessionStart", "UserPromptSubmit", "Stop"),
+    ], calls
+    assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
+
+
+# Esc as the interactive Codex reads it on this pseudo-terminal.
+ESCAPE = b"\x1b"
+# Events that could tell a hook a turn has ended, each recorded (its JSON input, one line) by a
+# hook of the test's own.
+TURN_END_EVENTS = ("Interrupt", "Stop")
+
+
+def test_an_interactive_codex_interrupted_mid_turn_runs_its_interrupt_hook_and_shows_idle(
+    tmp_path: Path,
+) -> None:
+    """Esc in the interactive Codex ends a turn with its `Interrupt` hook and no Stop: the hub
+    shows the session idle at once, with no final answer, and the next prompt busy again. The
+    model holds its answer (nothing releases it), so the first turn ends only by the interrupt."""
+    recorded = tmp_path / "turn-end-events.jsonl"
+    with netns() as space:
+        hub, peer, setup = codex_user(space, tmp_path, record=(recorded, TURN_END_EVENTS))
+        setup.trust_project()
+        setup.start_model()
+        # The TUI with its app server inside its own process, not the background daemon it starts
+        # by default (which would outlive the test); both run the same hooks.
+        terminal = Terminal(space, [setup.codex, "--no-daemon"], setup.env, setup.project)
+        try:
+            # Codex runs SessionStart with the first turn, not as its prompt comes up.
+            terminal.until(lambda: "Ask Codex to do anything" in terminal.screen(), "the prompt")
+            terminal.type("Say hello to peer on Switchboard.")
+            terminal.until(setup.conversation, "the model's first request", timeout=CODEX_TIMEOUT)
+            terminal.until(hooks_began_with(tmp_path, "SessionStart", "UserPromptSubmit"), "the turn's start")
+            [mine] = sessions_named(hub, peer["token"], "proj")
+            in_turn = row_of(tmp_path, mine)["status"]
+            os.write(terminal.master, ESCAPE)
+            terminal.until(lambda: recorded.exists() and "Interrupt" in recorded.read_text(), "the interrupt")
+            # Its hooks run together; Switchboard's has the same deadline as any (HOOK_DEADLINE_MS).
+            deadline = time.monotonic() + HOOK_DEADLINE_MS / 1000 + 5
+            while row_of(tmp_path, mine)["status"] != "idle" and time.monotonic() < deadline:
+                time.sleep(0.2)
+            after_interrupt = row_of(tmp_path, mine)
+
+            terminal.type("Go on.")
+            terminal.until(
+                lambda: [event for event, *_ in hook_calls(tmp_path)].count("UserPromptSubmit") == 2,
+                "the next prompt's hook",
+            )
+            next_turn = row_of(tmp_path, mine)["status"]
+        finally:
+            terminal.close()
+
+    assert in_turn == "busy"
+    [interrupt] = [json.loads(line) for line in recorded.read_text().splitlines() if line.strip()]
+    assert interrupt["hook_event_name"] == "Interrupt", interrupt  # and no Stop
+    assert (after_interrupt["status"], after_interrupt["final_answer"]) == ("idle", ""), after_interrupt
+    assert next_turn == "busy"
+    calls = hook_calls(tmp_path)
+    assert [event for event, _, _, _ in calls] == [
+        *("SessionStart", "UserPromptSubmit", "Interrupt", "UserPromptSubmit")
     ], calls
     assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
