@@ -439,3 +439,74 @@ def test_an_interactive_codex_interrupted_mid_turn_runs_its_interrupt_hook_and_s
         *("SessionStart", "UserPromptSubmit", "Interrupt", "UserPromptSubmit")
     ], calls
     assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
+
+
+def turns_ended(home: Path) -> int:
+    """How many Stop hooks the Codex processes under `home` have run (one per finished turn)."""
+    return [event for event, _, _, _ in hook_calls(home)].count("Stop")
+
+
+def switchboard_mcp_servers(space: Netns) -> int:
+    """How many Switchboard MCP servers (`switchboard mcp`) run in the namespace: Codex starts one
+    for each conversation."""
+    count = 0
+    for pid in space.pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        count += len(argv) > 2 and argv[-2] == b"mcp" and argv[-3].endswith(b"/switchboard")
+    return count
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Switchboard keys a Codex hub session by the Codex process its hooks and MCP server run "
+    "under; in the interactive TUI's default daemon mode that is the shared app-server daemon, so "
+    "two TUIs share one hub session (docs/agents.md, Codex CLI: Identity)",
+)
+def test_two_interactive_codex_tuis_on_one_daemon_are_two_hub_sessions(tmp_path: Path) -> None:
+    """The interactive `codex` of 0.171 runs its conversations in a background app server that the
+    first TUI starts (`codex app-server --managed-daemon`) and the next one attaches to; the hooks
+    and each conversation's MCP server (one per conversation) are that daemon's children. Two TUIs
+    in one project are two agents: each must be a hub session of its own, told to its model and
+    reported idle with its turn's answer."""
+    with netns() as space:
+        hub, peer, setup = codex_user(space, tmp_path)
+        setup.trust_project()
+        setup.start_model("--no-tool")
+        setup.release.touch()
+        tuis: list[Terminal] = []
+        try:
+            for turn, prompt in enumerate(("Say hello.", "Say hello too."), 1):
+                tui = Terminal(space, [setup.codex], setup.env, setup.project)
+                tuis.append(tui)
+                # The prompt shows before the daemon has started the TUI's conversation (and its
+                # MCP server); a prompt typed before that is not sent.
+                tui.until(lambda n=turn: switchboard_mcp_servers(space) == n, "the conversation's MCP server")
+                tui.until(lambda t=tui: "Ask Codex to do anything" in t.screen(), "the prompt")
+                tui.type(prompt)
+                tui.until(
+                    lambda n=turn: turns_ended(tmp_path) == n, f"turn {turn}'s end", timeout=CODEX_TIMEOUT
+                )
+            sessions = sessions_named(hub, peer["token"], "proj")
+            rows = [row_of(tmp_path, s) for s in sessions]
+        finally:
+            for tui in tuis:
+                tui.close()
+            # The daemon outlives both TUIs: the namespace's end kills it (Netns.kill_leftovers).
+
+    # Two hub sessions, each a Codex one, each idle with its turn's answer.
+    assert [(r["kind"], r["status"], r["final_answer"]) for r in rows] == [("codex", "idle", "done")] * 2, (
+        rows
+    )
+    # Each TUI's model was told its own session.
+    told = {
+        ref
+        for body in setup.conversation()
+        for ref in {s["ref"] for s in sessions}
+        if f"registered on the Switchboard hub as proj [{ref}]" in "\n".join(strings(body))
+    }
+    assert told == {s["ref"] for s in sessions}
+    calls = hook_calls(tmp_path)
+    assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
