@@ -459,22 +459,20 @@ def switchboard_mcp_servers(space: Netns) -> int:
     return count
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Switchboard keys a Codex hub session by the Codex process its hooks and MCP server run "
-    "under; in the interactive TUI's default daemon mode that is the shared app-server daemon, so "
-    "two TUIs share one hub session (docs/agents.md, Codex CLI: Identity)",
-)
 def test_two_interactive_codex_tuis_on_one_daemon_are_two_hub_sessions(tmp_path: Path) -> None:
     """The interactive `codex` of 0.171 runs its conversations in a background app server that the
     first TUI starts (`codex app-server --managed-daemon`) and the next one attaches to; the hooks
     and each conversation's MCP server (one per conversation) are that daemon's children. Two TUIs
     in one project are two agents: each must be a hub session of its own, told to its model and
-    reported idle with its turn's answer."""
+    reported idle with its turn's answer, its tool calls sent as it."""
     with netns() as space:
-        hub, peer, setup = codex_user(space, tmp_path)
+        hub = hub_in(space, tmp_path)
+        peer = hub.register("peer")  # `default`, as the TUIs run: nothing they send is held
+        setup = CodexSetup(space, tmp_path)
+        setup.install_hooks()
+        setup.trust()
         setup.trust_project()
-        setup.start_model("--no-tool")
+        setup.start_model("--each-conversation")  # each conversation sends to the peer, then "done"
         setup.release.touch()
         tuis: list[Terminal] = []
         try:
@@ -491,6 +489,7 @@ def test_two_interactive_codex_tuis_on_one_daemon_are_two_hub_sessions(tmp_path:
                 )
             sessions = sessions_named(hub, peer["token"], "proj")
             rows = [row_of(tmp_path, s) for s in sessions]
+            inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
         finally:
             for tui in tuis:
                 tui.close()
@@ -508,5 +507,7 @@ def test_two_interactive_codex_tuis_on_one_daemon_are_two_hub_sessions(tmp_path:
         if f"registered on the Switchboard hub as proj [{ref}]" in "\n".join(strings(body))
     }
     assert told == {s["ref"] for s in sessions}
+    # Each TUI's model sent as its own session.
+    assert sorted(m["from"]["ref"] for m in inbox) == sorted(s["ref"] for s in sessions), inbox
     calls = hook_calls(tmp_path)
     assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
