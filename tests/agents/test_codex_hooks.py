@@ -13,10 +13,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hub_topology import wait_until
 from messaging.models import AgentSession
 from switchboard_agent.client import HubClient
 from switchboard_agent.hooks import run_hook
@@ -199,6 +201,12 @@ def test_a_codex_app_server_is_told_apart_from_a_codex_run_by_its_command_line()
     as `codex exec` or `codex --no-daemon`, runs one."""
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "app-server", "--listen"])
     try:
+        # Its command line as the process shows it once it has started (bounded wait).
+        wait_until(
+            lambda: b"app-server" in Path(f"/proc/{server.pid}/cmdline").read_bytes(),
+            timeout=10,
+            what="the stand-in app server's start",
+        )
         assert runs_conversations(f"{server.pid}:1")
         assert not runs_conversations(f"{os.getpid()}:1")
     finally:

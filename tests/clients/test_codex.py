@@ -361,7 +361,13 @@ def test_a_codex_conversation_resumed_by_a_new_codex_exec_is_that_process_s_own_
 
         resumed = setup.start_codex("Go on.", resume=True)
         assert resumed.popen.wait(timeout=CODEX_TIMEOUT) == 0, resumed.log()[-3000:]
-        sessions = sessions_named(hub, peer["token"], "proj")
+        # Its MCP server ends the session as Codex stops it, which may finish after Codex has exited.
+
+        def both_ended() -> list[dict[str, Any]] | None:
+            found = sessions_named(hub, peer["token"], "proj")
+            return found if len(found) == 2 and all(s["status"] == "exited" for s in found) else None
+
+        sessions = wait_until(both_ended, timeout=10, what="both sessions ended")
         inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
 
     assert thread_of(resumed.log()) == thread_of(first.log())  # the same conversation
