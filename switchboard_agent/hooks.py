@@ -37,9 +37,11 @@ becomes the agent's next prompt), Interrupt (a turn the user ends with Esc runs 
 its output is `systemMessage` only): report the saved session idle with an empty final answer, and
 never register one. Codex passes its MCP servers no session id, so the session is the Codex
 process's (`config.process_session_key`), shared with its MCP server, which ends it when Codex
-exits; a /clear keeps it. Configs written before Codex had hooks run this as Codex's `notify`
-program instead (`{"type": "agent-turn-complete", ..., "last-assistant-message"}` as the last
-argument): that reports the session idle with the final answer (Codex reads nothing back).
+exits; a /clear keeps it. Under a Codex app server (the interactive TUI's daemon, which runs the
+conversations of every TUI) it is the conversation's instead, keyed by `session_id` (the thread
+id its MCP server reads from a tool call; `identity.runs_conversations`). Configs written before
+Codex had hooks run this as Codex's `notify` program instead (`{"type": "agent-turn-complete",
+..., "last-assistant-message"}` as the last argument): that reports the session idle with the final answer (Codex reads nothing back).
 
 A hub that is down, slow or misconfigured must never break the agent: each call has one deadline
 (`HOOK_DEADLINE` seconds in all, whatever the hub does, counted from the process's start as the
@@ -85,7 +87,13 @@ from switchboard_agent.config import (
 from switchboard_agent.delivery_text import render_messages
 from switchboard_agent.hints import reread
 from switchboard_agent.home import UnsafeHome
-from switchboard_agent.identity import SESSION_ENV, anchor_alive, client_anchor, own_session_key
+from switchboard_agent.identity import (
+    SESSION_ENV,
+    anchor_alive,
+    client_anchor,
+    own_session_key,
+    runs_conversations,
+)
 from switchboard_agent.registration import REGISTER_RESERVE, session_register_saved
 from switchboard_agent.transport import Timeout
 
@@ -189,6 +197,9 @@ class Hook:
         its hooks and its MCP server share the session of the Codex process they run under; a
         /clear (a new thread id in the same process) keeps it.
 
+        Under a Codex app server (`serves_conversation`) the key is the conversation's thread id,
+        which its MCP server learns from its first tool call.
+
         A Codex hook whose process cannot be found has no key its MCP server would also compute:
         it stands down (logged) rather than register a second session that nothing ever ends; the
         MCP server's own session (`codex-<its pid>`) stays the one, ended as Codex exits."""
@@ -198,6 +209,8 @@ class Hook:
                     "cannot tell which Codex process runs this hook (see identity.client_anchor), "
                     "so not which hub session is its MCP server's; nothing done"
                 )
+            if self.serves_conversation:
+                return str(self.event.get("session_id") or "")  # the conversation's thread id
             return process_session_key("codex", self.anchor)
         inherited = os.environ.get(SESSION_ENV) if self.client_name == "claude" else None
         key = str(self.event.get("session_id") or inherited or "")
@@ -209,6 +222,12 @@ class Hook:
     def step(self) -> str | None:
         name = self.event.get("hook_event_name") or self.event.get("type")
         return EVENTS.get(self.client_name, {}).get(str(name))
+
+    @cached_property
+    def serves_conversation(self) -> bool:
+        """A Codex hook run by an app server (the TUI's daemon), which runs many conversations:
+        the session is the conversation's (its `session_id`), not the process's."""
+        return self.client_name == "codex" and bool(self.anchor) and runs_conversations(self.anchor)
 
     @property
     def anchor(self) -> str:
@@ -257,8 +276,8 @@ class Hook:
         """The hub session this client process already has under an earlier session id (Claude
         Code's /clear and /resume change the id, not the process): it now serves this id too."""
         mine = sessions_of_process(self.anchor, self.url)
-        if len(mine) != 1:
-            return None  # none, or more than one: never guess
+        if len(mine) != 1 or self.serves_conversation:
+            return None  # none, more than one, or another conversation's: never guess
         saved = mine[0]
         old_key = saved.key
         saved.key = self.key

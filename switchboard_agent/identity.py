@@ -21,6 +21,10 @@ With `SWITCHBOARD_CLIENT=codex` the server owns the session of its Codex process
 MCP servers no session id, and no SessionEnd hook is installed for it): on start it takes the
 session its Codex process's hooks registered, or registers it, both under one lock and one key
 (`config.process_session_key`); the hooks find it the same way; it deregisters on exit.
+A Codex app server (`codex app-server`: the interactive TUI's background daemon, shared by every
+TUI of the user) runs many conversations, each with an MCP server of its own, all its children:
+there the session is the conversation's, keyed by its thread id, which hooks get as `session_id`
+and the MCP server reads from its first tool call's `_meta` (`threadId`; Codex sends no id before).
 """
 
 from __future__ import annotations
@@ -121,6 +125,25 @@ def client_anchor(pid: int | None = None) -> str:
             return f"{current}:{started}"
         current = parent
     return ""
+
+
+def runs_conversations(anchor: str) -> bool:
+    """Whether the agent client process `anchor` is a Codex app server (`codex app-server ...`),
+    which runs many conversations at once (the interactive TUI's background daemon serves every
+    TUI of its user), rather than one Codex run (`codex exec`, `codex --no-daemon`)."""
+    pid = anchor.partition(":")[0]
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        import subprocess  # only where there is no /proc (macOS)
+
+        try:
+            argv = subprocess.run(
+                ["ps", "-o", "args=", "-p", pid], capture_output=True, text=True, timeout=2
+            ).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return "app-server" in argv[1:]
 
 
 def _ancestors() -> set[str]:
@@ -230,7 +253,16 @@ class Identity:
             self._client, self.owned, self._registration_key = client, True, None
             return client
         anchor = client_anchor()
-        key = process_session_key(self.kind, anchor) if anchor else f"{self.kind}-{os.getpid()}"
+        if anchor and runs_conversations(anchor):
+            if not self.client_key:
+                raise NoAgentSession(
+                    "no_agent_session",
+                    "This MCP server does not know its Codex conversation yet: a Codex app server "
+                    "names it only with a tool call. Retry the call.",
+                )
+            key = self.client_key  # the conversation's thread id, its hooks' `session_id`
+        else:
+            key = process_session_key(self.kind, anchor) if anchor else f"{self.kind}-{os.getpid()}"
         self._saved_key = key
         with session_lock(key):
             saved = session_find(key, self.url)
@@ -343,14 +375,26 @@ class Identity:
                 client = self._resolve(stale_token=client.token)
             return fn(client)
 
+    def in_conversation(self, thread_id: str) -> None:
+        """The Codex conversation (thread id) a tool call came from. An MCP server serves one
+        conversation for its whole life, so the first one named is its own; a Codex MCP server
+        keys its session by it when it runs under an app server (see `register`)."""
+        if self.owns_client_session and thread_id:
+            with self._lock:
+                self.client_key = self.client_key or thread_id
+
     def start(self) -> None:
         """Register now unless attaching to a hooks session (those appear a moment later). The
         Codex process's session, registered here as Codex starts, before its first turn, is idle
         (its hooks report each turn's start and end)."""
         if self.owns_client_session:
-            with self._lock:
-                if self._client is None:
-                    self.register(status="idle")
+            with self._lock:  # taken first: a close that comes meanwhile waits for this
+                if self._client is not None:
+                    return
+                anchor = client_anchor()
+                if anchor and runs_conversations(anchor) and not self.client_key:
+                    return  # its conversation is named by its first tool call (`in_conversation`)
+                self.register(status="idle")
         elif not self.attach_to_hooks:
             self.client()
 

@@ -188,7 +188,11 @@ class SwitchboardServer(MCPServer):
             for t in tools
         ]
 
+    identity: Identity | None = None
+
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if self.identity is not None:
+            self.identity.in_conversation(conversation_of(context))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -196,6 +200,16 @@ class SwitchboardServer(MCPServer):
             if isinstance(cause, ValidationError) and not isinstance(exc, UnexpectedToolError):
                 raise ToolError(arguments_sentence(name, cause)) from cause
             raise
+
+
+def conversation_of(context: Any) -> str:
+    """The Codex conversation (thread id) a tool call names in its `_meta` (`threadId`), or ""."""
+    try:
+        meta = context.request_context.meta
+    except (AttributeError, ValueError):  # no request behind this call
+        return ""
+    thread = meta.get("threadId") if isinstance(meta, dict) else None
+    return thread if isinstance(thread, str) else ""
 
 
 def package_version() -> str:
@@ -260,6 +274,7 @@ def build_server(identity: Identity) -> MCPServer:
     server = SwitchboardServer(
         "switchboard", instructions=INSTRUCTIONS, version=package_version(), lifespan=lifespan
     )
+    server.identity = identity
     hub = Hub(identity)
     tool = server.tool
 

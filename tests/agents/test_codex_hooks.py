@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hub_topology import wait_until
 from messaging.models import AgentSession
 from switchboard_agent.client import HubClient
 from switchboard_agent.hooks import run_hook
-from switchboard_agent.identity import Identity
-from tests.agents.codex_payloads import codex_event
+from switchboard_agent.identity import Identity, runs_conversations
+from tests.agents.codex_payloads import THREAD, codex_event
 
 AFTER_CLEAR = "019d036e-3164-72c3-a170-98925564c4fc"
 
@@ -189,3 +194,64 @@ def test_an_interrupt_the_hub_no_longer_knows_registers_no_session(inprocess_hub
     assert hook(codex_event("Interrupt")) is None
 
     assert not AgentSession.objects.exists()
+
+
+def test_a_codex_app_server_is_told_apart_from_a_codex_run_by_its_command_line() -> None:
+    """`codex app-server ...` (the TUI's daemon) runs many conversations; any other process, such
+    as `codex exec` or `codex --no-daemon`, runs one."""
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "app-server", "--listen"])
+    try:
+        # Its command line as the process shows it once it has started (bounded wait).
+        wait_until(
+            lambda: b"app-server" in Path(f"/proc/{server.pid}/cmdline").read_bytes(),
+            timeout=10,
+            what="the stand-in app server's start",
+        )
+        assert runs_conversations(f"{server.pid}:1")
+        assert not runs_conversations(f"{os.getpid()}:1")
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+OTHER_THREAD = "019d036f-0000-7000-8000-0000000000aa"  # another TUI's conversation, same app server
+
+
+@pytest.fixture
+def app_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hooks and MCP servers run under a Codex app server (the interactive TUI's daemon), which
+    runs the conversations of every TUI of its user, each with an MCP server of its own."""
+    monkeypatch.setattr("switchboard_agent.identity.runs_conversations", lambda anchor: True)
+    monkeypatch.setattr("switchboard_agent.hooks.runs_conversations", lambda anchor: True)
+
+
+def test_each_conversation_of_a_codex_app_server_is_a_hub_session_of_its_own(
+    inprocess_hub: str, peer: HubClient, app_server: None
+) -> None:
+    """Two TUIs on one daemon: the hooks key each session by its conversation (`session_id`), each
+    conversation's MCP server finds its own by the thread id of its first tool call (`_meta`), and
+    ending one conversation's MCP server ends only that session."""
+    servers = {thread: codex_mcp_server() for thread in (THREAD, OTHER_THREAD)}
+    assert AgentSession.objects.filter(kind="codex").count() == 0  # no conversation named yet
+    for thread in servers:
+        hook(codex_event("SessionStart", thread, source="startup"))
+        hook(codex_event("UserPromptSubmit", thread, prompt="hello"))
+    for thread, server in servers.items():
+        server.in_conversation(thread)  # its first tool call names it
+        server.call(lambda client, t=thread: client.send(to="bob", message=f"from {t}"))
+    hook(codex_event("Stop", THREAD, last_assistant_message="first done"))
+
+    sessions = {s.ref: s for s in AgentSession.objects.filter(kind="codex")}
+    assert len(sessions) == 2
+    first, other = (sessions[servers[t].session["ref"]] for t in (THREAD, OTHER_THREAD))
+    assert (first.status, first.final_answer) == ("idle", "first done")
+    assert other.status == "busy"  # its turn goes on
+    inbox = peer.inbox()
+    assert sorted((m["text"], m["from"]["ref"]) for m in inbox) == sorted(
+        [(f"from {THREAD}", first.ref), (f"from {OTHER_THREAD}", other.ref)]
+    )
+    servers[THREAD].close()
+    first.refresh_from_db()
+    other.refresh_from_db()
+    assert (first.status, other.status) == ("exited", "busy")
+    servers[OTHER_THREAD].close()

@@ -80,6 +80,19 @@ class Netns:
         self.procs.append(proc)
         return proc
 
+    def pids(self) -> list[int]:
+        """The processes that run inside the namespace now."""
+        out = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True, timeout=20)
+        return [int(pid) for pid in out.stdout.split()]
+
+    def kill_leftovers(self) -> None:
+        """Kill what still runs inside the namespace (only this test's processes are in it): a
+        client's background process that outlives it, such as the interactive Codex's app-server
+        daemon, which deleting the namespace would leave running."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
     def run(
         self, argv: list[str], *, env: dict[str, str], cwd: Path, timeout: float, stdin: str = ""
     ) -> subprocess.CompletedProcess[str]:
@@ -104,6 +117,7 @@ def netns() -> Iterator[Netns]:
     finally:
         for proc in reversed(space.procs):
             proc.stop(timeout=5)
+        space.kill_leftovers()
         subprocess.run(["ip", "netns", "del", space.name], capture_output=True, timeout=20)
 
 

@@ -10,7 +10,8 @@ Each request is appended to `--log` as one JSON line (`{"method", "path", "body"
 1. The first request of a turn (no tool result nor answer of the model's in its input yet) is held
    until the file `--release` exists (the test creates it once it has queued a message for the
    agent), then answered with a call to the tool whose name ends in `send_message` (to `peer`,
-   "hello from the model"). With `--no-tool`, it is answered with the first final answer instead.
+   "hello from the model"), in the first conversation only (`--each-conversation`: in every one).
+   With `--no-tool`, it is answered with the first final answer instead.
 2. Every later request is answered with a final answer: the first `--final` ("done" when none is
    given) while the input holds no answer of the model's in text, the second once it holds one
    (Codex went on after its turn's end, as a Stop hook that blocks makes it), and so on, the last
@@ -35,11 +36,18 @@ TOOL_SUFFIX = "send_message"
 
 class Script:
     def __init__(
-        self, log: Path, release: Path, *, tool: bool = True, finals: list[str] | None = None
+        self,
+        log: Path,
+        release: Path,
+        *,
+        tool: bool = True,
+        finals: list[str] | None = None,
+        each_conversation: bool = False,
     ) -> None:
         self.log = log
         self.release = release
         self.tool_call_due = tool
+        self.each_conversation = each_conversation
         self.finals = finals or ["done"]
         self.counter = 0
 
@@ -61,7 +69,7 @@ class Script:
             while not self.release.exists() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
         if opening and tool and self.tool_call_due:
-            self.tool_call_due = False
+            self.tool_call_due = self.each_conversation
             name, namespace = tool
             call = {
                 "type": "function_call",
@@ -221,8 +229,19 @@ def main() -> None:
     parser.add_argument("--release", type=Path, required=True)
     parser.add_argument("--no-tool", action="store_true", help="call no tool: hold the first final answer")
     parser.add_argument("--final", action="append", help="the final answers, in order (default: done)")
+    parser.add_argument(
+        "--each-conversation",
+        action="store_true",
+        help="call the tool in every conversation, not the first only",
+    )
     args = parser.parse_args()
-    script = Script(args.log, args.release, tool=not args.no_tool, finals=args.final)
+    script = Script(
+        args.log,
+        args.release,
+        tool=not args.no_tool,
+        finals=args.final,
+        each_conversation=args.each_conversation,
+    )
     asyncio.run(serve(args.port, script))
 
 

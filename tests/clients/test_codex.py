@@ -361,7 +361,13 @@ def test_a_codex_conversation_resumed_by_a_new_codex_exec_is_that_process_s_own_
 
         resumed = setup.start_codex("Go on.", resume=True)
         assert resumed.popen.wait(timeout=CODEX_TIMEOUT) == 0, resumed.log()[-3000:]
-        sessions = sessions_named(hub, peer["token"], "proj")
+        # Its MCP server ends the session as Codex stops it, which may finish after Codex has exited.
+
+        def both_ended() -> list[dict[str, Any]] | None:
+            found = sessions_named(hub, peer["token"], "proj")
+            return found if len(found) == 2 and all(s["status"] == "exited" for s in found) else None
+
+        sessions = wait_until(both_ended, timeout=10, what="both sessions ended")
         inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
 
     assert thread_of(resumed.log()) == thread_of(first.log())  # the same conversation
@@ -438,4 +444,76 @@ def test_an_interactive_codex_interrupted_mid_turn_runs_its_interrupt_hook_and_s
     assert [event for event, _, _, _ in calls] == [
         *("SessionStart", "UserPromptSubmit", "Interrupt", "UserPromptSubmit")
     ], calls
+    assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
+
+
+def turns_ended(home: Path) -> int:
+    """How many Stop hooks the Codex processes under `home` have run (one per finished turn)."""
+    return [event for event, _, _, _ in hook_calls(home)].count("Stop")
+
+
+def switchboard_mcp_servers(space: Netns) -> int:
+    """How many Switchboard MCP servers (`switchboard mcp`) run in the namespace: Codex starts one
+    for each conversation."""
+    count = 0
+    for pid in space.pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        count += len(argv) > 2 and argv[-2] == b"mcp" and argv[-3].endswith(b"/switchboard")
+    return count
+
+
+def test_two_interactive_codex_tuis_on_one_daemon_are_two_hub_sessions(tmp_path: Path) -> None:
+    """The interactive `codex` of 0.171 runs its conversations in a background app server that the
+    first TUI starts (`codex app-server --managed-daemon`) and the next one attaches to; the hooks
+    and each conversation's MCP server (one per conversation) are that daemon's children. Two TUIs
+    in one project are two agents: each must be a hub session of its own, told to its model and
+    reported idle with its turn's answer, its tool calls sent as it."""
+    with netns() as space:
+        hub = hub_in(space, tmp_path)
+        peer = hub.register("peer")  # `default`, as the TUIs run: nothing they send is held
+        setup = CodexSetup(space, tmp_path)
+        setup.install_hooks()
+        setup.trust()
+        setup.trust_project()
+        setup.start_model("--each-conversation")  # each conversation sends to the peer, then "done"
+        setup.release.touch()
+        tuis: list[Terminal] = []
+        try:
+            for turn, prompt in enumerate(("Say hello.", "Say hello too."), 1):
+                tui = Terminal(space, [setup.codex], setup.env, setup.project)
+                tuis.append(tui)
+                # The prompt shows before the daemon has started the TUI's conversation (and its
+                # MCP server); a prompt typed before that is not sent.
+                tui.until(lambda n=turn: switchboard_mcp_servers(space) == n, "the conversation's MCP server")
+                tui.until(lambda t=tui: "Ask Codex to do anything" in t.screen(), "the prompt")
+                tui.type(prompt)
+                tui.until(
+                    lambda n=turn: turns_ended(tmp_path) == n, f"turn {turn}'s end", timeout=CODEX_TIMEOUT
+                )
+            sessions = sessions_named(hub, peer["token"], "proj")
+            rows = [row_of(tmp_path, s) for s in sessions]
+            inbox = hub.call("GET", "inbox", peer["token"])["body"]["messages"]
+        finally:
+            for tui in tuis:
+                tui.close()
+            # The daemon outlives both TUIs: the namespace's end kills it (Netns.kill_leftovers).
+
+    # Two hub sessions, each a Codex one, each idle with its turn's answer.
+    assert [(r["kind"], r["status"], r["final_answer"]) for r in rows] == [("codex", "idle", "done")] * 2, (
+        rows
+    )
+    # Each TUI's model was told its own session.
+    told = {
+        ref
+        for body in setup.conversation()
+        for ref in {s["ref"] for s in sessions}
+        if f"registered on the Switchboard hub as proj [{ref}]" in "\n".join(strings(body))
+    }
+    assert told == {s["ref"] for s in sessions}
+    # Each TUI's model sent as its own session.
+    assert sorted(m["from"]["ref"] for m in inbox) == sorted(s["ref"] for s in sessions), inbox
+    calls = hook_calls(tmp_path)
     assert [c for c in calls if c[1] != "ok"] == [], setup.agent_log()
