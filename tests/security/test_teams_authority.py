@@ -301,7 +301,7 @@ def _team_routes(crew: Any) -> list[tuple[str, str, Any]]:
         ("POST", f"/requests/{some_request}/respond", {"approve": True}),
         ("POST", f"/members/{alice}/shutdown", {}),
         ("POST", f"/shutdown/{some_request}", {"approve": True}),
-        ("PUT", "/gates/task_created", {"url": "https://192.0.2.1/hook"}),
+        ("PUT", "/gates/task_created", {"url": "http://127.0.0.1:9/hook"}),  # never called
         ("DELETE", "/gates/task_created", None),
         ("POST", "/tasks", {"title": "one more"}),
     ]
