@@ -1,7 +1,7 @@
 """Leads of many teams inviting one session at the same moment: the session's cap on open
 invitations (SWITCHBOARD_INVITATIONS_PER_RECIPIENT) holds however the invites interleave, because
 the count and the write happen under one lock per invited session
-(`teams.services.invitations._lock_invitations_to`)."""
+(`teams.services.invitations._require_room_for_invitation`)."""
 
 from __future__ import annotations
 
