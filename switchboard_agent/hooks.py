@@ -465,12 +465,8 @@ class Hook:
                 f"{len(mine)} hub sessions belong to this Codex process (by its MCP server); "
                 "reporting idle needs exactly one."
             )
-        saved = mine[0]
         answer = str(self.event.get("last-assistant-message") or "")[:MAX_FINAL_ANSWER]
-        with self.client(saved.token) as client:
-            client.set_status("idle", final_answer=answer)
-        saved.status = "idle"
-        session_save(saved)
+        self.report_idle(mine[0], final_answer=answer)
 
     def on_interrupt(self) -> None:
         """Codex's Interrupt (the user pressed Esc mid-turn; no Stop follows): report the saved
@@ -479,10 +475,13 @@ class Hook:
         hub that no longer knows the token waits for the next turn's hooks to register afresh.
         Codex reads only `systemMessage` back, so nothing is pulled: what waits stays queued."""
         saved = self.saved()
-        if saved is None:
-            return
+        if saved is not None:
+            self.report_idle(saved, final_answer="")
+
+    def report_idle(self, saved: SavedSession, *, final_answer: str) -> None:
+        """Tell the hub the turn of `saved` ended (idle, with its final answer), and remember it."""
         with self.client(saved.token) as client:
-            client.set_status("idle", final_answer="")
+            client.set_status("idle", final_answer=final_answer)
         saved.status = "idle"
         session_save(saved)
 

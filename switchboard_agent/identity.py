@@ -253,16 +253,13 @@ class Identity:
             self._client, self.owned, self._registration_key = client, True, None
             return client
         anchor = client_anchor()
-        if anchor and runs_conversations(anchor):
-            if not self.client_key:
-                raise NoAgentSession(
-                    "no_agent_session",
-                    "This MCP server does not know its Codex conversation yet: a Codex app server "
-                    "names it only with a tool call. Retry the call.",
-                )
-            key = self.client_key  # the conversation's thread id, its hooks' `session_id`
-        else:
-            key = process_session_key(self.kind, anchor) if anchor else f"{self.kind}-{os.getpid()}"
+        key = self._owned_key(anchor)
+        if key is None:
+            raise NoAgentSession(
+                "no_agent_session",
+                "This MCP server does not know its Codex conversation yet: a Codex app server "
+                "names it only with a tool call. Retry the call.",
+            )
         self._saved_key = key
         with session_lock(key):
             saved = session_find(key, self.url)
@@ -272,6 +269,14 @@ class Identity:
                 )
         self.owned = True
         return self._use(saved)
+
+    def _owned_key(self, anchor: str) -> str | None:
+        """The saved-session key of the client session a Codex MCP server owns: its Codex
+        process's, or under an app server its conversation's thread id (its hooks' `session_id`),
+        None until a tool call has named that conversation (`in_conversation`)."""
+        if anchor and runs_conversations(anchor):
+            return self.client_key or None
+        return process_session_key(self.kind, anchor) if anchor else f"{self.kind}-{os.getpid()}"
 
     def client(self) -> HubClient:
         """The client acting as this process's session, resolved on first use."""
@@ -391,10 +396,10 @@ class Identity:
             with self._lock:  # taken first: a close that comes meanwhile waits for this
                 if self._client is not None:
                     return
-                anchor = client_anchor()
-                if anchor and runs_conversations(anchor) and not self.client_key:
+                try:
+                    self.register(status="idle")
+                except NoAgentSession:
                     return  # its conversation is named by its first tool call (`in_conversation`)
-                self.register(status="idle")
         elif not self.attach_to_hooks:
             self.client()
 
